@@ -1,0 +1,3 @@
+from monolith.cli import main
+
+main()

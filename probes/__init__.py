@@ -1,0 +1,1 @@
+"""Part of the monolith package (see monolith/__init__.py)."""
