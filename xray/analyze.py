@@ -1,0 +1,367 @@
+"""Analyze one raw X-ray trace: clock alignment, per-phase time, waits, idle SMs, bandwidth.
+
+Library: `align(meta, events)`, `analyze(meta, events) -> dict`, `print_report(summary)`,
+`gantt_png(meta, events, path)`. CLI: `python -m monolith.xray.analyze RAW [--json OUT] [--png OUT]`.
+
+Clock alignment. %globaltimer is one clock for the whole GPU but only ticks every 32 ns on
+the H200; clock64 ticks at the SM clock (~0.5 ns) but each SM's counter has its own origin
+(and, slightly, its own rate). Per SM we fit globaltimer = a * clock64 + b by least squares
+over every stamp of that SM (hundreds of stamps over ~0.5 ms), then place every stamp at
+a * clock64 + b: GPU-wide comparable like globaltimer, with clock64's resolution. The tick's
+floor quantization is zero-mean-free (always <= true time) but it biases every SM's b by the
+same half tick, which cancels once times are taken relative to the token start.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from monolith.config import HIDDEN, INTERMEDIATE, KV_DIM, NUM_KV_HEADS, HEAD_DIM, NUM_LAYERS, Q_DIM, VOCAB
+from monolith.errors import MonolithError
+from monolith.xray.phases import load_phases
+from monolith.xray.raw import COL, validate_raw
+
+UPSTREAM = {"us_per_layer": 28.0, "barrier_us_per_layer": 8.8, "source": "AlpinDale/qwen_megakernel README (RTX 5090)"}
+SUMMARY_SCHEMA = "monolith-xray-summary/1"
+
+# ---------------------------------------------------------------- clock alignment
+
+
+def align(meta: dict, events: np.ndarray, method: str = "clock64-fit") -> dict:
+    """Return start/end times in ns relative to the token start (float64) plus fit facts.
+
+    method "clock64-fit" (default) as described above; "globaltimer" uses the raw 32 ns stamps.
+    """
+    ev = events
+    tick = int(meta.get("globaltimer_tick_ns", 32))
+    g0, g1 = ev[:, COL["g0"]], ev[:, COL["g1"]]
+    gref = int(g0.min())  # subtract before float math: raw stamps (~1.7e18) exceed float64's 2^53
+    if method == "globaltimer":
+        s, e = (g0 - gref).astype(np.float64), (g1 - gref).astype(np.float64)
+        t_origin = s.min()
+        return {"start_ns": s - t_origin, "end_ns": e - t_origin, "method": "globaltimer (raw, 32 ns ticks)",
+                "tick_ns": tick, "residual_ns": {"rms": tick / np.sqrt(12), "max": float(tick)}, "per_sm": {}}
+    if method != "clock64-fit":
+        raise MonolithError(f"unknown alignment method {method!r} (clock64-fit or globaltimer)")
+    start = np.empty(len(ev))
+    end = np.empty(len(ev))
+    per_sm, resid_all = {}, []
+    smid = ev[:, COL["smid"]]
+    for sm in np.unique(smid):
+        idx = np.nonzero(smid == sm)[0]
+        c = np.concatenate([ev[idx, COL["c0"]], ev[idx, COL["c1"]]])
+        g = np.concatenate([g0[idx], g1[idx]])
+        cref = int(c.min())
+        x = (c - cref).astype(np.float64)
+        y = (g - gref).astype(np.float64)
+        if x.max() - x.min() < 1000 * 1.0 or len(x) < 4:
+            # too short to fit a slope: use the nominal SM clock and fit only the offset
+            a = 1000.0 / float(meta["sm_clock_mhz"])
+            b = float(np.mean(y - a * x))
+            how = "offset-only"
+        else:
+            a, b = np.polyfit(x, y, 1)
+            how = "linear"
+        r = y - (a * x + b)
+        resid_all.append(r)
+        # globaltimer floors: the true time is g + U[0, tick); correct the offset by half a tick
+        b += tick / 2
+        start[idx] = a * (ev[idx, COL["c0"]] - cref) + b
+        end[idx] = a * (ev[idx, COL["c1"]] - cref) + b
+        per_sm[int(sm)] = {"ghz": 1.0 / a if a > 0 else None, "fit": how, "n": len(x),
+                           "residual_rms_ns": float(np.sqrt(np.mean(r ** 2))), "residual_max_ns": float(np.abs(r).max())}
+    r = np.concatenate(resid_all)
+    t_origin = start.min()
+    return {
+        "start_ns": start - t_origin, "end_ns": end - t_origin,
+        "method": "per-SM least-squares fit of %globaltimer on clock64 over all stamps of the SM",
+        "tick_ns": tick,
+        # a perfect fit under floor quantization leaves residuals ~U(-tick/2, tick/2): rms tick/sqrt(12)
+        "residual_ns": {"rms": float(np.sqrt(np.mean(r ** 2))), "max": float(np.abs(r).max()),
+                        "expected_rms_from_tick": tick / np.sqrt(12)},
+        "per_sm": per_sm,
+    }
+
+
+# ---------------------------------------------------------------- byte model
+
+
+def phase_bytes(variant: str, position: int) -> dict[str, dict]:
+    """Bytes each phase reads from memory for one token (per layer for layer phases).
+
+    bf16: 2 bytes/weight. fp8*: 1 byte/weight + one fp32 scale per output row. nvfp4: 4.5
+    bits/weight (e2m1 + an e4m3 scale per 16) in the layers, FP8 LM head. Attention reads the
+    K and V cache of positions 0..position (bf16). RMSNorm weights (2 KB) are ignored.
+    """
+    v = variant.lower()
+    if "nvfp4" in v:
+        bpw, row_scale, head_bpw, head_scale = 4.5 / 8, 0, 1.0, 4
+    elif "fp8" in v:
+        bpw, row_scale, head_bpw, head_scale = 1.0, 4, 1.0, 4
+    else:
+        bpw, row_scale, head_bpw, head_scale = 2.0, 0, 2.0, 0
+
+    def mat(rows, cols, b=bpw, s=row_scale):
+        return int(rows * cols * b + rows * s)
+
+    kv = 2 * NUM_KV_HEADS * HEAD_DIM * 2 * (position + 1)
+    return {
+        "qkv": {"bytes": mat(Q_DIM, HIDDEN) + 2 * mat(KV_DIM, HIDDEN), "per": "layer"},
+        "attn": {"bytes": kv, "per": "layer", "note": f"K+V cache, positions 0..{position}"},
+        "oproj": {"bytes": mat(HIDDEN, Q_DIM), "per": "layer"},
+        "gateup": {"bytes": 2 * mat(INTERMEDIATE, HIDDEN), "per": "layer"},
+        "down": {"bytes": mat(HIDDEN, INTERMEDIATE), "per": "layer"},
+        "lmhead": {"bytes": mat(VOCAB, HIDDEN, head_bpw, head_scale), "per": "token"},
+    }
+
+
+# ---------------------------------------------------------------- analysis
+
+
+def _union_len(iv: np.ndarray) -> tuple[float, list[tuple[float, float]]]:
+    """Length of the union of [s, e) intervals and the gaps between them."""
+    if len(iv) == 0:
+        return 0.0, []
+    iv = iv[np.argsort(iv[:, 0])]
+    total, gaps = 0.0, []
+    cs, ce = iv[0]
+    for s, e in iv[1:]:
+        if s > ce:
+            total += ce - cs
+            gaps.append((ce, s))
+            cs, ce = s, e
+        else:
+            ce = max(ce, e)
+    total += ce - cs
+    return total, gaps
+
+
+def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min_ns: float = 100.0) -> dict:
+    meta, ev = validate_raw(meta, events)
+    al = align(meta, ev, method)
+    s, e = al["start_ns"], al["end_ns"]
+    d = e - s
+    phases = load_phases()
+    blk, sm, ph, lay = (ev[:, COL[k]] for k in ("block", "smid", "phase", "layer"))
+    span = float(e.max())  # start is 0 by construction
+    nblocks = int(meta["blocks"])
+    n_layers = int(lay[np.isin(ph, [p.id for p in phases if p.scope == "layer"])].max() + 1) if len(ev) else 0
+    kind = {p.id: p.kind for p in phases}
+    is_wait = np.array([kind[p] == "wait" for p in ph])
+    bytes_model = phase_bytes(meta["variant"], int(meta["position"]))
+
+    per_phase = []
+    for p in phases:
+        m = ph == p.id
+        if not m.any():
+            per_phase.append({"id": p.id, "name": p.name, "kind": p.kind, "count": 0})
+            continue
+        # "critical-path-ish": per layer, earliest start to latest end of this phase over blocks
+        spans = [float(e[m & (lay == L)].max() - s[m & (lay == L)].min()) for L in np.unique(lay[m])]
+        row = {"id": p.id, "name": p.name, "kind": p.kind, "scope": p.scope, "count": int(m.sum()),
+               "blocks": int(len(np.unique(blk[m]))), "sum_us": float(d[m].sum() / 1e3),
+               "mean_per_block_us": float(d[m].sum() / 1e3 / nblocks),
+               "mean_interval_us": float(d[m].mean() / 1e3),
+               "span_per_layer_us": float(np.mean(spans) / 1e3), "span_total_us": float(np.sum(spans) / 1e3)}
+        if p.name in bytes_model:
+            nb = bytes_model[p.name]["bytes"] * len(spans)
+            row["bytes"] = int(nb)
+            row["eff_bw_tbs"] = float(nb / (np.sum(spans) * 1e-9) / 1e12) if np.sum(spans) > 0 else None
+        per_phase.append(row)
+
+    wait_ns = np.bincount(blk[is_wait], weights=d[is_wait], minlength=nblocks)
+    bar = is_wait & np.array([phases[p].name.startswith("bar_") for p in ph])
+    bar_ns = np.bincount(blk[bar], weights=d[bar], minlength=nblocks)
+    block_sm = {}
+    for b, m in zip(blk.tolist(), sm.tolist(), strict=True):
+        block_sm.setdefault(b, m)
+
+    # idle: SMs with no block idle the whole token; busy SMs idle in the gaps of their union
+    idle_sms = sorted(set(range(int(meta["sm_count"]))) - set(sm.tolist()))
+    per_sm_idle, gaps_all = {}, []
+    for m_ in sorted(set(sm.tolist())):
+        k = sm == m_
+        busy, gaps = _union_len(np.stack([s[k], e[k]], 1))
+        per_sm_idle[m_] = (span - busy) / 1e3
+        gaps_all += [(m_, g0, g1) for g0, g1 in gaps if g1 - g0 >= gap_min_ns]
+    gaps_all.sort(key=lambda x: x[1] - x[2])
+
+    # layer time: from the layer's first start to the next layer's first start (last: its end)
+    lstart = [float(s[lay == L].min()) for L in range(n_layers)]
+    lend = lstart[1:] + [float(e[(lay == n_layers - 1)].max())] if n_layers else []
+    layer_us = (np.array(lend) - np.array(lstart)) / 1e3 if n_layers else np.array([])
+    layer_mask = lay < n_layers
+    wait_per_layer = float(d[is_wait & layer_mask].sum() / 1e3 / nblocks / max(n_layers, 1))
+    bar_per_layer = float(d[bar & layer_mask].sum() / 1e3 / nblocks / max(n_layers, 1))
+    mean_layer = float(layer_us.mean()) if len(layer_us) else None
+
+    token_us = float(meta["token_time_us"])
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "meta": {k: v for k, v in meta.items() if k != "truth"},
+        "events": int(len(ev)),
+        "clock_alignment": {k: v for k, v in al.items() if k not in ("start_ns", "end_ns", "per_sm")},
+        "clock_alignment_per_sm": al["per_sm"],
+        "trace_span_us": span / 1e3,
+        "token_time_us": token_us,
+        "span_vs_token_time": {"ratio": span / 1e3 / token_us, "within_5pct": abs(span / 1e3 / token_us - 1) <= 0.05,
+                               "note": "trace span (first stamp to last stamp) / CUDA-event time of the traced launch"},
+        "phases": per_phase,
+        "layers": {"count": n_layers, "mean_us": mean_layer, "min_us": float(layer_us.min()) if len(layer_us) else None,
+                   "max_us": float(layer_us.max()) if len(layer_us) else None,
+                   "per_layer_us": [round(float(x), 4) for x in layer_us]},
+        "waits": {
+            "per_block_us": [round(float(x) / 1e3, 4) for x in wait_ns],
+            "barrier_per_block_us": [round(float(x) / 1e3, 4) for x in bar_ns],
+            "mean_per_block_us": float(wait_ns.mean() / 1e3), "max_block": int(np.argmax(wait_ns)),
+            "min_block": int(np.argmin(wait_ns)),
+        },
+        "barrier_share": {
+            "wait_us_per_layer": wait_per_layer, "grid_barrier_us_per_layer": bar_per_layer,
+            "layer_us": mean_layer,
+            "wait_share": wait_per_layer / mean_layer if mean_layer else None,
+            "grid_barrier_share": bar_per_layer / mean_layer if mean_layer else None,
+            "upstream": dict(UPSTREAM, share=UPSTREAM["barrier_us_per_layer"] / UPSTREAM["us_per_layer"]),
+        },
+        "idle": {
+            "idle_sms": idle_sms, "idle_sm_us_each": span / 1e3,
+            "per_sm_us": {str(k): round(float(v), 4) for k, v in per_sm_idle.items()},
+            "busy_sm_idle_us_total": float(sum(per_sm_idle.values())),
+            "gap_min_ns": gap_min_ns, "gaps": len(gaps_all),
+            "largest_gaps": [{"sm": int(m_), "start_us": g0 / 1e3, "dur_us": (g1 - g0) / 1e3} for m_, g0, g1 in gaps_all[:10]],
+        },
+        "blocks": {str(b): int(m) for b, m in sorted(block_sm.items())},
+        "byte_model": bytes_model,
+        "tokens_per_s_from_trace": 1e6 / (span / 1e3) if span > 0 else None,
+    }
+
+
+# ---------------------------------------------------------------- report + plot
+
+
+def print_report(summ: dict, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = console or Console()
+    m = summ["meta"]
+    ca = summ["clock_alignment"]
+    con.print(f"[bold]X-ray[/] {m['variant']} on {m['gpu']} · position {m['position']} · "
+              f"{m['blocks']} blocks × {m['threads']} threads on {m['sm_count']} SMs · {summ['events']} events")
+    con.print(f"clock alignment: {ca['method']} · residual rms {ca['residual_ns']['rms']:.1f} ns, "
+              f"max {ca['residual_ns']['max']:.1f} ns (tick {ca['tick_ns']} ns)")
+    t = Table(title="per phase")
+    for c in ("phase", "kind", "count", "sum block-µs", "µs/block", "span/layer µs", "MB", "TB/s"):
+        t.add_column(c, justify="left" if c in ("phase", "kind") else "right")
+    for p in summ["phases"]:
+        if not p["count"]:
+            t.add_row(p["name"], p["kind"], "0", "", "", "", "", "")
+            continue
+        t.add_row(p["name"], p["kind"], str(p["count"]), f"{p['sum_us']:.1f}", f"{p['mean_per_block_us']:.2f}",
+                  f"{p['span_per_layer_us']:.3f}", f"{p['bytes'] / 1e6:.2f}" if "bytes" in p else "",
+                  f"{p['eff_bw_tbs']:.2f}" if p.get("eff_bw_tbs") else "")
+    con.print(t)
+    bs = summ["barrier_share"]
+    if bs["layer_us"]:
+        con.print(f"layer {bs['layer_us']:.2f} µs: waits {bs['wait_us_per_layer']:.2f} µs/block "
+                  f"({bs['wait_share']:.1%}), grid barriers {bs['grid_barrier_us_per_layer']:.2f} µs "
+                  f"({bs['grid_barrier_share']:.1%}) · upstream {UPSTREAM['barrier_us_per_layer']} of "
+                  f"{UPSTREAM['us_per_layer']} µs ({bs['upstream']['share']:.1%})")
+    w = summ["waits"]
+    con.print(f"wait per block: mean {w['mean_per_block_us']:.1f} µs, max block {w['max_block']} "
+              f"({w['per_block_us'][w['max_block']]:.1f} µs), min block {w['min_block']} ({w['per_block_us'][w['min_block']]:.1f} µs)")
+    i = summ["idle"]
+    con.print(f"idle SMs (no block): {i['idle_sms'] or 'none'} · busy-SM idle total {i['busy_sm_idle_us_total']:.1f} µs "
+              f"in {i['gaps']} gaps ≥ {i['gap_min_ns']:.0f} ns")
+    r = summ["span_vs_token_time"]
+    con.print(f"trace span {summ['trace_span_us']:.1f} µs vs token time {summ['token_time_us']:.1f} µs: "
+              f"ratio {r['ratio']:.3f} ({'within' if r['within_5pct'] else 'OUTSIDE'} 5%)")
+
+
+def gantt_png(meta: dict, events: np.ndarray, path, method: str = "clock64-fit") -> Path:
+    """Rows = blocks grouped by SM (idle SMs get an empty labelled row), colour per phase, hatched waits."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Patch
+
+    meta, ev = validate_raw(meta, events)
+    al = align(meta, ev, method)
+    s, e = al["start_ns"] / 1e3, al["end_ns"] / 1e3
+    phases = load_phases()
+    blk, sm = ev[:, COL["block"]], ev[:, COL["smid"]]
+    rows, labels, idle_rows = {}, [], []
+    blocks_of = {}
+    for b, m in zip(blk.tolist(), sm.tolist(), strict=True):
+        blocks_of.setdefault(m, set()).add(b)
+    for m in range(int(meta["sm_count"])):
+        if m not in blocks_of:
+            idle_rows.append(len(labels))
+            labels.append(f"SM{m} idle")
+            continue
+        for b in sorted(blocks_of[m]):
+            rows[b] = len(labels)
+            labels.append(f"SM{m} b{b}")
+    y = np.array([rows[b] for b in blk.tolist()])
+    fig, ax = plt.subplots(figsize=(16, max(6, len(labels) * 0.09)), dpi=110)
+    for r in idle_rows:
+        ax.axhspan(r - 0.45, r + 0.45, color="#f3d3d3", lw=0)
+    handles = []
+    for p in phases:
+        k = ev[:, COL["phase"]] == p.id
+        if not k.any():
+            continue
+        verts = [[(a, r - 0.4), (b, r - 0.4), (b, r + 0.4), (a, r + 0.4)] for a, b, r in zip(s[k], e[k], y[k], strict=True)]
+        pc = PolyCollection(verts, facecolors=p.color, edgecolors="#444444" if p.kind == "wait" else "none",
+                            linewidths=0.1, hatch="////" if p.kind == "wait" else None)
+        ax.add_collection(pc)
+        handles.append(Patch(facecolor=p.color, hatch="////" if p.kind == "wait" else None, label=p.name))
+    handles.append(Patch(facecolor="#f3d3d3", label="idle SM"))
+    ax.set_xlim(0, float(e.max()) * 1.005)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    step = max(1, len(labels) // 60)
+    ax.set_yticks(range(0, len(labels), step), labels[::step], fontsize=5)
+    ax.set_xlabel("µs from token start (clock64 aligned to globaltimer per SM)")
+    ax.set_title(f"monolith X-ray · {meta['variant']} · {meta['gpu']} · position {meta['position']} · "
+                 f"token {meta['token_time_us']:.1f} µs")
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def main(argv=None) -> int:
+    from monolith.xray.raw import load_raw
+
+    ap = argparse.ArgumentParser(prog="python -m monolith.xray.analyze", description="Analyze a raw X-ray trace (.npz).")
+    ap.add_argument("raw", help="raw trace written by `monolith xray` (results/xray/<variant>.raw.npz)")
+    ap.add_argument("--json", help="write the summary JSON here")
+    ap.add_argument("--png", help="write a Gantt chart PNG here")
+    ap.add_argument("--method", default="clock64-fit", choices=["clock64-fit", "globaltimer"])
+    a = ap.parse_args(argv)
+    try:
+        meta, ev = load_raw(a.raw)
+        summ = analyze(meta, ev, a.method)
+        print_report(summ)
+        if a.json:
+            Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.json).write_text(json.dumps(summ, indent=1))
+        if a.png:
+            gantt_png(meta, ev, a.png, a.method)
+    except MonolithError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""Export an X-ray trace: the page format (gzipped columnar JSON, xray/FORMAT.md) and
+Chrome trace-event JSON (opens in Perfetto / chrome://tracing).
+
+`validate_page_trace` implements the rules of FORMAT.md one for one; the page implements the
+same rules in TypeScript, so any change here is a change to FORMAT.md and a version bump.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from monolith.errors import MonolithError
+from monolith.xray.analyze import align
+from monolith.xray.phases import load_phases
+from monolith.xray.raw import COL, validate_raw
+
+PAGE_FORMAT = "monolith-xray"
+PAGE_VERSION = 1
+COLUMNS = ("block", "phase", "layer", "start_ns", "dur_ns")
+_META_COPY = ("variant", "gpu", "sm_count", "blocks", "threads", "position", "sm_clock_mhz", "token_time_us",
+              "build", "weights", "created", "synthetic")
+_COLOR = re.compile(r"^#[0-9a-fA-F]{6}$")
+
+# ---------------------------------------------------------------- page format
+
+
+def to_page(meta: dict, events: np.ndarray, summary: dict | None = None, method: str = "clock64-fit") -> dict:
+    meta, ev = validate_raw(meta, events)
+    al = align(meta, ev, method)
+    # round the ends, not the durations, so that back-to-back intervals stay back-to-back
+    s = np.rint(al["start_ns"]).astype(np.int64)
+    e = np.rint(al["end_ns"]).astype(np.int64)
+    order = np.lexsort((s, ev[:, COL["block"]]))  # by block, then time: compresses best
+    blocks = {}
+    for b, m in zip(ev[:, COL["block"]].tolist(), ev[:, COL["smid"]].tolist(), strict=True):
+        blocks.setdefault(b, m)
+    pm = {k: meta[k] for k in _META_COPY if k in meta}
+    pm["trace_span_us"] = round(float(e.max() - s.min()) / 1e3, 3)
+    pm["clock_alignment"] = {"method": al["method"], "residual_ns": round(al["residual_ns"]["rms"], 2),
+                             "residual_max_ns": round(al["residual_ns"]["max"], 2), "tick_ns": al["tick_ns"]}
+    page = {
+        "format": PAGE_FORMAT, "version": PAGE_VERSION, "meta": pm,
+        "phases": [p.as_dict() for p in load_phases()],
+        "blocks": [{"block": int(b), "sm": int(m)} for b, m in sorted(blocks.items())],
+        "events": {
+            "block": ev[order, COL["block"]].tolist(), "phase": ev[order, COL["phase"]].tolist(),
+            "layer": ev[order, COL["layer"]].tolist(), "start_ns": s[order].tolist(),
+            "dur_ns": (e - s)[order].tolist(),
+        },
+    }
+    if summary is not None:
+        page["summary"] = page_summary(summary)
+    return page
+
+
+def page_summary(summ: dict) -> dict:
+    """The few analyzer numbers the page shows (budget bar, barrier share); optional in the format."""
+    r = lambda x: None if x is None else round(float(x), 4)  # noqa: E731
+    bs = summ["barrier_share"]
+    return {
+        "phases": [{"name": p["name"], "sum_us": r(p.get("sum_us", 0)), "mean_per_block_us": r(p.get("mean_per_block_us", 0)),
+                    "span_total_us": r(p.get("span_total_us", 0)), "eff_bw_tbs": r(p.get("eff_bw_tbs"))}
+                   for p in summ["phases"]],
+        "layer_us": r(bs["layer_us"]), "wait_us_per_layer": r(bs["wait_us_per_layer"]),
+        "grid_barrier_us_per_layer": r(bs["grid_barrier_us_per_layer"]),
+        "wait_share": r(bs["wait_share"]), "upstream_share": r(bs["upstream"]["share"]),
+        "idle_sms": summ["idle"]["idle_sms"], "span_vs_token_time": r(summ["span_vs_token_time"]["ratio"]),
+    }
+
+
+def dumps_page(page: dict) -> bytes:
+    # mtime=0: the same trace gives the same bytes (clean git diffs)
+    return gzip.compress(json.dumps(page, separators=(",", ":")).encode(), compresslevel=9, mtime=0)
+
+
+def write_page(page: dict, path) -> Path:
+    validate_page_trace(page)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(dumps_page(page))
+    return p
+
+
+def parse_page_bytes(data: bytes, where: str = "trace") -> dict:
+    """Rules 1-2: gzip (by its magic bytes) or plain UTF-8 JSON text."""
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except EOFError:
+            raise MonolithError(f"{where}: truncated gzip (the file ends before the compressed stream does)") from None
+        except (OSError, zlib.error) as e:
+            raise MonolithError(f"{where}: corrupt gzip: {e}") from None
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise MonolithError(f"{where}: not JSON: {e}") from None
+    return validate_page_trace(obj, where)
+
+
+def read_page(path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise MonolithError(f"page trace not found: {p}")
+    return parse_page_bytes(p.read_bytes(), str(p))
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def validate_page_trace(obj, where: str = "trace") -> dict:
+    """Rules 3-11 of FORMAT.md. Returns obj unchanged or raises MonolithError naming the rule."""
+    def fail(msg):
+        raise MonolithError(f"{where}: {msg}")
+
+    if not isinstance(obj, dict):
+        fail(f"top level must be a JSON object, got {type(obj).__name__}")
+    if obj.get("format") != PAGE_FORMAT:
+        fail(f"not a {PAGE_FORMAT} trace (format = {obj.get('format')!r})")
+    if not _is_int(obj.get("version")):
+        fail(f"version must be an integer, got {obj.get('version')!r}")
+    if obj["version"] != PAGE_VERSION:
+        fail(f"unsupported version {obj['version']} (this reader supports {PAGE_VERSION})")
+    for key, typ, tname in (("meta", dict, "object"), ("phases", list, "array"), ("blocks", list, "array"),
+                            ("events", dict, "object")):
+        if key not in obj:
+            fail(f"missing field {key!r}")
+        if not isinstance(obj[key], typ):
+            fail(f"{key} must be an {tname}, got {type(obj[key]).__name__}")
+    meta = obj["meta"]
+    for key, ok, want in (("variant", lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+                          ("gpu", lambda v: isinstance(v, str), "a string"),
+                          ("sm_count", lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+                          ("blocks", lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+                          ("position", lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+                          ("token_time_us", lambda v: v is None or (_is_num(v) and v > 0), "a number > 0 or null")):
+        if key not in meta:
+            fail(f"missing field meta.{key}")
+        if not ok(meta[key]):
+            fail(f"meta.{key} must be {want}, got {meta[key]!r}")
+    if "summary" in obj and not isinstance(obj["summary"], dict):
+        fail("summary must be an object when present")
+
+    phases = obj["phases"]
+    if not phases:
+        fail("phases must not be empty")
+    ids, names = set(), set()
+    for i, p in enumerate(phases):
+        at = f"phases[{i}]"
+        if not isinstance(p, dict):
+            fail(f"{at} must be an object")
+        for k in ("id", "name", "kind", "scope", "color"):
+            if k not in p:
+                fail(f"missing field {at}.{k}")
+        if not _is_int(p["id"]) or p["id"] < 0:
+            fail(f"{at}.id must be an integer >= 0, got {p['id']!r}")
+        if p["id"] in ids:
+            fail(f"{at}.id {p['id']} is a duplicate phase id")
+        if not isinstance(p["name"], str) or not p["name"] or p["name"] in names:
+            fail(f"{at}.name must be a unique non-empty string, got {p['name']!r}")
+        if p["kind"] not in ("work", "wait"):
+            fail(f"{at}.kind must be \"work\" or \"wait\", got {p['kind']!r}")
+        if p["scope"] not in ("layer", "token"):
+            fail(f"{at}.scope must be \"layer\" or \"token\", got {p['scope']!r}")
+        if not isinstance(p["color"], str) or not _COLOR.match(p["color"]):
+            fail(f"{at}.color must be \"#rrggbb\", got {p['color']!r}")
+        ids.add(p["id"])
+        names.add(p["name"])
+
+    block_ids = set()
+    for i, b in enumerate(obj["blocks"]):
+        at = f"blocks[{i}]"
+        if not isinstance(b, dict):
+            fail(f"{at} must be an object")
+        for k in ("block", "sm"):
+            if k not in b:
+                fail(f"missing field {at}.{k}")
+        if not _is_int(b["block"]) or b["block"] < 0 or b["block"] in block_ids:
+            fail(f"{at}.block must be a unique integer >= 0, got {b['block']!r}")
+        if not _is_int(b["sm"]) or not 0 <= b["sm"] < meta["sm_count"]:
+            fail(f"{at}.sm must be an integer in [0, meta.sm_count={meta['sm_count']}), got {b['sm']!r}")
+        block_ids.add(b["block"])
+
+    evs = obj["events"]
+    for c in COLUMNS:
+        if c not in evs:
+            fail(f"missing field events.{c}")
+        if not isinstance(evs[c], list):
+            fail(f"events.{c} must be an array, got {type(evs[c]).__name__}")
+    lens = {c: len(evs[c]) for c in COLUMNS}
+    if len(set(lens.values())) != 1:
+        fail(f"event columns differ in length: {lens}")
+    if lens["block"] == 0:
+        fail("events are empty")
+    for c in COLUMNS:
+        col = evs[c]
+        bad = next((i for i, v in enumerate(col) if not _is_int(v)), None)
+        if bad is not None:
+            fail(f"events.{c}[{bad}] must be an integer, got {col[bad]!r}")
+    checks = (("phase", lambda v: v in ids, "unknown phase id"), ("block", lambda v: v in block_ids, "unknown block (not in blocks)"),
+              ("layer", lambda v: v >= 0, "negative layer"), ("start_ns", lambda v: v >= 0, "negative start"),
+              ("dur_ns", lambda v: v >= 0, "negative duration"))
+    for c, ok, msg in checks:
+        bad = next((i for i, v in enumerate(evs[c]) if not ok(v)), None)
+        if bad is not None:
+            fail(f"events.{c}[{bad}]: {msg} {evs[c][bad]}")
+    return obj
+
+
+# ---------------------------------------------------------------- Chrome / Perfetto
+
+
+def to_perfetto(meta: dict, events: np.ndarray, method: str = "clock64-fit") -> dict:
+    """Chrome trace-event JSON: pid = SM, tid = block, "X" events in µs (ns precision)."""
+    meta, ev = validate_raw(meta, events)
+    al = align(meta, ev, method)
+    s, e = al["start_ns"], al["end_ns"]
+    ph = {p.id: p for p in load_phases()}
+    out = []
+    sms = sorted(set(ev[:, COL["smid"]].tolist()))
+    for sm in range(int(meta["sm_count"])):
+        idle = sm not in sms
+        out.append({"ph": "M", "name": "process_name", "pid": sm, "args": {"name": f"SM {sm}" + (" (idle: no block)" if idle else "")}})
+        out.append({"ph": "M", "name": "process_sort_index", "pid": sm, "args": {"sort_index": sm}})
+        if idle:  # an explicit bar so that the idle SM is visible, not just absent
+            out.append({"ph": "X", "name": "idle (no block)", "cat": "idle", "pid": sm, "tid": 0,
+                        "ts": 0.0, "dur": round(float(e.max()) / 1e3, 3)})
+    seen = set()
+    for i in np.lexsort((s, ev[:, COL["block"]])):
+        b, sm, p, layer = (int(ev[i, COL[k]]) for k in ("block", "smid", "phase", "layer"))
+        if b not in seen:
+            seen.add(b)
+            out.append({"ph": "M", "name": "thread_name", "pid": sm, "tid": b, "args": {"name": f"block {b}"}})
+        out.append({"ph": "X", "name": ph[p].name, "cat": ph[p].kind, "pid": sm, "tid": b,
+                    "ts": round(float(s[i]) / 1e3, 3), "dur": round(float(e[i] - s[i]) / 1e3, 3),
+                    "args": {"layer": layer}})
+    other = {k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in meta.items() if k != "truth"}
+    other["clock_alignment"] = al["method"]
+    return {"traceEvents": out, "displayTimeUnit": "ns", "otherData": other}
+
+
+def write_perfetto(obj: dict, path) -> Path:
+    """`.json.gz` is gzipped (Perfetto's UI opens it directly); anything else is plain JSON."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    p.write_bytes(gzip.compress(data, 6, mtime=0) if p.name.endswith(".gz") else data)
+    return p

@@ -1,0 +1,155 @@
+"""The raw trace file: what the kernel recorded for one token, before any analysis.
+
+File format (.npz, numpy's zip of arrays, opened with allow_pickle=False so a file can never
+run code): `meta_json` (a 0-d unicode array holding the meta dict as JSON) and the event
+columns. Events are sorted by (block, c0) and the time columns are stored as deltas between
+consecutive events of the same block plus durations: the absolute stamps are 40+-bit numbers
+that zip barely compresses, their deltas are small and compress ~10x. load_raw undoes this
+exactly (lossless int64 arithmetic) and returns the contract's [N, 8] int64 array.
+"""
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from monolith.errors import MonolithError
+
+RAW_FORMAT = "monolith-xray-raw"
+RAW_VERSION = 1
+COLUMNS = ("block", "smid", "phase", "layer", "g0", "g1", "c0", "c1")
+COL = {name: i for i, name in enumerate(COLUMNS)}
+REQUIRED_META = {
+    "variant": str, "gpu": str, "sm_count": int, "blocks": int, "threads": int, "position": int,
+    "sm_clock_mhz": (int, float), "token_time_us": (int, float),
+}
+# Optional but documented: build (str), weights (dict|str), created (iso str), synthetic (bool),
+# globaltimer_tick_ns (int, default 32), truth (synthetic traces only: the generator's answers).
+
+
+def _check_events(events, where: str) -> np.ndarray:
+    ev = np.asarray(events)
+    if ev.ndim != 2 or ev.shape[1] != 8:
+        raise MonolithError(f"{where}: events must have shape [N, 8] ({', '.join(COLUMNS)}), got {list(ev.shape)}")
+    if not np.issubdtype(ev.dtype, np.integer):
+        raise MonolithError(f"{where}: events must be integers, got dtype {ev.dtype}")
+    ev = ev.astype(np.int64)
+    if len(ev) == 0:
+        raise MonolithError(f"{where}: the trace has no events (was the kernel built with -DMONOLITH_XRAY?)")
+    for c in ("block", "smid", "phase", "layer"):
+        col = ev[:, COL[c]]
+        if col.min() < 0 or col.max() > 0xFFFF:
+            raise MonolithError(f"{where}: column {c} out of u16 range [{col.min()}, {col.max()}]")
+    for a, b in (("g0", "g1"), ("c0", "c1")):
+        bad = np.nonzero(ev[:, COL[b]] < ev[:, COL[a]])[0]
+        if len(bad):
+            i = int(bad[0])
+            raise MonolithError(f"{where}: event {i} ends before it starts ({b} < {a}: {ev[i, COL[b]]} < {ev[i, COL[a]]}); "
+                                f"{len(bad)} such events (unwritten or torn records?)")
+    return ev
+
+
+def check_meta(meta, where: str = "meta") -> dict:
+    if not isinstance(meta, dict):
+        raise MonolithError(f"{where}: must be a dict, got {type(meta).__name__}")
+    for key, typ in REQUIRED_META.items():
+        if key not in meta:
+            raise MonolithError(f"{where}: missing key {key!r} (required: {', '.join(REQUIRED_META)})")
+        if isinstance(meta[key], bool) or not isinstance(meta[key], typ):
+            raise MonolithError(f"{where}: key {key!r} has type {type(meta[key]).__name__}, value {meta[key]!r}")
+    if meta["sm_count"] <= 0 or meta["blocks"] <= 0:
+        raise MonolithError(f"{where}: sm_count and blocks must be positive ({meta['sm_count']}, {meta['blocks']})")
+    return meta
+
+
+def validate_raw(meta, events, where: str = "raw trace") -> tuple[dict, np.ndarray]:
+    """Check a (meta, events) pair against the contract and the phase table."""
+    from monolith.xray.phases import by_id
+
+    meta = check_meta(meta, f"{where}: meta")
+    ev = _check_events(events, where)
+    phases = by_id()
+    unknown = sorted(set(np.unique(ev[:, COL["phase"]]).tolist()) - set(phases))
+    if unknown:
+        raise MonolithError(f"{where}: unknown phase ids {unknown} (kernel/xray_phases.def has {sorted(phases)})")
+    if ev[:, COL["block"]].max() >= meta["blocks"]:
+        raise MonolithError(f"{where}: block id {ev[:, COL['block']].max()} >= meta blocks {meta['blocks']}")
+    if ev[:, COL["smid"]].max() >= meta["sm_count"]:
+        raise MonolithError(f"{where}: smid {ev[:, COL['smid']].max()} >= meta sm_count {meta['sm_count']}")
+    return meta, ev
+
+
+def save_raw(path, meta: dict, events) -> Path:
+    meta, ev = validate_raw(meta, events, f"save_raw({path})")
+    ev = ev[np.lexsort((ev[:, COL["c0"]], ev[:, COL["block"]]))]
+    first = np.ones(len(ev), bool)
+    first[1:] = ev[1:, COL["block"]] != ev[:-1, COL["block"]]
+
+    def delta(col):  # per-block delta; the first event of each block keeps its absolute value
+        d = np.diff(col, prepend=0)
+        d[first] = col[first]
+        return d
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    m = dict(meta, format=RAW_FORMAT, version=RAW_VERSION)
+    with open(p, "wb") as f:
+        np.savez_compressed(
+            f, meta_json=np.array(json.dumps(m, sort_keys=True)),
+            block=ev[:, 0].astype(np.uint16), smid=ev[:, 1].astype(np.uint16),
+            phase=ev[:, 2].astype(np.uint16), layer=ev[:, 3].astype(np.uint16),
+            g0_delta=delta(ev[:, 4]), g_dur=ev[:, 5] - ev[:, 4],
+            c0_delta=delta(ev[:, 6]), c_dur=ev[:, 7] - ev[:, 6],
+        )
+    return p
+
+
+def load_raw(path) -> tuple[dict, np.ndarray]:
+    """Return (meta, events int64 [N, 8]); raise MonolithError naming what is wrong."""
+    p = Path(path)
+    if not p.is_file():
+        raise MonolithError(f"raw trace not found: {p}")
+    try:
+        z = np.load(p, allow_pickle=False)
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+        raise MonolithError(f"{p}: not a raw trace (.npz) or truncated: {e}") from None
+    with z:
+        need = ("meta_json", "block", "smid", "phase", "layer", "g0_delta", "g_dur", "c0_delta", "c_dur")
+        missing = [k for k in need if k not in z.files]
+        if missing:
+            raise MonolithError(f"{p}: missing arrays {missing} (has {z.files})")
+        try:
+            cols = {k: z[k] for k in need}
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+            raise MonolithError(f"{p}: corrupt array data: {e}") from None
+    try:
+        meta = json.loads(str(cols["meta_json"]))
+    except json.JSONDecodeError as e:
+        raise MonolithError(f"{p}: meta_json is not valid JSON: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != RAW_FORMAT:
+        raise MonolithError(f"{p}: meta.format is {meta.get('format') if isinstance(meta, dict) else None!r}, expected {RAW_FORMAT!r}")
+    if meta.get("version") != RAW_VERSION:
+        raise MonolithError(f"{p}: raw trace version {meta.get('version')!r} is not supported (expected {RAW_VERSION})")
+    n = len(cols["block"])
+    lens = {k: len(v) for k, v in cols.items() if k != "meta_json"}
+    if len(set(lens.values())) != 1:
+        raise MonolithError(f"{p}: event columns have different lengths {lens}")
+    block = cols["block"].astype(np.int64)
+    first = np.ones(n, bool)
+    first[1:] = block[1:] != block[:-1]
+
+    def undelta(d):  # cumulative sum restarted at each block's first event
+        d = d.astype(np.int64).copy()
+        starts = np.nonzero(first)[0]
+        cs = np.cumsum(d)
+        base = np.repeat(cs[starts] - d[starts], np.diff(np.append(starts, n)))
+        return cs - base
+
+    g0, c0 = undelta(cols["g0_delta"]), undelta(cols["c0_delta"])
+    ev = np.stack([block, cols["smid"].astype(np.int64), cols["phase"].astype(np.int64),
+                   cols["layer"].astype(np.int64), g0, g0 + cols["g_dur"], c0, c0 + cols["c_dur"]], axis=1)
+    meta.pop("format")
+    meta.pop("version")
+    return validate_raw(meta, ev, str(p))
