@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
-from monolith.config import HIDDEN, INTERMEDIATE, KV_DIM, NUM_KV_HEADS, HEAD_DIM, NUM_LAYERS, Q_DIM, VOCAB
-from monolith.errors import MonolithError
 from monolith.xray.phases import load_phases
 from monolith.xray.raw import COL, validate_raw
+
+from monolith.config import HEAD_DIM, HIDDEN, INTERMEDIATE, KV_DIM, NUM_KV_HEADS, Q_DIM, VOCAB
+from monolith.errors import MonolithError
 
 UPSTREAM = {"us_per_layer": 28.0, "barrier_us_per_layer": 8.8, "source": "AlpinDale/qwen_megakernel README (RTX 5090)"}
 SUMMARY_SCHEMA = "monolith-xray-summary/1"

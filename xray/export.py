@@ -13,11 +13,11 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-
-from monolith.errors import MonolithError
 from monolith.xray.analyze import align
 from monolith.xray.phases import load_phases
 from monolith.xray.raw import COL, validate_raw
+
+from monolith.errors import MonolithError
 
 PAGE_FORMAT = "monolith-xray"
 PAGE_VERSION = 1

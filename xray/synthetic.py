@@ -11,9 +11,9 @@ test can check that the analyzer recovers them through the clocks.
 from __future__ import annotations
 
 import numpy as np
+from monolith.xray.phases import by_name
 
 from monolith.config import NUM_LAYERS, NUM_Q_HEADS
-from monolith.xray.phases import by_name
 
 # Work durations in µs (mean); ~14 µs per layer with the barriers, as measured-ish on H200 bf16.
 DEFAULT_US = {"qkv": 2.2, "attn": 1.5, "kv_append": 0.3, "prefetch": 1.0, "oproj": 1.0,
