@@ -282,13 +282,17 @@ def print_report(summ: dict, console=None) -> None:
               f"ratio {r['ratio']:.3f} ({'within' if r['within_5pct'] else 'OUTSIDE'} 5%)")
 
 
-def gantt_png(meta: dict, events: np.ndarray, path, method: str = "clock64-fit") -> Path:
-    """Rows = blocks grouped by SM (idle SMs get an empty labelled row), colour per phase, hatched waits."""
+def gantt_png(meta: dict, events: np.ndarray, path, method: str = "clock64-fit", width_px: int = 2400) -> Path:
+    """Rows = blocks grouped by SM (idle SMs get a red labelled row), colour per phase, hatched waits.
+
+    Painted as a pixel image, not as 40k vector patches: matplotlib hatching of that many
+    polygons takes ~20 s, the image takes well under one. Every interval gets >= 1 px.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_rgb
     from matplotlib.patches import Patch
 
     meta, ev = validate_raw(meta, events)
@@ -308,28 +312,34 @@ def gantt_png(meta: dict, events: np.ndarray, path, method: str = "clock64-fit")
         for b in sorted(blocks_of[m]):
             rows[b] = len(labels)
             labels.append(f"SM{m} b{b}")
-    y = np.array([rows[b] for b in blk.tolist()])
-    fig, ax = plt.subplots(figsize=(16, max(6, len(labels) * 0.09)), dpi=110)
+    rh = 6  # pixels per row: 4 painted, 2 of gap
+    span = float(e.max())
+    img = np.ones((len(labels) * rh, width_px, 3))
     for r in idle_rows:
-        ax.axhspan(r - 0.45, r + 0.45, color="#f3d3d3", lw=0)
-    handles = []
-    for p in phases:
-        k = ev[:, COL["phase"]] == p.id
-        if not k.any():
-            continue
-        verts = [[(a, r - 0.4), (b, r - 0.4), (b, r + 0.4), (a, r + 0.4)] for a, b, r in zip(s[k], e[k], y[k], strict=True)]
-        pc = PolyCollection(verts, facecolors=p.color, edgecolors="#444444" if p.kind == "wait" else "none",
-                            linewidths=0.1, hatch="////" if p.kind == "wait" else None)
-        ax.add_collection(pc)
-        handles.append(Patch(facecolor=p.color, hatch="////" if p.kind == "wait" else None, label=p.name))
-    handles.append(Patch(facecolor="#f3d3d3", label="idle SM"))
-    ax.set_xlim(0, float(e.max()) * 1.005)
-    ax.set_ylim(len(labels) - 0.5, -0.5)
+        img[r * rh:(r + 1) * rh - 1, :] = to_rgb("#f3c0c0")
+    yy, xx = np.mgrid[0:rh - 2, 0:width_px]
+    stripes = ((xx + yy) % 4) < 2  # diagonal hatch for waits
+    x0 = np.clip((s / span * width_px).astype(int), 0, width_px - 1)
+    x1 = np.maximum(x0 + 1, np.clip((e / span * width_px).astype(int), 0, width_px))
+    color = {p.id: np.array(to_rgb(p.color)) for p in phases}
+    wait = {p.id for p in phases if p.kind == "wait"}
+    for i in range(len(ev)):
+        r, p = rows[int(blk[i])], int(ev[i, COL["phase"]])
+        tile = img[r * rh + 1:r * rh + rh - 1, x0[i]:x1[i]]
+        tile[:] = color[p]
+        if p in wait:
+            tile[stripes[:, x0[i]:x1[i]]] = color[p] * 0.45
+    fig_h = max(6.0, len(labels) * rh / 110 + 1.5)
+    fig, ax = plt.subplots(figsize=(width_px / 110 + 2.5, fig_h), dpi=110)
+    ax.imshow(img, aspect="auto", interpolation="nearest", extent=(0, span, len(labels) - 0.5, -0.5))
     step = max(1, len(labels) // 60)
     ax.set_yticks(range(0, len(labels), step), labels[::step], fontsize=5)
     ax.set_xlabel("µs from token start (clock64 aligned to globaltimer per SM)")
     ax.set_title(f"monolith X-ray · {meta['variant']} · {meta['gpu']} · position {meta['position']} · "
                  f"token {meta['token_time_us']:.1f} µs")
+    handles = [Patch(facecolor=p.color, hatch="////" if p.kind == "wait" else None, label=p.name) for p in phases
+               if (ev[:, COL["phase"]] == p.id).any()]
+    handles.append(Patch(facecolor="#f3c0c0", label="idle SM (no block)"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     fig.tight_layout()
     out = Path(path)
