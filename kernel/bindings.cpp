@@ -1,0 +1,122 @@
+// monolith: Python bindings of the megakernel (pybind11 only: no torch headers, so the
+// extension builds in seconds). Python owns every buffer (torch tensors) and passes raw device
+// pointers and the current CUDA stream; monolith/megakernel.py validates shapes, dtypes and
+// devices before anything reaches here.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "megakernel.cuh"
+
+namespace py = pybind11;
+using namespace monolith;
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+template <class T>
+T* ptr(uint64_t v) {
+  return reinterpret_cast<T*>(static_cast<uintptr_t>(v));
+}
+
+void launch(int variant, int blocks, bool xray_build, uint64_t w, uint64_t norms, uint64_t embed, uint64_t final_norm,
+            uint64_t rope, uint64_t kv, uint64_t scr, uint64_t logits, uint64_t sync, uint64_t token_in,
+            uint64_t token_out, uint64_t xray, long long timeout_cycles, int stop_layer, int stop_phase,
+            uint64_t stream) {
+  StepParams p;
+  p.w = ptr<const uint16_t>(w);
+  p.norms = ptr<const uint16_t>(norms);
+  p.embed = ptr<const uint16_t>(embed);
+  p.final_norm = ptr<const uint16_t>(final_norm);
+  p.rope = ptr<const float>(rope);
+  p.kv = ptr<uint16_t>(kv);
+  p.scr = ptr<float>(scr);
+  p.logits = ptr<float>(logits);
+  p.sync = ptr<SyncState>(sync);
+  p.token_in = ptr<const int32_t>(token_in);
+  p.token_out = ptr<int32_t>(token_out);
+  p.xray = ptr<XrayEvent>(xray);
+  p.timeout_cycles = timeout_cycles;
+  p.stop_layer = stop_layer;
+  p.stop_phase = stop_phase;
+  auto s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(stream));
+  cudaError_t e = xray_build ? xray_build::launch_step(p, variant, blocks, s) : plain_build::launch_step(p, variant, blocks, s);
+  check(e, "megakernel launch");
+}
+
+int max_coresident(int variant, bool xray_build, int device) {
+  cudaError_t e = cudaSuccess;
+  int n = xray_build ? xray_build::max_coresident_blocks(variant, device, &e)
+                     : plain_build::max_coresident_blocks(variant, device, &e);
+  check(e, "occupancy query");
+  return n;
+}
+
+py::dict attributes(int variant, bool xray_build) {
+  cudaFuncAttributes a{};
+  check(xray_build ? xray_build::kernel_attributes(variant, &a) : plain_build::kernel_attributes(variant, &a),
+        "cudaFuncGetAttributes");
+  py::dict d;
+  d["num_regs"] = a.numRegs;
+  d["shared_size_bytes"] = a.sharedSizeBytes;
+  d["local_size_bytes"] = a.localSizeBytes;
+  d["max_threads_per_block"] = a.maxThreadsPerBlock;
+  d["binary_version"] = a.binaryVersion;
+  return d;
+}
+
+// The kernel's own view of the shapes and layouts; Python packs weights with these numbers and
+// refuses to run if they disagree with monolith/config.py.
+py::dict constants() {
+  py::dict d;
+  d["hidden"] = kHidden;
+  d["intermediate"] = kIntermediate;
+  d["num_layers"] = kNumLayers;
+  d["num_q_heads"] = kNumQHeads;
+  d["num_kv_heads"] = kNumKVHeads;
+  d["head_dim"] = kHeadDim;
+  d["vocab"] = kVocab;
+  d["context_cap"] = kContextCap;
+  d["threads"] = kThreads;
+  d["min_blocks"] = kMinBlocks;
+  d["max_grid"] = kMaxGrid;
+  d["layer_elems"] = kLayerElems;
+  d["off_qkv"] = kOffQKV;
+  d["off_o"] = kOffO;
+  d["off_gateup"] = kOffGateUp;
+  d["off_down"] = kOffDown;
+  d["norm_layer_elems"] = kNormLayerElems;
+  d["norm_in_ln"] = kNormInLn;
+  d["norm_post_ln"] = kNormPostLn;
+  d["norm_q"] = kNormQ;
+  d["norm_k"] = kNormK;
+  d["scr_elems"] = kScrElems;
+  d["scr_hidden"] = kScrHidden;
+  d["scr_qkv"] = kScrQKV;
+  d["scr_qrot"] = kScrQRot;
+  d["scr_krot"] = kScrKRot;
+  d["scr_attn"] = kScrAttn;
+  d["scr_act"] = kScrAct;
+  d["scr_norm_in"] = kScrNormIn;
+  d["scr_norm_post"] = kScrNormPost;
+  d["scr_final_norm"] = kScrFinalNorm;
+  d["sync_bytes"] = int(sizeof(SyncState));
+  d["xray_max_events"] = kXrayMaxEvents;
+  d["xray_event_bytes"] = int(sizeof(XrayEvent));
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "monolith megakernel (one launch per Qwen3-0.6B decode step)";
+  m.def("launch", &launch, "launch one decode step on a stream");
+  m.def("max_coresident", &max_coresident, "blocks that fit co-resident on the device");
+  m.def("attributes", &attributes, "compiled kernel attributes (registers, shared memory, local memory)");
+  m.def("constants", &constants, "shapes and layouts compiled into the kernel");
+}

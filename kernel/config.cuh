@@ -1,0 +1,92 @@
+// monolith: every Qwen3-0.6B shape and launch constant, in one place.
+// monolith/config.py mirrors the model constants; tests/test_config.py parses this file and
+// asserts both agree, and monolith/megakernel.py packs weights with the offsets derived here.
+#pragma once
+#include <cstdint>
+
+namespace monolith {
+
+// ---- model (Qwen3-0.6B) ------------------------------------------------------------------
+constexpr int kHidden = 1024;
+constexpr int kIntermediate = 3072;
+constexpr int kNumLayers = 28;
+constexpr int kNumQHeads = 16;
+constexpr int kNumKVHeads = 8;
+constexpr int kHeadDim = 128;
+constexpr int kVocab = 151936;
+constexpr float kRmsEps = 1e-6f;
+constexpr int kContextCap = 4096;  // KV-cache capacity in positions (MISSION: >= 2048)
+
+constexpr int kQDim = kNumQHeads * kHeadDim;    // 2048
+constexpr int kKVDim = kNumKVHeads * kHeadDim;  // 1024
+constexpr int kQKVRows = kQDim + 2 * kKVDim;    // 4096: q, k, v rows fused into one GEMV
+constexpr int kGateUpRows = 2 * kIntermediate;  // 6144: gate/up rows interleaved (2r = gate r, 2r+1 = up r)
+constexpr int kHeadsPerKV = kNumQHeads / kNumKVHeads;
+
+// ---- packed bf16 weights: one buffer, layer after layer, in the order blocks stream them ----
+// Per layer: [qkv 4096x1024][o 1024x2048][gate/up 6144x1024][down 1024x3072], row-major.
+// Each block reads a contiguous range of rows of each matrix, so a block's stream is contiguous.
+constexpr int64_t kOffQKV = 0;
+constexpr int64_t kOffO = kOffQKV + int64_t(kQKVRows) * kHidden;
+constexpr int64_t kOffGateUp = kOffO + int64_t(kHidden) * kQDim;
+constexpr int64_t kOffDown = kOffGateUp + int64_t(kGateUpRows) * kHidden;
+constexpr int64_t kLayerElems = kOffDown + int64_t(kHidden) * kIntermediate;
+constexpr int64_t kLayerBytes = kLayerElems * 2;
+
+// Small per-layer vectors (bf16), packed separately: [input_ln 1024][post_ln 1024][q_norm 128][k_norm 128]
+constexpr int kNormInLn = 0;
+constexpr int kNormPostLn = kNormInLn + kHidden;
+constexpr int kNormQ = kNormPostLn + kHidden;
+constexpr int kNormK = kNormQ + kHeadDim;
+constexpr int kNormLayerElems = kNormK + kHeadDim;  // 2304
+
+// ---- launch ------------------------------------------------------------------------------
+constexpr int kThreads = 512;  // 16 warps: enough loads in flight per SM with one block per SM
+constexpr int kWarps = kThreads / 32;
+constexpr int kAttnBlocks = kNumQHeads;  // one block per q head does attention
+constexpr int kMinBlocks = kAttnBlocks;
+constexpr int kChunk = 1024;          // a warp's unit of a GEMV row: 1024 bf16 = 32 lanes x 4 x 16 B
+constexpr int kLoadsPerChunk = kChunk / (32 * 8);  // 4 independent 16-byte loads per lane per unit
+constexpr int kMaxChunkedRows = 64;   // rows per block in phases whose rows span >1 chunk (O, down)
+
+static_assert(kHidden / kMinBlocks <= kMaxChunkedRows, "O/down rows per block fit the partial-sum buffer");
+static_assert(kHidden % kChunk == 0 && kQDim % kChunk == 0 && kIntermediate % kChunk == 0,
+              "every GEMV reduction length must be a whole number of 1024-wide chunks");
+static_assert(kLoadsPerChunk * 32 * 8 == kChunk, "a chunk is exactly 4 x 16 B per lane");
+static_assert(kHeadDim == 128, "attention maps head_dim onto 32 lanes x 4");
+static_assert(kNumQHeads % kNumKVHeads == 0 && kHeadsPerKV == 2, "flag sync pairs two q heads per KV head");
+static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
+static_assert((kLayerBytes % 16) == 0 && (kOffO * 2) % 16 == 0 && (kOffGateUp * 2) % 16 == 0 &&
+                  (kOffDown * 2) % 16 == 0,
+              "every matrix starts 16-byte aligned so rows can be read with 16-byte loads");
+
+// ---- fp32 scratch in device memory (activations shared between blocks) -------------------
+constexpr int kScrHidden = 0;                             // residual stream [1024]
+constexpr int kScrQKV = kScrHidden + kHidden;             // raw q|k|v projections [4096]
+constexpr int kScrQRot = kScrQKV + kQKVRows;              // q after QK-norm + RoPE [2048] (diff/debug)
+constexpr int kScrAttn = kScrQRot + kQDim;                // attention output [2048]
+constexpr int kScrAct = kScrAttn + kQDim;                 // silu(gate) * up [3072]
+constexpr int kScrNormIn = kScrAct + kIntermediate;       // block 0's normed input [1024] (diff/debug)
+constexpr int kScrNormPost = kScrNormIn + kHidden;        // block 0's post-attention norm [1024]
+constexpr int kScrFinalNorm = kScrNormPost + kHidden;     // block 0's final norm [1024]
+constexpr int kScrKRot = kScrFinalNorm + kHidden;         // k after QK-norm + RoPE [1024], fp32 (diff)
+constexpr int kScrBlockMax = kScrKRot + kKVDim;           // per-block argmax value [kMaxGrid]
+constexpr int kMaxGrid = 1024;
+constexpr int kScrBlockIdx = kScrBlockMax + kMaxGrid;     // per-block argmax index (as int bits)
+constexpr int kScrElems = kScrBlockIdx + kMaxGrid;
+
+// ---- shared memory budget ----------------------------------------------------------------
+// x vector (largest GEMV input, 3072 fp32) + chunk partials + attention scores (context cap
+// fp32) + per-warp attention accumulators + a small reduction area.
+constexpr int kSmemX = kIntermediate;
+constexpr int kSmemPartials = kMaxChunkedRows * (kIntermediate / kChunk);
+constexpr int kSmemScores = kContextCap;
+constexpr int kSmemAttnAcc = kWarps * kHeadDim;
+constexpr int kSmemRed = 64;
+constexpr int kSmemBytes = (kSmemX + kSmemPartials + kSmemScores + kSmemAttnAcc + kSmemRed + 2 * kHeadDim) * 4;
+static_assert(kSmemBytes <= 48 * 1024, "static shared memory must stay under 48 KB (no opt-in needed)");
+
+// ---- the phases a test can stop after (phase diff) ----------------------------------------
+enum StopPhase : int { kStopQKV = 0, kStopAttn = 1, kStopO = 2, kStopGateUp = 3, kStopDown = 4, kStopNever = 99 };
+
+}  // namespace monolith

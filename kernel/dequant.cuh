@@ -1,0 +1,193 @@
+// monolith: register dequantization of FP8 (E4M3) and NVFP4 (E2M1) weights.
+//
+// Every function here is checked value-by-value against a CPU reference by probes/cvt.cu, which
+// includes this header, so the megakernel uses exactly what the probe verified on the GPU.
+//
+// Design (why):
+// - Weights stream from DRAM once per token; the GEMVs are bandwidth-bound, so the decode must
+//   cost only a few integer ops per weight. At 4.5 TB/s an H200 SM receives ~17 bytes/cycle:
+//   ~17 E4M3 or ~34 E2M1 weights per cycle against 128 lanes of ALU, i.e. a budget of roughly
+//   3-7 instructions per weight *including* the FMA. probes/cvt.cu times each path (values/s,
+//   and the equivalent weight bandwidth) so this budget is measured, not assumed.
+// - E4M3 -> f16: one hardware `cvt.rn.f16x2.e4m3x2` per two weights (sm_89+). Every E4M3 value is
+//   exact in f16 (smallest subnormal 2^-9 >= f16 step 2^-24), so no rounding happens here.
+// - E2M1 on sm_90 (no hardware cvt): the 3 magnitude bits (e1 e0 m) are copied into the lowest two
+//   exponent bits and the top mantissa bit of an f16, the sign into the f16 sign. The result is
+//   *exactly* e2m1 * 2^-14 for every code, including the subnormal 0.5 (E2M1 subnormal step 2^-1
+//   * 2^-14 = f16 subnormal 2^-15), because both formats put "exponent field 0" at 2^(1-bias).
+//   The 2^14 goes into the per-group scale (fp32, one multiply per 16 weights), never into the
+//   f16 (6 * 2^14 would overflow f16). Decoded pairs are (element k, element k+4) of a packed
+//   u32: those nibbles are 16 bits apart, exactly like the two halves of a half2, so one shift
+//   and one mask serve both halves (pairing k with k+1 would need two different shifts).
+//   Storage stays the standard NVFP4 order (element j in nibble j, low nibble first).
+// - E2M1 on sm_100a/sm_120a: the native `cvt.rn.f16x2.e2m1x2` (compiled for sm_120a; our
+//   measurements are on the H200, where it does not exist). Same pairing and same API; the
+//   unbias factor differs per arch (e2m1_unbias()), so the kernel code is identical.
+// - FMAs are fp32 (f16 -> f32 is exact); only the conversion goes through f16.
+#pragma once
+#include <cstdint>
+#include <cuda_fp16.h>
+
+namespace monolith {
+
+static_assert(sizeof(__half2) == 4, "half2 must be 32 bits: decoders return packed pairs");
+static_assert(sizeof(uint4) == 16, "weights are streamed as 16-byte vectors");
+
+// Native e2m1x2 conversion exists only on the arch-specific Blackwell targets (sm_100a, sm_120a,
+// ...). The arch-specific feature macros are what nvcc defines for the `a` variants.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000 &&                                       \
+    (defined(__CUDA_ARCH_FEAT_SM100_ALL) || defined(__CUDA_ARCH_FEAT_SM101_ALL) ||           \
+     defined(__CUDA_ARCH_FEAT_SM103_ALL) || defined(__CUDA_ARCH_FEAT_SM110_ALL) ||           \
+     defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM121_ALL) ||           \
+     defined(__CUDA_ARCH_SPECIFIC__) || defined(__CUDA_ARCH_FAMILY_SPECIFIC__))
+#define MONOLITH_HAS_E2M1_CVT 1
+#else
+#define MONOLITH_HAS_E2M1_CVT 0
+#endif
+
+// 2^14 as a float: the factor the sm_90 e2m1 decode leaves out (see above).
+constexpr float kE2M1F16Bias = 16384.0f;
+static_assert(kE2M1F16Bias == float(1 << 14), "bias must be exactly 2^14");
+
+__device__ __forceinline__ __half2 u32_as_half2(uint32_t v) {
+  __half2 h;
+  *reinterpret_cast<uint32_t*>(&h) = v;
+  return h;
+}
+__device__ __forceinline__ uint32_t half2_as_u32(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
+
+// ---------------------------------------------------------------------------------------------
+// E4M3
+// ---------------------------------------------------------------------------------------------
+
+// Software E4M3 -> f16 bits. Only the fallback for pre-sm_89 devices and a second opinion in the
+// probe; the kernels use the hardware cvt. NaN (S.1111.111) -> 0x7FFF with the sign kept.
+__host__ __device__ __forceinline__ uint16_t e4m3_to_f16_bits_sw(uint8_t b) {
+  const uint32_t s = (uint32_t(b) & 0x80u) << 8;
+  const uint32_t e = (uint32_t(b) >> 3) & 0xFu;
+  const uint32_t m = uint32_t(b) & 0x7u;
+  if (e == 0xFu && m == 0x7u) return uint16_t(s | 0x7FFFu);
+  if (e == 0u) {
+    if (m == 0u) return uint16_t(s);
+    // subnormal m * 2^-9 = 1.f * 2^(p-9) with p = floor(log2 m): normal in f16.
+    const uint32_t p = m >= 4u ? 2u : (m >= 2u ? 1u : 0u);
+    return uint16_t(s | ((p + 6u) << 10) | (((m << (3u - p)) & 0x7u) << 7));
+  }
+  return uint16_t(s | ((e + 8u) << 10) | (m << 7));  // rebias 7 -> 15
+}
+
+// Two E4M3 (low byte = first element) -> half2 (low half = first element).
+__device__ __forceinline__ __half2 e4m3x2_to_half2(uint16_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v));
+  return u32_as_half2(r);
+#else
+  return u32_as_half2(uint32_t(e4m3_to_f16_bits_sw(uint8_t(v & 0xFF))) |
+                      (uint32_t(e4m3_to_f16_bits_sw(uint8_t(v >> 8))) << 16));
+#endif
+}
+
+// Four E4M3 in a u32 (byte j = element j) -> (e0,e1), (e2,e3).
+__device__ __forceinline__ void e4m3x4_to_half2x2(uint32_t v, __half2& lo, __half2& hi) {
+  lo = e4m3x2_to_half2(uint16_t(v & 0xFFFFu));
+  hi = e4m3x2_to_half2(uint16_t(v >> 16));
+}
+
+// One E4M3 scale byte -> float (per-row FP8 scales and NVFP4 per-16 block scales are E4M3).
+__device__ __forceinline__ float e4m3_to_float(uint8_t b) {
+  return __low2float(e4m3x2_to_half2(uint16_t(b)));
+}
+
+// acc + dot(8 E4M3 weights in w, activations a0 = x[0..3], a1 = x[4..7]), fp32 FMAs.
+// The per-row scale is applied once per row by the caller, not here.
+__device__ __forceinline__ float dot8_e4m3(uint2 w, float4 a0, float4 a1, float acc) {
+  __half2 p0, p1, p2, p3;
+  e4m3x4_to_half2x2(w.x, p0, p1);
+  e4m3x4_to_half2x2(w.y, p2, p3);
+  float2 f;
+  f = __half22float2(p0); acc = fmaf(f.x, a0.x, acc); acc = fmaf(f.y, a0.y, acc);
+  f = __half22float2(p1); acc = fmaf(f.x, a0.z, acc); acc = fmaf(f.y, a0.w, acc);
+  f = __half22float2(p2); acc = fmaf(f.x, a1.x, acc); acc = fmaf(f.y, a1.y, acc);
+  f = __half22float2(p3); acc = fmaf(f.x, a1.z, acc); acc = fmaf(f.y, a1.w, acc);
+  return acc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// E2M1 (NVFP4 elements)
+// ---------------------------------------------------------------------------------------------
+
+// Factor to multiply the decoded values by to get true e2m1 values: 2^14 for the sm_90 bit trick,
+// 1 for the native cvt. Fold it into the fp32 group scale (free), never into the f16.
+__host__ __device__ __forceinline__ constexpr float e2m1_unbias() {
+#if MONOLITH_HAS_E2M1_CVT
+  return 1.0f;
+#else
+  return kE2M1F16Bias;
+#endif
+}
+
+// sm_90 path for pair K: element K (bits 4K..4K+3) -> low half, element K+4 (bits 16+4K..) ->
+// high half. Magnitude bits move to f16 bits 9..11, the sign to bit 15.
+template <int K>
+__device__ __forceinline__ uint32_t e2m1_pair_f16bits_trick(uint32_t x) {
+  static_assert(K >= 0 && K < 4, "pair index");
+  constexpr int kMagShift = 9 - 4 * K;    // 9, 5, 1, -3
+  constexpr int kSignShift = 12 - 4 * K;  // 12, 8, 4, 0
+  const uint32_t mag = kMagShift >= 0 ? (x << (kMagShift & 31)) : (x >> ((-kMagShift) & 31));
+  const uint32_t sgn = x << kSignShift;
+  return (mag & 0x0E000E00u) | (sgn & 0x80008000u);
+}
+
+// Eight E2M1 in a u32 (element j in nibble j) -> out[k] = (element k, element k+4), k = 0..3,
+// each value multiplied by 1 / e2m1_unbias() (exact: see the header comment).
+__device__ __forceinline__ void e2m1x8_to_half2x4(uint32_t x, __half2 out[4]) {
+#if MONOLITH_HAS_E2M1_CVT
+  // Gather each pair into one byte (low nibble = element k, high nibble = element k+4), then
+  // convert bytes natively: byte0 = (e0,e4), byte1 = (e2,e6) ; byte0' = (e1,e5), byte1' = (e3,e7).
+  const uint32_t y02 = (x & 0x0F0Fu) | ((x >> 12) & 0xF0F0u);
+  const uint32_t y13 = ((x >> 4) & 0x0F0Fu) | ((x >> 16) & 0xF0F0u);
+  uint32_t r0, r1, r2, r3;
+  asm("{\n\t.reg .b8 a0, a1, a2, a3, b0, b1, b2, b3;\n\t"
+      "mov.b32 {a0, a1, a2, a3}, %4;\n\t"
+      "mov.b32 {b0, b1, b2, b3}, %5;\n\t"
+      "cvt.rn.f16x2.e2m1x2 %0, a0;\n\t"
+      "cvt.rn.f16x2.e2m1x2 %1, b0;\n\t"
+      "cvt.rn.f16x2.e2m1x2 %2, a1;\n\t"
+      "cvt.rn.f16x2.e2m1x2 %3, b1;\n\t}"
+      : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+      : "r"(y02), "r"(y13));
+  out[0] = u32_as_half2(r0);
+  out[1] = u32_as_half2(r1);
+  out[2] = u32_as_half2(r2);
+  out[3] = u32_as_half2(r3);
+#else
+  out[0] = u32_as_half2(e2m1_pair_f16bits_trick<0>(x));
+  out[1] = u32_as_half2(e2m1_pair_f16bits_trick<1>(x));
+  out[2] = u32_as_half2(e2m1_pair_f16bits_trick<2>(x));
+  out[3] = u32_as_half2(e2m1_pair_f16bits_trick<3>(x));
+#endif
+}
+
+// acc + dot(8 E2M1 weights in w, x[0..3] = a0, x[4..7] = a1) WITHOUT the unbias factor: the
+// caller sums a 16-element group (two calls) and multiplies the group once by
+// nvfp4_group_scale(). Pair k = (element k, element k+4) meets a0[k] and a1[k].
+__device__ __forceinline__ float dot8_e2m1_biased(uint32_t w, float4 a0, float4 a1, float acc) {
+  __half2 p[4];
+  e2m1x8_to_half2x4(w, p);
+  float2 f;
+  f = __half22float2(p[0]); acc = fmaf(f.x, a0.x, acc); acc = fmaf(f.y, a1.x, acc);
+  f = __half22float2(p[1]); acc = fmaf(f.x, a0.y, acc); acc = fmaf(f.y, a1.y, acc);
+  f = __half22float2(p[2]); acc = fmaf(f.x, a0.z, acc); acc = fmaf(f.y, a1.z, acc);
+  f = __half22float2(p[3]); acc = fmaf(f.x, a0.w, acc); acc = fmaf(f.y, a1.w, acc);
+  return acc;
+}
+
+// NVFP4 group scale: E4M3 block scale (one per 16 elements) * fp32 tensor/row scale * unbias.
+// `global_scale` may be precomputed per row; the product is computed in fp32 (exact for the
+// power-of-two unbias, one rounding for the rest).
+__device__ __forceinline__ float nvfp4_group_scale(uint8_t block_scale_e4m3, float global_scale) {
+  return e4m3_to_float(block_scale_e4m3) * (global_scale * e2m1_unbias());
+}
+
+}  // namespace monolith

@@ -1,0 +1,539 @@
+// monolith megakernel: one launch = one Qwen3-0.6B decode step (28 layers + LM head + argmax).
+//
+// Compile (CI does this for sm_90a and sm_120a through scripts/compile_all.py):
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -c kernel/megakernel.cu
+// The X-ray build is the same source with -DMONOLITH_XRAY (kernel/megakernel_xray.cu).
+//
+// Schedule of the `bf16-upstream` variant (the published qwen_megakernel design, re-implemented):
+// a persistent grid of one 512-thread block per SM; per layer
+//   qkv      every block recomputes the RMSNorm of the residual (cheaper than a barrier) and
+//            computes its contiguous slice of the fused q|k|v rows
+//   -- grid barrier 1 --
+//   attn     blocks 0..15, one per q head: QK-norm, RoPE, K/V append, attention over the cache;
+//            the even head of each KV pair appends K/V and raises a flag the odd head waits on
+//            (flag sync 1); meanwhile every other block prefetches this layer's O, gate/up and
+//            down weights into L2 (bulk prefetch), so the next phases read from L2
+//   -- flag sync 2: all blocks wait until the 16 heads are done --
+//   oproj    O-projection rows + residual add
+//   -- grid barrier 2 --
+//   gateup   redundant post-attention RMSNorm, gate/up row pairs, SiLU(gate) * up
+//   -- grid barrier 3 --
+//   down     down-projection rows + residual add
+//   -- grid barrier 4 --
+// then the final RMSNorm, the LM-head rows with a per-block argmax, and the last block to finish
+// reduces the per-block winners into the token (no fifth barrier: an arrival counter).
+// Every reduction runs in a fixed order, so a step is bitwise deterministic.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "config.cuh"
+#include "loads.cuh"
+#include "megakernel.cuh"
+#include "sync.cuh"
+#include "xray.cuh"
+
+namespace monolith {
+#if defined(MONOLITH_XRAY)
+namespace xray_build {
+#else
+namespace plain_build {
+#endif
+
+// Compile-time configuration of a variant.
+template <int kVariant>
+struct VariantCfg;
+
+template <>
+struct VariantCfg<kVariantBf16Upstream> {
+  static constexpr bool kL2PrefetchDuringAttention = true;
+  static constexpr int kRowsPerIterQKV = 2;     // rows a warp streams at once (8 x 16 B per lane)
+  static constexpr int kRowsPerIterHead = 4;    // LM head: 1152 rows per block, 16 loads per lane
+  static constexpr int kUnitsPerIterO = 1;      // O: 8 rows x 2 chunks = 16 units = one per warp
+  static constexpr int kUnitsPerIterDown = 2;   // down: 8 rows x 3 chunks = 24 units
+};
+
+__device__ __forceinline__ int64_t part_begin(int64_t n, int parts, int i) { return n * i / parts; }
+
+__device__ __forceinline__ float ldcg_f32(const float* p) { return __ldcg(p); }
+
+// ---- block-wide helpers -------------------------------------------------------------------
+
+// Block sum of one value per thread, in a fixed order (deterministic). `red` >= kWarps floats.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  v = warp_sum(v);
+  __syncthreads();  // `red` may still be read by a previous call
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float t = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) t += red[w];
+  return t;
+}
+
+// s_x[i] = RMSNorm(src)[i] * weight[i] over kHidden elements. `src` is the fp32 residual
+// (read through L2: it was written by other blocks) or, for layer 0, a bf16 embedding row.
+template <bool kSrcBf16>
+__device__ __forceinline__ void rmsnorm_to_smem(const void* src, const uint16_t* weight, float* s_x, float* red) {
+  constexpr int kPer = kHidden / kThreads;
+  float v[kPer];
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    if constexpr (kSrcBf16) {
+      v[j] = __uint_as_float(uint32_t(static_cast<const uint16_t*>(src)[i]) << 16);
+    } else {
+      v[j] = ldcg_f32(static_cast<const float*>(src) + i);
+    }
+    ss += v[j] * v[j];
+  }
+  const float total = block_sum(ss, red);
+  const float inv = rsqrtf(total / float(kHidden) + kRmsEps);
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    s_x[i] = v[j] * inv * __uint_as_float(uint32_t(weight[i]) << 16);
+  }
+  __syncthreads();
+}
+
+// Copy n fp32 activations written by other blocks into shared memory.
+__device__ __forceinline__ void load_to_smem(const float* src, float* s_x, int n) {
+  for (int i = threadIdx.x * 4; i < n; i += kThreads * 4) {
+    *reinterpret_cast<float4*>(s_x + i) = __ldcg(reinterpret_cast<const float4*>(src + i));
+  }
+  __syncthreads();
+}
+
+// ---- GEMV, rows of exactly one chunk (K = 1024) -------------------------------------------
+// Each warp streams kR rows at once: kR x 4 independent 16-byte loads per lane in flight.
+// epi(row, dot) runs on lane 0 of the warp that owns the row.
+// tour:begin gemv
+template <int kR, class Epi>
+__device__ __forceinline__ void gemv_k1024(const uint16_t* __restrict__ W, int row_begin, int row_end,
+                                           const float* s_x, Epi epi) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float4* x4 = reinterpret_cast<const float4*>(s_x);
+  for (int r = row_begin + warp * kR; r < row_end; r += kWarps * kR) {
+    uint4 w[kR][kLoadsPerChunk];
+    // Issue every load of the kR rows before the first FMA: this is the memory-level parallelism.
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      const uint4* row = reinterpret_cast<const uint4*>(W + int64_t(r + i) * kChunk);
+#pragma unroll
+      for (int j = 0; j < kLoadsPerChunk; ++j) {
+        w[i][j] = (r + i < row_end) ? ld_weights_16B(row + j * 32 + lane) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    float acc[kR];
+#pragma unroll
+    for (int i = 0; i < kR; ++i) acc[i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < kLoadsPerChunk; ++j) {
+      const float4 a0 = x4[(j * 32 + lane) * 2], a1 = x4[(j * 32 + lane) * 2 + 1];
+#pragma unroll
+      for (int i = 0; i < kR; ++i) acc[i] = dot8_bf16(w[i][j], a0, a1, acc[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kR; ++i) acc[i] = warp_sum(acc[i]);
+    if (lane == 0) epi(r, acc, row_end);
+  }
+}
+// tour:end gemv
+
+// ---- GEMV, rows spanning kChunks chunks (O: K = 2048, down: K = 3072) ---------------------
+// Units (row, chunk) are spread over the warps; partial sums go to shared memory and are added
+// in chunk order by one thread per row (fixed order: deterministic). epi(row, dot) per row.
+template <int kChunks, int kU, class Epi>
+__device__ __forceinline__ void gemv_chunked(const uint16_t* __restrict__ W, int row_begin, int row_end,
+                                             const float* s_x, float* s_part, Epi epi) {
+  constexpr int K = kChunks * kChunk;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int units = (row_end - row_begin) * kChunks;
+  for (int u = warp * kU; u < units; u += kWarps * kU) {
+    uint4 w[kU][kLoadsPerChunk];
+#pragma unroll
+    for (int i = 0; i < kU; ++i) {
+      const int uu = u + i;
+      const int row = row_begin + uu / kChunks, chunk = uu % kChunks;
+      const uint4* src = reinterpret_cast<const uint4*>(W + int64_t(row) * K + chunk * kChunk);
+#pragma unroll
+      for (int j = 0; j < kLoadsPerChunk; ++j) {
+        w[i][j] = uu < units ? ld_weights_16B(src + j * 32 + lane) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kU; ++i) {
+      const int uu = u + i;
+      const float4* x4 = reinterpret_cast<const float4*>(s_x + (uu % kChunks) * kChunk);
+      float acc = 0.f;
+#pragma unroll
+      for (int j = 0; j < kLoadsPerChunk; ++j) {
+        acc = dot8_bf16(w[i][j], x4[(j * 32 + lane) * 2], x4[(j * 32 + lane) * 2 + 1], acc);
+      }
+      acc = warp_sum(acc);
+      if (lane == 0 && uu < units) s_part[uu] = acc;
+    }
+  }
+  __syncthreads();
+  const int rows = row_end - row_begin;
+  if (threadIdx.x < rows) {
+    float s = 0.f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) s += s_part[threadIdx.x * kChunks + c];
+    epi(row_begin + threadIdx.x, s);
+  }
+}
+
+// QK-norm (RMSNorm over one head with its own weight) then RoPE (rotate-half pairing i, i+64),
+// by the first 128 threads; result in s_out[128]. Every thread of the block must call it.
+__device__ __forceinline__ void head_norm_rope(const float* src, const uint16_t* wnorm, const float* rope_row,
+                                               float* s_tmp, float* s_out, float* red) {
+  const int t = threadIdx.x;
+  const float v = t < kHeadDim ? ldcg_f32(src + t) : 0.f;
+  const float total = block_sum(v * v, red);
+  const float inv = rsqrtf(total / float(kHeadDim) + kRmsEps);
+  if (t < kHeadDim) s_tmp[t] = v * inv * __uint_as_float(uint32_t(wnorm[t]) << 16);
+  __syncthreads();
+  if (t < kHeadDim) {
+    const int i = t & 63;
+    const float c = rope_row[i], s = rope_row[64 + i];
+    s_out[t] = t < 64 ? s_tmp[t] * c - s_tmp[t + 64] * s : s_tmp[t] * c + s_tmp[t - 64] * s;
+  }
+  __syncthreads();
+}
+
+// ---- the step kernel ----------------------------------------------------------------------
+template <int kVariant>
+__global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
+  using Cfg = VariantCfg<kVariant>;
+  __shared__ __align__(16) float s_x[kSmemX];
+  __shared__ __align__(16) float s_part[kSmemPartials];
+  __shared__ __align__(16) float s_scores[kSmemScores];
+  __shared__ __align__(16) float s_acc[kSmemAttnAcc];
+  __shared__ float s_red[kSmemRed];
+  __shared__ float s_q[kHeadDim], s_tmp[kHeadDim];
+  __shared__ int s_flag;
+  __shared__ int s_bestidx[kWarps];
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int G = gridDim.x, b = blockIdx.x;
+  SyncState* S = p.sync;
+  float* scr = p.scr;
+  float* hidden = scr + kScrHidden;
+  XRAY_INIT(p.xray);
+  XRAY_BEGIN();
+
+  // A failed earlier step poisons the stream: do nothing until the host resets the state.
+  if (*(volatile uint32_t*)&S->error != 0u) return;
+  const int pos = *(volatile int32_t*)&S->pos;
+  const int token = *(volatile const int32_t*)p.token_in;
+  if (token < 0 || token >= kVocab) {
+    if (b == 0 && tid == 0) raise_error(S, kErrBadToken, uint32_t(token));
+    return;
+  }
+  if (pos < 0 || pos >= kContextCap) {
+    if (b == 0 && tid == 0) raise_error(S, kErrBadPosition, uint32_t(pos));
+    return;
+  }
+  const uint16_t* emb_row = p.embed + int64_t(token) * kHidden;
+  const float* rope_row = p.rope + int64_t(pos) * kHeadDim;
+  uint32_t gen = 0;  // grid barriers passed in this launch
+  const long long tmo = p.timeout_cycles;
+
+  for (int L = 0; L < kNumLayers; ++L) {
+    const uint16_t* W = p.w + int64_t(L) * kLayerElems;
+    const uint16_t* N = p.norms + int64_t(L) * kNormLayerElems;
+
+    // ---------------- qkv ----------------
+    if (L == 0) {
+      rmsnorm_to_smem<true>(emb_row, N + kNormInLn, s_x, s_red);
+      // Seed the residual stream with the embedding row (this block's slice; read after barrier 1).
+      const int h0 = int(part_begin(kHidden, G, b)), h1 = int(part_begin(kHidden, G, b + 1));
+      for (int i = h0 + tid; i < h1; i += kThreads) hidden[i] = __uint_as_float(uint32_t(emb_row[i]) << 16);
+    } else {
+      rmsnorm_to_smem<false>(hidden, N + kNormInLn, s_x, s_red);
+    }
+    if (b == 0)
+      for (int i = tid; i < kHidden; i += kThreads) scr[kScrNormIn + i] = s_x[i];
+    {
+      float* qkv = scr + kScrQKV;
+      gemv_k1024<Cfg::kRowsPerIterQKV>(W + kOffQKV, int(part_begin(kQKVRows, G, b)), int(part_begin(kQKVRows, G, b + 1)),
+                                       s_x, [&](int r, const float* acc, int end) {
+#pragma unroll
+                                         for (int i = 0; i < Cfg::kRowsPerIterQKV; ++i)
+                                           if (r + i < end) qkv[r + i] = acc[i];
+                                       });
+    }
+    XRAY_END(qkv, L);
+    if (!grid_barrier(S, ++gen, tmo, L * 16 + 1, &s_flag)) return;
+    XRAY_END(bar_qkv, L);
+    if (p.stop_layer == L && p.stop_phase == kStopQKV) return;
+
+    // ---------------- attention / L2 prefetch ----------------
+    if (b < kAttnBlocks) {
+      const int h = b, kvh = h / kHeadsPerKV;
+      const bool leader = (h % kHeadsPerKV) == 0;
+      uint16_t* kcache = p.kv + ((int64_t(L) * 2 + 0) * kNumKVHeads + kvh) * int64_t(kContextCap) * kHeadDim;
+      uint16_t* vcache = p.kv + ((int64_t(L) * 2 + 1) * kNumKVHeads + kvh) * int64_t(kContextCap) * kHeadDim;
+      head_norm_rope(scr + kScrQKV + h * kHeadDim, N + kNormQ, rope_row, s_tmp, s_q, s_red);
+      if (tid < kHeadDim) scr[kScrQRot + h * kHeadDim + tid] = s_q[tid];
+      if (leader) {
+        // Append this position's K (normed + rotated) and V to the cache, then raise the flag.
+        float* s_k = s_acc;  // free until the V pass
+        head_norm_rope(scr + kScrQKV + kQDim + kvh * kHeadDim, N + kNormK, rope_row, s_tmp, s_k, s_red);
+        if (tid < kHeadDim) {
+          const float v = ldcg_f32(scr + kScrQKV + kQDim + kKVDim + kvh * kHeadDim + tid);
+          kcache[int64_t(pos) * kHeadDim + tid] = __bfloat16_as_ushort(__float2bfloat16_rn(s_k[tid]));
+          vcache[int64_t(pos) * kHeadDim + tid] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+          scr[kScrKRot + kvh * kHeadDim + tid] = s_k[tid];
+        }
+        __syncthreads();
+        if (tid == 0) {
+          __threadfence();
+          st_release(&S->kv_flag[kvh], uint32_t(L + 1));
+        }
+      } else {
+        XRAY_END(attn, L);
+        // tour:begin flagwait
+        if (!block_wait_geq(S, &S->kv_flag[kvh], uint32_t(L + 1), tmo, kErrFlagKVTimeout, L * 16 + 2, &s_flag)) return;
+        // tour:end flagwait
+        XRAY_END(flag_kv, L);
+      }
+      // Scores: one thread per cached position, 16 x 16-byte loads of its K row.
+      const float scale = rsqrtf(float(kHeadDim));
+      float mx = -INFINITY;
+      for (int t = tid; t <= pos; t += kThreads) {
+        const uint4* krow = reinterpret_cast<const uint4*>(kcache + int64_t(t) * kHeadDim);
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < kHeadDim / 8; ++j) {
+          const uint4 kw = __ldcg(krow + j);
+          const float4* q4 = reinterpret_cast<const float4*>(s_q + j * 8);
+          acc = dot8_bf16(kw, q4[0], q4[1], acc);
+        }
+        acc *= scale;
+        s_scores[t] = acc;
+        mx = fmaxf(mx, acc);
+      }
+      mx = warp_max(mx);
+      __syncthreads();
+      if (lane == 0) s_red[warp] = mx;
+      __syncthreads();
+      mx = s_red[0];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, s_red[w]);
+      float sum = 0.f;
+      for (int t = tid; t <= pos; t += kThreads) {
+        const float e = __expf(s_scores[t] - mx);
+        s_scores[t] = e;
+        sum += e;
+      }
+      const float denom = block_sum(sum, s_red + kWarps);
+      // V: warp w takes positions w, w + 16, ...; lane covers dims 4*lane .. 4*lane + 3.
+      float o[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int t = warp; t <= pos; t += kWarps) {
+        const uint2 vv = __ldcg(reinterpret_cast<const uint2*>(vcache + int64_t(t) * kHeadDim) + lane);
+        const float pt = s_scores[t];
+        o[0] = fmaf(pt, __uint_as_float(vv.x << 16), o[0]);
+        o[1] = fmaf(pt, __uint_as_float(vv.x & 0xffff0000u), o[1]);
+        o[2] = fmaf(pt, __uint_as_float(vv.y << 16), o[2]);
+        o[3] = fmaf(pt, __uint_as_float(vv.y & 0xffff0000u), o[3]);
+      }
+      __syncthreads();  // s_acc held K in the leader until here
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s_acc[warp * kHeadDim + lane * 4 + i] = o[i];
+      __syncthreads();
+      if (tid < kHeadDim) {
+        float a = 0.f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) a += s_acc[w * kHeadDim + tid];
+        scr[kScrAttn + h * kHeadDim + tid] = a / denom;
+      }
+      __syncthreads();
+      if (tid == 0) {
+        __threadfence();
+        red_release_add(&S->attn_done, 1u);
+      }
+      XRAY_END(attn, L);
+    } else {
+      if constexpr (Cfg::kL2PrefetchDuringAttention) {
+        // The weights of oproj, gateup and down do not depend on activations: start pulling
+        // them into L2 while 16 blocks do attention (23 MB fits in the 60 MB L2).
+        if (warp == 0) {
+          prefetch_l2_range(W + kOffO, (kLayerElems - kOffO) * 2, (b - kAttnBlocks) * 32 + lane,
+                            (G - kAttnBlocks) * 32, 16 * 1024);
+        }
+      }
+      XRAY_END(prefetch, L);
+    }
+    if (!block_wait_geq(S, &S->attn_done, uint32_t(kAttnBlocks * (L + 1)), tmo, kErrFlagAttnTimeout, L * 16 + 3,
+                        &s_flag))
+      return;
+    XRAY_END(flag_attn, L);
+    if (p.stop_layer == L && p.stop_phase == kStopAttn) return;
+
+    // ---------------- O projection + residual ----------------
+    load_to_smem(scr + kScrAttn, s_x, kQDim);
+    gemv_chunked<kQDim / kChunk, Cfg::kUnitsPerIterO>(W + kOffO, int(part_begin(kHidden, G, b)),
+                                                      int(part_begin(kHidden, G, b + 1)), s_x, s_part,
+                                                      [&](int r, float d) { hidden[r] = ldcg_f32(hidden + r) + d; });
+    XRAY_END(oproj, L);
+    if (!grid_barrier(S, ++gen, tmo, L * 16 + 4, &s_flag)) return;
+    XRAY_END(bar_o, L);
+    if (p.stop_layer == L && p.stop_phase == kStopO) return;
+
+    // ---------------- gate/up + SiLU ----------------
+    rmsnorm_to_smem<false>(hidden, N + kNormPostLn, s_x, s_red);
+    if (b == 0)
+      for (int i = tid; i < kHidden; i += kThreads) scr[kScrNormPost + i] = s_x[i];
+    {
+      float* act = scr + kScrAct;
+      const int p0 = int(part_begin(kIntermediate, G, b)), p1 = int(part_begin(kIntermediate, G, b + 1));
+      // rows 2i (gate i) and 2i+1 (up i) are streamed together by one warp
+      gemv_k1024<2>(W + kOffGateUp, 2 * p0, 2 * p1, s_x, [&](int r, const float* acc, int) {
+        const float g = acc[0], u = acc[1];
+        act[r / 2] = g / (1.f + __expf(-g)) * u;
+      });
+    }
+    XRAY_END(gateup, L);
+    if (!grid_barrier(S, ++gen, tmo, L * 16 + 5, &s_flag)) return;
+    XRAY_END(bar_gateup, L);
+    if (p.stop_layer == L && p.stop_phase == kStopGateUp) return;
+
+    // ---------------- down + residual ----------------
+    load_to_smem(scr + kScrAct, s_x, kIntermediate);
+    gemv_chunked<kIntermediate / kChunk, Cfg::kUnitsPerIterDown>(
+        W + kOffDown, int(part_begin(kHidden, G, b)), int(part_begin(kHidden, G, b + 1)), s_x, s_part,
+        [&](int r, float d) { hidden[r] = ldcg_f32(hidden + r) + d; });
+    XRAY_END(down, L);
+    if (!grid_barrier(S, ++gen, tmo, L * 16 + 6, &s_flag)) return;
+    XRAY_END(bar_down, L);
+    if (p.stop_layer == L && p.stop_phase == kStopDown) return;
+  }
+
+  // ---------------- final norm + LM head + argmax ----------------
+  rmsnorm_to_smem<false>(hidden, p.final_norm, s_x, s_red);
+  if (b == 0)
+    for (int i = tid; i < kHidden; i += kThreads) scr[kScrFinalNorm + i] = s_x[i];
+  float best = -INFINITY;
+  int best_i = 0x7fffffff;
+  {
+    constexpr int kR = Cfg::kRowsPerIterHead;
+    // Rows are visited in increasing order per warp and only a strictly larger logit replaces
+    // the best: ties keep the lowest index, as torch.argmax does.
+    gemv_k1024<kR>(p.embed, int(part_begin(kVocab, G, b)), int(part_begin(kVocab, G, b + 1)), s_x,
+                   [&](int r, const float* acc, int end) {
+#pragma unroll
+                     for (int i = 0; i < kR; ++i) {
+                       if (r + i < end) {
+                         p.logits[r + i] = acc[i];
+                         if (acc[i] > best) {
+                           best = acc[i];
+                           best_i = r + i;
+                         }
+                       }
+                     }
+                   });
+  }
+  __syncthreads();
+  if (lane == 0) {
+    s_red[warp] = best;
+    s_bestidx[warp] = best_i;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    float bv = s_red[0];
+    int bi = s_bestidx[0];
+    for (int w = 1; w < kWarps; ++w) {
+      if (s_red[w] > bv || (s_red[w] == bv && s_bestidx[w] < bi)) {
+        bv = s_red[w];
+        bi = s_bestidx[w];
+      }
+    }
+    scr[kScrBlockMax + b] = bv;
+    reinterpret_cast<int*>(scr)[kScrBlockIdx + b] = bi;
+    __threadfence();
+    const uint32_t arrived = atomicAdd(&S->done, 1u);
+    s_flag = (arrived == uint32_t(G - 1)) ? 1 : 0;
+  }
+  __syncthreads();
+  XRAY_END(lmhead, kNumLayers);
+  if (s_flag == 0) return;
+
+  // The last block: every other block has finished every wait, so it may reduce and reset.
+  if (warp == 0) {
+    __threadfence();
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int i = lane; i < G; i += 32) {
+      const float v = ldcg_f32(scr + kScrBlockMax + i);
+      const int id = __ldcg(reinterpret_cast<const int*>(scr) + kScrBlockIdx + i);
+      if (v > bv || (v == bv && id < bi)) {
+        bv = v;
+        bi = id;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (ov > bv || (ov == bv && oi < bi)) {
+        bv = ov;
+        bi = oi;
+      }
+    }
+    if (lane == 0) {
+      *p.token_out = bi;
+      S->pos = pos + 1;
+      S->steps += 1;
+      S->bar = 0;
+      S->attn_done = 0;
+      S->done = 0;
+#pragma unroll
+      for (int k = 0; k < kNumKVHeads; ++k) S->kv_flag[k] = 0;
+      __threadfence();
+    }
+  }
+  XRAY_END(argmax, kNumLayers);
+}
+
+// ---- host side ----------------------------------------------------------------------------
+static const void* kernel_for(int variant) {
+  switch (variant) {
+    case kVariantBf16Upstream:
+      return reinterpret_cast<const void*>(&decode_step<kVariantBf16Upstream>);
+    default:
+      return nullptr;
+  }
+}
+
+cudaError_t launch_step(const StepParams& p, int variant, int blocks, cudaStream_t stream) {
+  const void* fn = kernel_for(variant);
+  if (fn == nullptr || blocks < kMinBlocks || blocks > kMaxGrid) return cudaErrorInvalidValue;
+  void* args[] = {const_cast<StepParams*>(&p)};
+  return cudaLaunchKernel(fn, dim3(blocks), dim3(kThreads), args, 0, stream);
+}
+
+int max_coresident_blocks(int variant, int device, cudaError_t* err) {
+  const void* fn = kernel_for(variant);
+  if (fn == nullptr) {
+    *err = cudaErrorInvalidValue;
+    return 0;
+  }
+  int per_sm = 0, sms = 0;
+  *err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kThreads, 0);
+  if (*err != cudaSuccess) return 0;
+  *err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return *err == cudaSuccess ? per_sm * sms : 0;
+}
+
+cudaError_t kernel_attributes(int variant, cudaFuncAttributes* out) {
+  const void* fn = kernel_for(variant);
+  if (fn == nullptr) return cudaErrorInvalidValue;
+  return cudaFuncGetAttributes(out, fn);
+}
+
+}  // namespace plain_build / xray_build
+}  // namespace monolith

@@ -1,0 +1,46 @@
+// monolith: host-side API of the megakernel (no torch, no pybind: bindings.cpp wraps this).
+#pragma once
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#include "config.cuh"
+#include "sync.cuh"
+#include "xray.cuh"
+
+namespace monolith {
+
+// Variants are compile-time configurations of one kernel source (megakernel.cu), never copies.
+enum Variant : int {
+  kVariantBf16Upstream = 0,  // the upstream design: 4 grid barriers + 2 flag syncs per layer
+};
+
+struct StepParams {
+  const uint16_t* w;           // packed layer weights, bf16 bits [kNumLayers * kLayerElems]
+  const uint16_t* norms;       // packed norm vectors, bf16 bits [kNumLayers * kNormLayerElems]
+  const uint16_t* embed;       // [kVocab, kHidden] bf16 bits; also the (tied) LM head
+  const uint16_t* final_norm;  // [kHidden] bf16 bits
+  const float* rope;           // [kContextCap][128]: cos of the 64 frequencies, then sin
+  uint16_t* kv;                // [kNumLayers][2][kNumKVHeads][kContextCap][kHeadDim] bf16 bits
+  float* scr;                  // fp32 scratch, kScrElems
+  float* logits;               // [kVocab] fp32
+  SyncState* sync;
+  const int32_t* token_in;     // token this launch consumes (device memory)
+  int32_t* token_out;          // greedy prediction (device memory), written by the last block
+  XrayEvent* xray;             // [grid][kXrayMaxEvents] or nullptr (ignored by the plain build)
+  long long timeout_cycles;    // bound on every spin-wait, in SM clock cycles
+  int stop_layer;              // phase diff: every block leaves after (stop_layer, stop_phase)
+  int stop_phase;              // StopPhase; kStopNever for a normal step
+};
+
+#define MONOLITH_DECLARE_BUILD(ns)                                                                 \
+  namespace ns {                                                                                   \
+  cudaError_t launch_step(const StepParams& p, int variant, int blocks, cudaStream_t stream);      \
+  /* blocks of this variant that fit co-resident on the whole device (occupancy API x SMs) */      \
+  int max_coresident_blocks(int variant, int device, cudaError_t* err);                            \
+  cudaError_t kernel_attributes(int variant, cudaFuncAttributes* out);                             \
+  }
+
+MONOLITH_DECLARE_BUILD(plain_build)
+MONOLITH_DECLARE_BUILD(xray_build)
+
+}  // namespace monolith

@@ -1,0 +1,83 @@
+// monolith X-ray: in-kernel phase tracer.
+//
+// Built only with -DMONOLITH_XRAY. Lane 0 of warp 0 of every block stamps the start and end of
+// each phase (%globaltimer for a clock shared by all SMs, clock64 for cycle resolution, %smid
+// for placement) and writes one 40-byte record per interval into a preallocated buffer:
+// events[block * kXrayMaxEvents + i]. Without the flag every macro expands to nothing, and the
+// plain build's SASS contains no %globaltimer read (tests/test_kernel_gpu.py checks it).
+// Phase ids come from kernel/xray_phases.def, the table the analyzer and the page also read.
+#pragma once
+#include <cstdint>
+
+namespace monolith {
+
+enum XrayPhase : uint16_t {
+#define XRAY_PHASE(id, name, kind, scope) kPhase_##name = id,
+#include "xray_phases.def"
+#undef XRAY_PHASE
+};
+
+struct XrayEvent {     // 40 bytes; layout mirrored by monolith/megakernel.py (XRAY_EVENT_DTYPE)
+  uint64_t g0, g1;     // %globaltimer at start / end (ns)
+  uint64_t c0, c1;     // clock64 at start / end (SM cycles)
+  uint16_t phase, layer, block, smid;
+};
+static_assert(sizeof(XrayEvent) == 40, "the host parses 40-byte records");
+
+// Per block per token: 28 layers x at most 9 intervals + the token-scope phases, with margin.
+constexpr int kXrayMaxEvents = 320;
+
+#if defined(MONOLITH_XRAY) && defined(__CUDACC__)
+__device__ __forceinline__ uint64_t xray_globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ uint32_t xray_smid() {
+  uint32_t s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+
+// Phases are contiguous: XRAY_BEGIN() opens the first interval at kernel entry and every
+// XRAY_END(phase, layer) closes the current one (naming it) and opens the next.
+struct XrayRecorder {
+  XrayEvent* out;  // this block's slots, or nullptr when this launch is not traced
+  int n;
+  uint64_t g0, c0;
+  __device__ __forceinline__ void begin() {
+    if (out != nullptr && threadIdx.x == 0) {
+      c0 = clock64();
+      g0 = xray_globaltimer();
+    }
+  }
+  __device__ __forceinline__ void end(uint16_t phase, int layer) {
+    if (out != nullptr && threadIdx.x == 0 && n < kXrayMaxEvents) {
+      XrayEvent e;
+      e.g1 = xray_globaltimer();
+      e.c1 = clock64();
+      e.g0 = g0;
+      e.c0 = c0;
+      e.phase = phase;
+      e.layer = uint16_t(layer);
+      e.block = uint16_t(blockIdx.x);
+      e.smid = uint16_t(xray_smid());
+      out[n++] = e;
+      g0 = e.g1;  // the next interval starts where this one ended: a block's phases tile its token
+      c0 = e.c1;
+    }
+  }
+};
+#define XRAY_INIT(buf) \
+  XrayRecorder xr{(buf) != nullptr ? (buf) + size_t(blockIdx.x) * kXrayMaxEvents : nullptr, 0, 0, 0}
+#define XRAY_BEGIN() xr.begin()
+#define XRAY_END(phase, layer) xr.end(kPhase_##phase, (layer))
+#define XRAY_COUNT() (xr.out != nullptr && threadIdx.x == 0 ? xr.n : 0)
+#else
+#define XRAY_INIT(buf) ((void)(buf))
+#define XRAY_BEGIN() ((void)0)
+#define XRAY_END(phase, layer) ((void)0)
+#define XRAY_COUNT() 0
+#endif
+
+}  // namespace monolith

@@ -1,0 +1,366 @@
+"""The megakernel engine: packs a checkpoint the way the kernel streams it, builds the CUDA
+extension for the GPU present, and runs one kernel launch per token.
+
+The extension (kernel/bindings.cpp + kernel/megakernel.cu + its X-ray build) is compiled on
+first use with torch's ninja-based loader into build/ext-<hash>/. Python owns every buffer;
+the kernel gets raw pointers. Everything that can be checked on the host is checked here
+before a launch: shapes and dtypes of the checkpoint, token ids, the context cap, and whether
+the grid can be co-resident (a persistent grid that cannot is a hang, so we refuse instead).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from datetime import UTC, datetime
+
+import numpy as np
+import torch
+
+from monolith import REPO_ROOT
+from monolith import config as C
+from monolith.engine import Engine
+from monolith.errors import MonolithError
+
+KERNEL_DIR = REPO_ROOT / "kernel"
+VARIANTS = json.loads((KERNEL_DIR / "variants.json").read_text())
+
+# ---- packed layout: the same formulas as kernel/config.cuh (tests/test_kernel_host.py parses
+# the header and checks every number below against it) ------------------------------------------
+QKV_ROWS = C.Q_DIM + 2 * C.KV_DIM
+GATEUP_ROWS = 2 * C.INTERMEDIATE
+OFF_QKV = 0
+OFF_O = OFF_QKV + QKV_ROWS * C.HIDDEN
+OFF_GATEUP = OFF_O + C.HIDDEN * C.Q_DIM
+OFF_DOWN = OFF_GATEUP + GATEUP_ROWS * C.HIDDEN
+LAYER_ELEMS = OFF_DOWN + C.HIDDEN * C.INTERMEDIATE
+NORM_IN_LN, NORM_POST_LN = 0, C.HIDDEN
+NORM_Q = 2 * C.HIDDEN
+NORM_K = NORM_Q + C.HEAD_DIM
+NORM_LAYER_ELEMS = NORM_K + C.HEAD_DIM
+THREADS = 512
+XRAY_FIELDS = ["block", "smid", "phase", "layer", "g0", "g1", "c0", "c1"]
+# One XrayEvent (kernel/xray.cuh): u64 g0, g1, c0, c1; u16 phase, layer, block, smid.
+XRAY_EVENT_DTYPE = np.dtype([("g0", "<u8"), ("g1", "<u8"), ("c0", "<u8"), ("c1", "<u8"),
+                             ("phase", "<u2"), ("layer", "<u2"), ("block", "<u2"), ("smid", "<u2")])
+ERRORS = {1: "grid barrier timed out", 2: "K/V flag wait timed out", 3: "attention-done wait timed out",
+          4: "token id out of range", 5: "position outside the KV cache", 6: "bad launch"}
+WAITS = {1: "barrier after qkv", 2: "flag kv", 3: "flag attention", 4: "barrier after oproj",
+         5: "barrier after gate/up", 6: "barrier after down"}
+
+
+def variant_spec(name: str) -> dict:
+    for v in VARIANTS["variants"]:
+        if v["name"] == name:
+            return v
+    raise MonolithError(f"unknown kernel variant {name!r}; known: {[v['name'] for v in VARIANTS['variants']]}")
+
+
+def pack_layer_weights(tensors: dict[str, torch.Tensor], num_layers: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pack every layer's matrices into the order the kernel streams them (see kernel/config.cuh):
+    [q|k|v rows][o][gate/up rows interleaved: 2r = gate r, 2r+1 = up r][down], and the norm
+    vectors [input_ln][post_ln][q_norm][k_norm]. Returns two flat bf16 tensors."""
+    w = torch.empty(num_layers * LAYER_ELEMS, dtype=torch.bfloat16)
+    n = torch.empty(num_layers * NORM_LAYER_ELEMS, dtype=torch.bfloat16)
+    for i in range(num_layers):
+        t = {k[len(f"model.layers.{i}."):]: v for k, v in tensors.items() if k.startswith(f"model.layers.{i}.")}
+        base = i * LAYER_ELEMS
+        qkv = torch.cat([t["self_attn.q_proj.weight"], t["self_attn.k_proj.weight"], t["self_attn.v_proj.weight"]])
+        w[base + OFF_QKV: base + OFF_O] = qkv.reshape(-1)
+        w[base + OFF_O: base + OFF_GATEUP] = t["self_attn.o_proj.weight"].reshape(-1)
+        gu = torch.stack([t["mlp.gate_proj.weight"], t["mlp.up_proj.weight"]], dim=1)  # [3072, 2, 1024]
+        w[base + OFF_GATEUP: base + OFF_DOWN] = gu.reshape(-1)
+        w[base + OFF_DOWN: base + LAYER_ELEMS] = t["mlp.down_proj.weight"].reshape(-1)
+        nb = i * NORM_LAYER_ELEMS
+        n[nb + NORM_IN_LN: nb + NORM_POST_LN] = t["input_layernorm.weight"]
+        n[nb + NORM_POST_LN: nb + NORM_Q] = t["post_attention_layernorm.weight"]
+        n[nb + NORM_Q: nb + NORM_K] = t["self_attn.q_norm.weight"]
+        n[nb + NORM_K: nb + NORM_LAYER_ELEMS] = t["self_attn.k_norm.weight"]
+    return w, n
+
+
+def rope_table(context_cap: int = C.CONTEXT_CAP, theta: float = C.ROPE_THETA, head_dim: int = C.HEAD_DIM) -> torch.Tensor:
+    """[cap, head_dim] fp32: cos of the head_dim/2 frequencies, then their sin (HF's formula:
+    inv_freq in fp32, angle = position * inv_freq in fp32)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    ang = torch.arange(context_cap, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    return torch.cat([ang.cos(), ang.sin()], dim=1).contiguous()
+
+
+def kv_bytes_per_position(num_layers: int = C.NUM_LAYERS) -> int:
+    return num_layers * 2 * C.KV_DIM * 2
+
+
+def bytes_per_token(position: int, num_layers: int = C.NUM_LAYERS) -> int:
+    """Bytes one step reads from DRAM: all layer weights and norms, the LM head (= embedding),
+    the embedding row of the input token, and K/V of positions 0..position."""
+    layers = num_layers * (LAYER_ELEMS + NORM_LAYER_ELEMS) * 2
+    head = C.VOCAB * C.HIDDEN * 2 + C.HIDDEN * 2
+    return layers + head + C.HIDDEN * 2 + (position + 1) * kv_bytes_per_position(num_layers)
+
+
+def _arch_flags() -> list[str]:
+    major, minor = torch.cuda.get_device_capability()
+    if major == 9:
+        return ["-gencode=arch=compute_90a,code=sm_90a"]
+    if major == 12:
+        return [f"-gencode=arch=compute_{major}{minor}a,code=sm_{major}{minor}a"]
+    raise MonolithError(f"monolith's kernel targets Hopper (sm_90a) and RTX 50-series (sm_120a); this GPU is sm_{major}{minor}")
+
+
+_EXT = None
+
+
+def load_extension(verbose: bool = False):
+    """Build (once, cached by source hash and arch) and import the extension."""
+    global _EXT
+    if _EXT is not None:
+        return _EXT
+    if not torch.cuda.is_available():
+        raise MonolithError("the megakernel needs a CUDA GPU; none is visible (use --engine reference on CPU)")
+    from torch.utils.cpp_extension import load
+
+    flags = _arch_flags()
+    sources = [KERNEL_DIR / "bindings.cpp", KERNEL_DIR / "megakernel.cu", KERNEL_DIR / "megakernel_xray.cu"]
+    h = hashlib.sha256(" ".join(flags).encode())
+    for f in sorted(KERNEL_DIR.glob("*")):
+        if f.suffix in {".cu", ".cuh", ".cpp", ".def", ".h"}:
+            h.update(f.name.encode() + f.read_bytes())
+    tag = h.hexdigest()[:12]
+    build_dir = REPO_ROOT / "build" / f"ext-{tag}"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    cuda_flags = ["-O3", "-std=c++17", "-lineinfo", *flags, *VARIANTS.get("extra_flags_nvcc", [])]
+    _EXT = load(name=f"monolith_mk_{tag}", sources=[str(s) for s in sources], extra_cuda_cflags=cuda_flags,
+                extra_cflags=["-O2", "-std=c++17"], extra_include_paths=[str(KERNEL_DIR)],
+                build_directory=str(build_dir), verbose=verbose)
+    _EXT.build_info = {"tag": tag, "nvcc_flags": cuda_flags, "build_dir": str(build_dir)}
+    return _EXT
+
+
+def check_constants(k: dict) -> None:
+    """The compiled kernel's layout must be exactly the one this module packs for."""
+    expect = {"hidden": C.HIDDEN, "intermediate": C.INTERMEDIATE, "num_layers": C.NUM_LAYERS, "vocab": C.VOCAB,
+              "num_q_heads": C.NUM_Q_HEADS, "num_kv_heads": C.NUM_KV_HEADS, "head_dim": C.HEAD_DIM,
+              "context_cap": C.CONTEXT_CAP, "threads": THREADS, "layer_elems": LAYER_ELEMS, "off_qkv": OFF_QKV,
+              "off_o": OFF_O, "off_gateup": OFF_GATEUP, "off_down": OFF_DOWN, "norm_layer_elems": NORM_LAYER_ELEMS,
+              "norm_in_ln": NORM_IN_LN, "norm_post_ln": NORM_POST_LN, "norm_q": NORM_Q, "norm_k": NORM_K,
+              "xray_event_bytes": XRAY_EVENT_DTYPE.itemsize}
+    bad = {name: (v, k.get(name)) for name, v in expect.items() if k.get(name) != v}
+    if bad:
+        raise MonolithError(f"kernel/config.cuh and monolith/config.py disagree (python, kernel): {bad}")
+
+
+class MegakernelEngine(Engine):
+    """One persistent-kernel launch per token. See monolith.engine.Engine for the contract."""
+
+    def __init__(self, ckpt, variant: str = "bf16-upstream", xray: bool = False, blocks: int | None = None,
+                 timeout_s: float = 1.0, device: str = "cuda"):
+        if ckpt.shape.num_layers != C.NUM_LAYERS:
+            raise MonolithError(f"the kernel is compiled for {C.NUM_LAYERS} layers; checkpoint has {ckpt.shape.num_layers}")
+        self.ext = load_extension()
+        self.k = dict(self.ext.constants())
+        check_constants(self.k)
+        self.spec = variant_spec(variant)
+        self.variant, self.variant_id, self.xray = variant, int(self.spec["id"]), bool(xray)
+        self.device = torch.device(device)
+        props = torch.cuda.get_device_properties(self.device)
+        self.sm_count = props.multi_processor_count
+        self.blocks = int(blocks or self.sm_count)
+        if not (self.k["min_blocks"] <= self.blocks <= self.k["max_grid"]):
+            raise MonolithError(f"blocks must be in [{self.k['min_blocks']}, {self.k['max_grid']}], got {self.blocks}")
+        fit = self.ext.max_coresident(self.variant_id, self.xray, self.device.index or 0)
+        if self.blocks > fit:
+            raise MonolithError(
+                f"a grid of {self.blocks} blocks x {THREADS} threads cannot be co-resident on {props.name}: "
+                f"the occupancy API allows {fit}. A persistent kernel with grid barriers would hang; refusing.")
+        # ~2 GHz SM clock: the bound is in cycles so the plain build needs no global timer.
+        self.timeout_cycles = int(timeout_s * 2.0e9)
+        self.name = f"megakernel-{variant}" + ("-xray" if xray else "")
+        self.weights = ckpt.describe() if hasattr(ckpt, "describe") else {}
+
+        t = ckpt.tensors
+        w, n = pack_layer_weights(t, C.NUM_LAYERS)
+        dev = self.device
+        self.w, self.norms = w.to(dev), n.to(dev)
+        self.embed = t["model.embed_tokens.weight"].to(dev, torch.bfloat16).contiguous()
+        self.final_norm = t["model.norm.weight"].to(dev, torch.bfloat16).contiguous()
+        self.rope = rope_table().to(dev)
+        self.kv = torch.zeros(C.NUM_LAYERS * 2 * C.KV_DIM * C.CONTEXT_CAP, dtype=torch.bfloat16, device=dev)
+        self.scr = torch.zeros(self.k["scr_elems"], dtype=torch.float32, device=dev)
+        self.logits_buf = torch.zeros(C.VOCAB, dtype=torch.float32, device=dev)
+        self.sync = torch.zeros(self.k["sync_bytes"] // 4, dtype=torch.int32, device=dev)
+        self.xray_buf = torch.zeros(self.blocks * self.k["xray_max_events"] * XRAY_EVENT_DTYPE.itemsize,
+                                    dtype=torch.uint8, device=dev) if xray else None
+        self._scratch_tokens = torch.zeros(C.CONTEXT_CAP + 1, dtype=torch.int32, device=dev)
+        attrs = dict(self.ext.attributes(self.variant_id, self.xray))
+        self.info = {"variant": variant, "xray": self.xray, "blocks": self.blocks, "threads": THREADS,
+                     "sm_count": self.sm_count, "coresident_limit": fit, "kernel_attributes": attrs,
+                     "build": self.ext.build_info, "context_cap": C.CONTEXT_CAP,
+                     "grid_barriers_per_layer": self.spec["grid_barriers_per_layer"],
+                     "flag_syncs_per_layer": self.spec["flag_syncs_per_layer"],
+                     "time_model": {"bytes_layer": (LAYER_ELEMS + NORM_LAYER_ELEMS) * 2,
+                                    "bytes_head": C.VOCAB * C.HIDDEN * 2,
+                                    "syncs_per_layer": self.spec["grid_barriers_per_layer"] + self.spec["flag_syncs_per_layer"]}}
+        self.reset()
+
+    # ---- low level ----------------------------------------------------------------------
+    def _launch(self, in_ptr: int, out_ptr: int, stop: tuple[int, int] = (99, 99), record: bool = True) -> None:
+        xray_ptr = self.xray_buf.data_ptr() if (self.xray_buf is not None and record) else 0
+        self.ext.launch(self.variant_id, self.blocks, self.xray, self.w.data_ptr(), self.norms.data_ptr(),
+                        self.embed.data_ptr(), self.final_norm.data_ptr(), self.rope.data_ptr(), self.kv.data_ptr(),
+                        self.scr.data_ptr(), self.logits_buf.data_ptr(), self.sync.data_ptr(), in_ptr, out_ptr, xray_ptr,
+                        self.timeout_cycles, stop[0], stop[1], torch.cuda.current_stream(self.device).cuda_stream)
+
+    def _sync_state(self) -> dict:
+        s = self.sync.cpu().tolist()
+        return {"bar": s[0], "attn_done": s[1], "done": s[2], "error": s[3], "error_info": s[4], "pos": s[5],
+                "steps": s[6], "kv_flag": s[8:16]}
+
+    def check(self) -> None:
+        """One host sync: raise a clear error if any launch since the last check failed."""
+        torch.cuda.synchronize(self.device)
+        st = self._sync_state()
+        if st["error"]:
+            code, info = st["error"], st["error_info"]
+            where = f"layer {info // 16}, {WAITS.get(info % 16, 'wait ' + str(info % 16))}" if code in (1, 2, 3) else f"value {info}"
+            self.reset()
+            raise MonolithError(f"megakernel step failed: {ERRORS.get(code, code)} ({where}); engine state reset")
+
+    def _set_position(self, pos: int) -> None:
+        self.sync.zero_()
+        self.sync[5] = pos
+        self.position = pos
+
+    def _check_tokens(self, tokens: torch.Tensor) -> None:
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= C.VOCAB):
+            bad = tokens[(tokens < 0) | (tokens >= C.VOCAB)][0].item()
+            raise MonolithError(f"token id {bad} is outside the vocabulary [0, {C.VOCAB})")
+
+    def _check_room(self, n: int) -> None:
+        if self.position + n > C.CONTEXT_CAP:
+            raise MonolithError(f"position {self.position + n} is past the context cap of {C.CONTEXT_CAP} "
+                                f"(KV cache capacity); reset() or use a shorter sequence")
+
+    def _forced(self, tokens, want_logits: bool = False):
+        toks = torch.as_tensor(tokens, dtype=torch.int32).reshape(-1)
+        self._check_tokens(toks)
+        n = toks.numel()
+        self._check_room(n)
+        toks = toks.to(self.device)
+        preds = torch.empty(n, dtype=torch.int32, device=self.device)
+        out = torch.empty(n, C.VOCAB, dtype=torch.float32, device=self.device) if want_logits else None
+        for i in range(n):
+            self._launch(toks.data_ptr() + 4 * i, preds.data_ptr() + 4 * i)
+            if out is not None:
+                out[i].copy_(self.logits_buf, non_blocking=True)
+        self.position += n
+        self.check()
+        return preds.long(), out
+
+    # ---- Engine interface -----------------------------------------------------------------
+    def reset(self) -> None:
+        self._set_position(0)
+
+    def prefill(self, tokens: list[int]) -> int:
+        if len(tokens) == 0:
+            raise MonolithError("prefill needs at least one token")
+        preds, _ = self._forced(tokens)
+        return int(preds[-1])
+
+    def decode(self, first_token: int, n: int) -> torch.Tensor:
+        self._check_tokens(torch.tensor([first_token]))
+        self._check_room(n)
+        buf = torch.empty(n + 1, dtype=torch.int32, device=self.device)
+        buf[0] = first_token
+        base = buf.data_ptr()
+        for i in range(n):  # stream-ordered launches: no host sync per token
+            self._launch(base + 4 * i, base + 4 * (i + 1))
+        self.position += n
+        self.check()
+        return buf[1:].long()
+
+    def teacher_forced(self, tokens) -> torch.Tensor:
+        return self._forced(tokens)[0]
+
+    def logits(self, tokens) -> torch.Tensor:
+        return self._forced(tokens, want_logits=True)[1]
+
+    def bytes_per_token(self, position: int) -> int:
+        return bytes_per_token(position)
+
+    # ---- test and instrument modes --------------------------------------------------------
+    def step_until(self, token: int, stop_layer: int, stop_phase: int) -> dict[str, torch.Tensor]:
+        """Run one step that stops after (layer, phase) and return the intermediate buffers
+        (phase diff against the reference). Does not advance the position."""
+        self._check_tokens(torch.tensor([token]))
+        self._check_room(1)
+        pos = self.position
+        tok = torch.tensor([token], dtype=torch.int32, device=self.device)
+        self.scr.fill_(float("nan"))  # poison: a buffer the kernel did not write stays NaN
+        self._launch(tok.data_ptr(), self._scratch_tokens.data_ptr(), stop=(stop_layer, stop_phase), record=False)
+        self.check()
+        self._set_position(pos)
+        k = self.k
+        s = self.scr
+
+        def seg(off: int, n: int) -> torch.Tensor:
+            return s[off: off + n].clone()
+
+        L = stop_layer
+        kv = self.kv.view(C.NUM_LAYERS, 2, C.NUM_KV_HEADS, C.CONTEXT_CAP, C.HEAD_DIM)
+        return {"normed_in": seg(k["scr_norm_in"], C.HIDDEN), "qkv": seg(k["scr_qkv"], QKV_ROWS),
+                "q": seg(k["scr_qrot"], C.Q_DIM).view(C.NUM_Q_HEADS, C.HEAD_DIM),
+                "k": seg(k["scr_krot"], C.KV_DIM).view(C.NUM_KV_HEADS, C.HEAD_DIM),
+                "k_cache": kv[L, 0, :, pos].float().clone(), "v_cache": kv[L, 1, :, pos].float().clone(),
+                "attn_out": seg(k["scr_attn"], C.Q_DIM), "hidden": seg(k["scr_hidden"], C.HIDDEN),
+                "normed_post": seg(k["scr_norm_post"], C.HIDDEN), "mlp_act": seg(k["scr_act"], C.INTERMEDIATE)}
+
+    def record_xray(self, prompt_tokens: list[int], position: int = 128) -> tuple[dict, np.ndarray]:
+        """Decode from the prompt up to `position`, trace the step that consumes that position,
+        and return (meta, events int64 [N, 8]: block, smid, phase, layer, g0, g1, c0, c1)."""
+        if not self.xray:
+            raise MonolithError("record_xray needs MegakernelEngine(..., xray=True)")
+        if not (len(prompt_tokens) <= position < C.CONTEXT_CAP):
+            raise MonolithError(f"position {position} must be >= prompt length {len(prompt_tokens)} and < {C.CONTEXT_CAP}")
+        self.reset()
+        nxt = self.prefill(prompt_tokens)
+        if position > self.position:
+            nxt = int(self.decode(nxt, position - self.position)[-1])
+        self.xray_buf.zero_()
+        tok = torch.tensor([nxt], dtype=torch.int32, device=self.device)
+        out = torch.empty(1, dtype=torch.int32, device=self.device)
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        self._launch(tok.data_ptr(), out.data_ptr())
+        e1.record()
+        self.position += 1
+        self.check()
+        raw = np.frombuffer(self.xray_buf.cpu().numpy().tobytes(), dtype=XRAY_EVENT_DTYPE)
+        raw = raw[(raw["g0"] != 0) | (raw["g1"] != 0)]
+        events = np.stack([raw[f].astype(np.int64) for f in XRAY_FIELDS], axis=1) if len(raw) else np.zeros((0, 8), np.int64)
+        props = torch.cuda.get_device_properties(self.device)
+        meta = {"variant": self.variant, "gpu": props.name, "sm_count": self.sm_count, "blocks": self.blocks,
+                "threads": THREADS, "position": position, "token_time_us": e0.elapsed_time(e1) * 1000.0,
+                "sm_clock_mhz": _sm_clock_mhz(), "build": self.ext.build_info, "weights": self.weights,
+                "kernel_attributes": self.info["kernel_attributes"], "next_token": int(out.item()),
+                "created": datetime.now(UTC).isoformat(timespec="seconds")}
+        return meta, events
+
+
+def _sm_clock_mhz() -> float | None:
+    import subprocess
+
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"],
+                           capture_output=True, text=True, timeout=10)
+        return float(r.stdout.split()[0])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+
+
+def wall_time_tokens_per_s(engine: MegakernelEngine, first: int, n: int) -> float:
+    """Quick host-clock tok/s for `monolith generate` (the harness uses CUDA events instead)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    engine.decode(first, n)
+    return n / (time.perf_counter() - t0)

@@ -1,0 +1,133 @@
+"""Host-side checks of the megakernel (no GPU): the packed layout, the config header, the
+RoPE table, the byte model, and the refusals that happen before any launch."""
+import json
+import re
+
+import pytest
+import torch
+
+from monolith import REPO_ROOT
+from monolith import config as C
+from monolith import megakernel as mk
+from monolith.errors import MonolithError
+
+
+def parse_config_header() -> dict[str, float]:
+    """Evaluate every `constexpr <type> kName = <expr>;` of kernel/config.cuh in order."""
+    env: dict[str, float] = {}
+    text = (REPO_ROOT / "kernel" / "config.cuh").read_text()
+    for m in re.finditer(r"constexpr\s+(?:int64_t|int|float)\s+(k\w+)\s*=\s*([^;]+);", text):
+        expr = re.sub(r"int64_t\(([^)]*)\)", r"(\1)", m.group(2))
+        expr = re.sub(r"(\d(?:\.\d*)?(?:e-?\d+)?)f\b", r"\1", expr)
+        env[m.group(1)] = eval(expr, {}, dict(env))  # noqa: S307 (our own header)
+    return env
+
+
+def test_header_matches_python_config():
+    h = parse_config_header()
+    assert h["kHidden"] == C.HIDDEN and h["kIntermediate"] == C.INTERMEDIATE
+    assert h["kNumLayers"] == C.NUM_LAYERS and h["kVocab"] == C.VOCAB
+    assert h["kNumQHeads"] == C.NUM_Q_HEADS and h["kNumKVHeads"] == C.NUM_KV_HEADS and h["kHeadDim"] == C.HEAD_DIM
+    assert h["kContextCap"] == C.CONTEXT_CAP and h["kContextCap"] >= 2048
+    assert h["kRmsEps"] == pytest.approx(C.RMS_EPS)
+    assert h["kThreads"] == mk.THREADS
+
+
+def test_header_matches_packing_offsets():
+    h = parse_config_header()
+    assert (h["kOffQKV"], h["kOffO"], h["kOffGateUp"], h["kOffDown"], h["kLayerElems"]) == (
+        mk.OFF_QKV, mk.OFF_O, mk.OFF_GATEUP, mk.OFF_DOWN, mk.LAYER_ELEMS)
+    assert (h["kNormInLn"], h["kNormPostLn"], h["kNormQ"], h["kNormK"], h["kNormLayerElems"]) == (
+        mk.NORM_IN_LN, mk.NORM_POST_LN, mk.NORM_Q, mk.NORM_K, mk.NORM_LAYER_ELEMS)
+    # MISSION §2: a bf16 layer is ~31.5 MB (15.7 M weights)
+    assert h["kLayerBytes"] == mk.LAYER_ELEMS * 2
+    assert 31.4e6 < h["kLayerBytes"] < 31.5e6
+    assert h["kSmemBytes"] <= 48 * 1024
+
+
+def _fake_layer_tensors(num_layers: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    shape = C.ModelShape(num_layers=num_layers)
+    out = {}
+    for name, s in shape.weight_shapes().items():
+        if name.startswith("model.layers."):
+            out[name] = torch.randn(s, generator=gen).to(torch.bfloat16)
+    return out
+
+
+def test_pack_layer_weights_places_every_row():
+    g = torch.Generator().manual_seed(1234)
+    t = _fake_layer_tensors(2, g)
+    w, n = mk.pack_layer_weights(t, 2)
+    assert w.numel() == 2 * mk.LAYER_ELEMS and n.numel() == 2 * mk.NORM_LAYER_ELEMS
+    H = C.HIDDEN
+    for i in (0, 1):
+        base = i * mk.LAYER_ELEMS
+        pre = f"model.layers.{i}."
+
+        def row(off, r, k=H, base=base):
+            return w[base + off + r * k: base + off + (r + 1) * k]
+
+        assert torch.equal(row(mk.OFF_QKV, 5), t[pre + "self_attn.q_proj.weight"][5])
+        assert torch.equal(row(mk.OFF_QKV, C.Q_DIM + 7), t[pre + "self_attn.k_proj.weight"][7])
+        assert torch.equal(row(mk.OFF_QKV, C.Q_DIM + C.KV_DIM + 9), t[pre + "self_attn.v_proj.weight"][9])
+        assert torch.equal(row(mk.OFF_O, 3, C.Q_DIM), t[pre + "self_attn.o_proj.weight"][3])
+        assert torch.equal(row(mk.OFF_GATEUP, 2 * 11), t[pre + "mlp.gate_proj.weight"][11])
+        assert torch.equal(row(mk.OFF_GATEUP, 2 * 11 + 1), t[pre + "mlp.up_proj.weight"][11])
+        assert torch.equal(row(mk.OFF_DOWN, 1023, C.INTERMEDIATE), t[pre + "mlp.down_proj.weight"][1023])
+        nb = i * mk.NORM_LAYER_ELEMS
+        assert torch.equal(n[nb + mk.NORM_K: nb + mk.NORM_K + C.HEAD_DIM], t[pre + "self_attn.k_norm.weight"])
+        assert torch.equal(n[nb + mk.NORM_POST_LN: nb + mk.NORM_Q], t[pre + "post_attention_layernorm.weight"])
+
+
+def test_rope_table_uses_theta_1e6():
+    r = mk.rope_table(context_cap=300)
+    assert r.shape == (300, C.HEAD_DIM) and r.dtype == torch.float32
+    pos, i = 257, 5
+    ang = pos * (1.0 / (1e6 ** (2 * i / 128)))
+    assert r[pos, i].item() == pytest.approx(torch.tensor(ang).cos().item(), abs=1e-5)
+    assert r[pos, 64 + i].item() == pytest.approx(torch.tensor(ang).sin().item(), abs=1e-5)
+    wrong = mk.rope_table(context_cap=300, theta=10_000.0)
+    assert (wrong[pos] - r[pos]).abs().max() > 0.1  # the theta bug would be visible
+
+
+def test_byte_model_matches_mission():
+    b0 = mk.bytes_per_token(0)
+    # MISSION §2: ~880.9 MB layers + 311.2 MB LM head in bf16; KV 114.7 KB per position
+    assert 1.19e9 < b0 < 1.195e9
+    assert mk.kv_bytes_per_position() == 114_688
+    assert mk.bytes_per_token(256) - b0 == 256 * 114_688
+
+
+def test_variants_file_is_consistent():
+    spec = json.loads((REPO_ROOT / "kernel" / "variants.json").read_text())
+    names = [v["name"] for v in spec["variants"]]
+    assert names[0] == "bf16-upstream" and len(set(names)) == len(names)
+    assert mk.variant_spec("bf16-upstream")["id"] == 0
+    with pytest.raises(MonolithError, match="unknown kernel variant"):
+        mk.variant_spec("fp9")
+    src = (REPO_ROOT / spec["source"]).read_text()
+    assert "kVariantBf16Upstream" in src
+
+
+def test_check_constants_names_the_mismatch():
+    good = {"hidden": C.HIDDEN, "intermediate": C.INTERMEDIATE, "num_layers": C.NUM_LAYERS, "vocab": C.VOCAB,
+            "num_q_heads": C.NUM_Q_HEADS, "num_kv_heads": C.NUM_KV_HEADS, "head_dim": C.HEAD_DIM,
+            "context_cap": C.CONTEXT_CAP, "threads": mk.THREADS, "layer_elems": mk.LAYER_ELEMS, "off_qkv": mk.OFF_QKV,
+            "off_o": mk.OFF_O, "off_gateup": mk.OFF_GATEUP, "off_down": mk.OFF_DOWN,
+            "norm_layer_elems": mk.NORM_LAYER_ELEMS, "norm_in_ln": mk.NORM_IN_LN, "norm_post_ln": mk.NORM_POST_LN,
+            "norm_q": mk.NORM_Q, "norm_k": mk.NORM_K, "xray_event_bytes": 40}
+    mk.check_constants(good)
+    with pytest.raises(MonolithError, match="context_cap"):
+        mk.check_constants({**good, "context_cap": 2048})
+
+
+def test_xray_record_layout_is_40_bytes():
+    assert mk.XRAY_EVENT_DTYPE.itemsize == 40
+    text = (REPO_ROOT / "kernel" / "xray.cuh").read_text()
+    assert "uint64_t g0, g1;" in text and "uint64_t c0, c1;" in text and "uint16_t phase, layer, block, smid;" in text
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
+def test_no_gpu_is_a_clear_error():
+    with pytest.raises(MonolithError, match="needs a CUDA GPU"):
+        mk.load_extension()
