@@ -71,7 +71,7 @@ def process_raw(raw: Path, *, out_dir: Path = RAW_DIR, page_dir: Path = PAGE_DIR
     return out
 
 
-def record(model: str | None, variant: str, position: int, prompt: str, out_dir: Path) -> Path:
+def record(model: str | None, variant: str, position: int, prompt: str, out_dir: Path, blocks: int | None = None) -> Path:
     """Run one traced token on the GPU and save the raw trace; clear errors when it cannot."""
     try:
         import torch
@@ -96,7 +96,7 @@ def record(model: str | None, variant: str, position: int, prompt: str, out_dir:
     tokens = load_tokenizer(ckpt_dir).encode(prompt)
     if not 1 <= len(tokens) <= position:
         raise MonolithError(f"the prompt has {len(tokens)} tokens; --position {position} must be >= that and >= 1")
-    engine = MegakernelEngine(ckpt, variant=variant, xray=True)
+    engine = MegakernelEngine(ckpt, variant=variant, xray=True, blocks=blocks)
     if not hasattr(engine, "record_xray"):
         raise MonolithError("MegakernelEngine has no record_xray(); this build of the engine cannot trace")
     meta, events = engine.record_xray(tokens, position)
@@ -106,6 +106,9 @@ def record(model: str | None, variant: str, position: int, prompt: str, out_dir:
     meta.setdefault("weights", ckpt.describe())
     meta.setdefault("created", _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
     meta.setdefault("prompt_tokens", len(tokens))
+    k = getattr(engine, "k", None)
+    if isinstance(k, dict) and "xray_max_events" in k:
+        meta.setdefault("xray_max_events", int(k["xray_max_events"]))
     path = save_raw(out_dir / f"{_slug(meta['variant'])}.raw.npz", meta, events)
     con.print(f"raw trace: {path} ({len(events)} events)")
     return path
@@ -164,9 +167,10 @@ def register(app: typer.Typer) -> None:
         page_dir: Path = typer.Option(PAGE_DIR, "--page-dir", help="where the page trace <variant>.json.gz goes"),
         summary: Path = typer.Option(M2_SUMMARY, "--summary", help="summary JSON keyed by variant"),
         png: bool = typer.Option(True, "--png/--no-png", help="write the matplotlib Gantt chart"),
+        blocks: int = typer.Option(None, "--blocks", help="grid size (default: one block per SM)"),
     ) -> None:
         """Record one token's X-ray on the GPU (needs -DMONOLITH_XRAY build), analyze and export it."""
-        raw = record(model, variant, position, prompt, out_dir)
+        raw = record(model, variant, position, prompt, out_dir, blocks)
         out = process_raw(raw, out_dir=out_dir, page_dir=page_dir, png=png, summary_path=summary)
         con.print(json.dumps(out, indent=1))
 

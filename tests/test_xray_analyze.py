@@ -105,3 +105,17 @@ def test_cli_and_png(tmp_path, trace):
     assert main([str(tmp_path / "missing.npz")]) == 2
     png = gantt_png(meta, ev, tmp_path / "g.png", width_px=600)
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_kernel_style_meta_and_warnings(tmp_path):
+    """meta as MegakernelEngine.record_xray writes it (sm_clock_mhz may be None, nested build info)."""
+    from monolith.xray.raw import load_raw, save_raw
+    meta, ev = generate(sm_count=12, blocks=10, layers=3, idle_sms=(2, 7), seed=5)
+    meta.pop("truth")
+    meta.update(sm_clock_mhz=None, build={"flags": ["-DMONOLITH_XRAY"]}, kernel_attributes={"regs": 128},
+                xray_max_events=int(np.bincount(ev[:, 0]).max()), token_time_us=meta["token_time_us"] * 1.2)
+    m2, e2 = load_raw(save_raw(tmp_path / "k.raw.npz", meta, ev))
+    s = analyze(m2, e2)
+    text = " ".join(s["warnings"])
+    assert "truncated" in text and "more than 5%" in text
+    assert not s["span_vs_token_time"]["within_5pct"]

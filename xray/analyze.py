@@ -27,6 +27,8 @@ from monolith.errors import MonolithError
 
 UPSTREAM = {"us_per_layer": 28.0, "barrier_us_per_layer": 8.8, "source": "AlpinDale/qwen_megakernel README (RTX 5090)"}
 SUMMARY_SCHEMA = "monolith-xray-summary/1"
+NOMINAL_SM_MHZ = 1980.0  # H200 measured SM clock (MISSION §1); used only when a fit is impossible
+XRAY_MAX_EVENTS = 320    # kernel/xray.cuh kXrayMaxEvents, when meta does not say
 
 # ---------------------------------------------------------------- clock alignment
 
@@ -60,7 +62,7 @@ def align(meta: dict, events: np.ndarray, method: str = "clock64-fit") -> dict:
         y = (g - gref).astype(np.float64)
         if x.max() - x.min() < 1000 * 1.0 or len(x) < 4:
             # too short to fit a slope: use the nominal SM clock and fit only the offset
-            a = 1000.0 / float(meta["sm_clock_mhz"])
+            a = 1000.0 / float(meta.get("sm_clock_mhz") or NOMINAL_SM_MHZ)
             b = float(np.mean(y - a * x))
             how = "offset-only"
         else:
@@ -200,7 +202,21 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
     mean_layer = float(layer_us.mean()) if len(layer_us) else None
 
     token_us = float(meta["token_time_us"])
+    warnings = []
+    per_block = np.bincount(blk, minlength=nblocks)
+    cap = int(meta.get("xray_max_events") or XRAY_MAX_EVENTS)
+    if per_block.max() >= cap:
+        warnings.append(f"blocks {np.nonzero(per_block >= cap)[0].tolist()[:8]} filled all {cap} event slots: "
+                        "their trace is truncated (raise kXrayMaxEvents)")
+    if (per_block == 0).any():
+        warnings.append(f"{int((per_block == 0).sum())} of {nblocks} blocks recorded no events")
+    if al["residual_ns"]["max"] > 2 * al["tick_ns"]:
+        warnings.append(f"clock fit residual {al['residual_ns']['max']:.0f} ns exceeds 2 globaltimer ticks: "
+                        "the SM clock changed during the token (throttling?) or stamps are torn")
+    if abs(span / 1e3 / token_us - 1) > 0.05:
+        warnings.append(f"trace span {span / 1e3:.1f} µs differs from the CUDA-event token time {token_us:.1f} µs by more than 5%")
     return {
+        "warnings": warnings,
         "schema": SUMMARY_SCHEMA,
         "meta": {k: v for k, v in meta.items() if k != "truth"},
         "events": int(len(ev)),
@@ -277,6 +293,8 @@ def print_report(summ: dict, console=None) -> None:
     i = summ["idle"]
     con.print(f"idle SMs (no block): {i['idle_sms'] or 'none'} · busy-SM idle total {i['busy_sm_idle_us_total']:.1f} µs "
               f"in {i['gaps']} gaps ≥ {i['gap_min_ns']:.0f} ns")
+    for w_ in summ.get("warnings", []):
+        con.print(f"[bold yellow]warning:[/] {w_}")
     r = summ["span_vs_token_time"]
     con.print(f"trace span {summ['trace_span_us']:.1f} µs vs token time {summ['token_time_us']:.1f} µs: "
               f"ratio {r['ratio']:.3f} ({'within' if r['within_5pct'] else 'OUTSIDE'} 5%)")

@@ -23,10 +23,11 @@ COLUMNS = ("block", "smid", "phase", "layer", "g0", "g1", "c0", "c1")
 COL = {name: i for i, name in enumerate(COLUMNS)}
 REQUIRED_META = {
     "variant": str, "gpu": str, "sm_count": int, "blocks": int, "threads": int, "position": int,
-    "sm_clock_mhz": (int, float), "token_time_us": (int, float),
+    "sm_clock_mhz": (int, float, type(None)), "token_time_us": (int, float),
 }
-# Optional but documented: build (str), weights (dict|str), created (iso str), synthetic (bool),
-# globaltimer_tick_ns (int, default 32), truth (synthetic traces only: the generator's answers).
+# sm_clock_mhz may be null (nvidia-smi absent). Optional: build, weights (dict|str), created (iso
+# str), synthetic (bool), globaltimer_tick_ns (int, default 32), xray_max_events (per-block slots,
+# for the truncation check), truth (synthetic traces only: the generator's answers).
 
 
 def _check_events(events, where: str) -> np.ndarray:
@@ -97,7 +98,7 @@ def save_raw(path, meta: dict, events) -> Path:
     m = dict(meta, format=RAW_FORMAT, version=RAW_VERSION)
     with open(p, "wb") as f:
         np.savez_compressed(
-            f, meta_json=np.array(json.dumps(m, sort_keys=True)),
+            f, meta_json=np.array(json.dumps(m, sort_keys=True, default=str)),
             block=ev[:, 0].astype(np.uint16), smid=ev[:, 1].astype(np.uint16),
             phase=ev[:, 2].astype(np.uint16), layer=ev[:, 3].astype(np.uint16),
             g0_delta=delta(ev[:, 4]), g_dur=ev[:, 5] - ev[:, 4],
