@@ -87,6 +87,9 @@ constexpr int kSmemBytes = (kSmemX + kSmemPartials + kSmemScores + kSmemAttnAcc 
 static_assert(kSmemBytes <= 48 * 1024, "static shared memory must stay under 48 KB (no opt-in needed)");
 
 // ---- the phases a test can stop after (phase diff) ----------------------------------------
-enum StopPhase : int { kStopQKV = 0, kStopAttn = 1, kStopO = 2, kStopGateUp = 3, kStopDown = 4, kStopNever = 99 };
+enum StopPhase : int { kStopQKV = 0, kStopAttn = 1, kStopO = 2, kStopGateUp = 3, kStopDown = 4, kStopNever = 99,
+                       // fault injection for the hang test: block 0 leaves at once, so every other
+                       // block must time out at the first barrier and report it (never hang)
+                       kFaultBlock0Exits = 100 };
 
 }  // namespace monolith

@@ -12,7 +12,7 @@
 //   attn     blocks 0..15, one per q head: QK-norm, RoPE, K/V append, attention over the cache;
 //            the even head of each KV pair appends K/V and raises a flag the odd head waits on
 //            (flag sync 1); meanwhile every other block prefetches this layer's O, gate/up and
-//            down weights into L2 (bulk prefetch), so the next phases read from L2
+//            down weights and the next layer's qkv into L2 (bulk prefetch)
 //   -- flag sync 2: all blocks wait until the 16 heads are done --
 //   oproj    O-projection rows + residual add
 //   -- grid barrier 2 --
@@ -23,6 +23,8 @@
 // then the final RMSNorm, the LM-head rows with a per-block argmax, and the last block to finish
 // reduces the per-block winners into the token (no fifth barrier: an arrival counter).
 // Every reduction runs in a fixed order, so a step is bitwise deterministic.
+// Each phase's first weight loads are issued before the barrier or flag that guards its input
+// (weights never depend on activations), so the barrier wait overlaps the memory latency.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -50,6 +52,9 @@ struct VariantCfg<kVariantBf16Upstream> {
   static constexpr int kRowsPerIterHead = 4;    // LM head: 1152 rows per block, 16 loads per lane
   static constexpr int kUnitsPerIterO = 1;      // O: 8 rows x 2 chunks = 16 units = one per warp
   static constexpr int kUnitsPerIterDown = 2;   // down: 8 rows x 3 chunks = 24 units
+  static constexpr int kRowsPerIterGateUp = 4;  // 2 gate/up pairs per warp: 46 rows in one round
+  static constexpr int kVUnroll = 8;            // attention V rows in flight per warp
+  static constexpr int kHeadPrefetchDistance = 4;  // LM head: L2 prefetch 4 iterations ahead
 };
 
 __device__ __forceinline__ int64_t part_begin(int64_t n, int parts, int i) { return n * i / parts; }
@@ -108,81 +113,133 @@ __device__ __forceinline__ void load_to_smem(const float* src, float* s_x, int n
 
 // ---- GEMV, rows of exactly one chunk (K = 1024) -------------------------------------------
 // Each warp streams kR rows at once: kR x 4 independent 16-byte loads per lane in flight.
-// epi(row, dot) runs on lane 0 of the warp that owns the row.
+// The loads of a warp's FIRST iteration are issued separately (preload_k1024), before the
+// barrier that guards the phase's input: weights do not depend on activations, so a phase's
+// weights are already in flight while the block waits, and arithmetic starts the moment the
+// input vector is ready. epi(row, acc, end) runs on lane 0 of the warp that owns the rows.
+template <int kR>
+using RowRegs = uint4[kR][kLoadsPerChunk];
+
+template <int kR>
+__device__ __forceinline__ void preload_k1024(const uint16_t* __restrict__ W, int r, int row_end, RowRegs<kR>& w) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < kR; ++i) {
+    const uint4* row = reinterpret_cast<const uint4*>(W + int64_t(r + i) * kChunk);
+#pragma unroll
+    for (int j = 0; j < kLoadsPerChunk; ++j)
+      w[i][j] = (r + i < row_end) ? ld_weights_16B(row + j * 32 + lane) : make_uint4(0, 0, 0, 0);
+  }
+}
+
 // tour:begin gemv
 template <int kR, class Epi>
-__device__ __forceinline__ void gemv_k1024(const uint16_t* __restrict__ W, int row_begin, int row_end,
-                                           const float* s_x, Epi epi) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+__device__ __forceinline__ void rows_k1024(const RowRegs<kR>& w, int r, int row_end, const float* s_x, Epi& epi) {
+  const int lane = threadIdx.x & 31;
   const float4* x4 = reinterpret_cast<const float4*>(s_x);
-  for (int r = row_begin + warp * kR; r < row_end; r += kWarps * kR) {
-    uint4 w[kR][kLoadsPerChunk];
-    // Issue every load of the kR rows before the first FMA: this is the memory-level parallelism.
+  float acc[kR];
 #pragma unroll
-    for (int i = 0; i < kR; ++i) {
-      const uint4* row = reinterpret_cast<const uint4*>(W + int64_t(r + i) * kChunk);
+  for (int i = 0; i < kR; ++i) acc[i] = 0.f;
 #pragma unroll
-      for (int j = 0; j < kLoadsPerChunk; ++j) {
-        w[i][j] = (r + i < row_end) ? ld_weights_16B(row + j * 32 + lane) : make_uint4(0, 0, 0, 0);
-      }
-    }
-    float acc[kR];
+  for (int j = 0; j < kLoadsPerChunk; ++j) {
+    // lane owns elements 8 * (32 j + lane) .. + 7 of the row: two float4 of the input vector
+    const float4 a0 = x4[(j * 32 + lane) * 2], a1 = x4[(j * 32 + lane) * 2 + 1];
 #pragma unroll
-    for (int i = 0; i < kR; ++i) acc[i] = 0.f;
-#pragma unroll
-    for (int j = 0; j < kLoadsPerChunk; ++j) {
-      const float4 a0 = x4[(j * 32 + lane) * 2], a1 = x4[(j * 32 + lane) * 2 + 1];
-#pragma unroll
-      for (int i = 0; i < kR; ++i) acc[i] = dot8_bf16(w[i][j], a0, a1, acc[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < kR; ++i) acc[i] = warp_sum(acc[i]);
-    if (lane == 0) epi(r, acc, row_end);
+    for (int i = 0; i < kR; ++i) acc[i] = dot8_bf16(w[i][j], a0, a1, acc[i]);
   }
+#pragma unroll
+  for (int i = 0; i < kR; ++i) acc[i] = warp_sum(acc[i]);
+  if (lane == 0) epi(r, acc, row_end);
 }
 // tour:end gemv
 
-// ---- GEMV, rows spanning kChunks chunks (O: K = 2048, down: K = 3072) ---------------------
-// Units (row, chunk) are spread over the warps; partial sums go to shared memory and are added
-// in chunk order by one thread per row (fixed order: deterministic). epi(row, dot) per row.
-template <int kChunks, int kU, class Epi>
-__device__ __forceinline__ void gemv_chunked(const uint16_t* __restrict__ W, int row_begin, int row_end,
-                                             const float* s_x, float* s_part, Epi epi) {
-  constexpr int K = kChunks * kChunk;
+// The rows [row_begin, row_end) of W (K = 1024) against s_x. `pre` holds the warp's first
+// iteration (from preload_k1024 with r = row_begin + warp * kR). kPfDist > 0 additionally asks
+// L2 for the rows kPfDist iterations ahead (the LM head: 18 iterations per warp).
+template <int kR, int kPfDist, class Epi>
+__device__ __forceinline__ void gemv_k1024(const uint16_t* __restrict__ W, int row_begin, int row_end, const float* s_x,
+                                           const RowRegs<kR>& pre, Epi epi) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  constexpr int kStride = kWarps * kR;
+  int r = row_begin + warp * kR;
+  if (r >= row_end) return;
+  if constexpr (kPfDist > 0) {
+    if (lane == 0) {
+#pragma unroll
+      for (int d = 1; d <= kPfDist; ++d) {
+        const int rp = r + d * kStride;
+        if (rp < row_end) prefetch_l2_bulk(W + int64_t(rp) * kChunk, uint32_t(min(kR, row_end - rp)) * kChunk * 2);
+      }
+    }
+  }
+  rows_k1024<kR>(pre, r, row_end, s_x, epi);
+  for (r += kStride; r < row_end; r += kStride) {
+    if constexpr (kPfDist > 0) {
+      const int rp = r + kPfDist * kStride;
+      if (lane == 0 && rp < row_end)
+        prefetch_l2_bulk(W + int64_t(rp) * kChunk, uint32_t(min(kR, row_end - rp)) * kChunk * 2);
+    }
+    RowRegs<kR> w;
+    preload_k1024<kR>(W, r, row_end, w);
+    rows_k1024<kR>(w, r, row_end, s_x, epi);
+  }
+}
+
+// ---- GEMV, rows spanning kChunks chunks (O: K = 2048, down: K = 3072) ---------------------
+// Units (row, chunk) are spread over the warps, kU per warp per iteration; partial sums go to
+// shared memory and are added in chunk order by one thread per row (fixed order:
+// deterministic). The first iteration's loads come preloaded, as above.
+template <int kChunks, int kU>
+__device__ __forceinline__ void preload_chunked(const uint16_t* __restrict__ W, int row_begin, int row_end, int u,
+                                                RowRegs<kU>& w) {
+  const int lane = threadIdx.x & 31;
   const int units = (row_end - row_begin) * kChunks;
-  for (int u = warp * kU; u < units; u += kWarps * kU) {
-    uint4 w[kU][kLoadsPerChunk];
 #pragma unroll
-    for (int i = 0; i < kU; ++i) {
-      const int uu = u + i;
-      const int row = row_begin + uu / kChunks, chunk = uu % kChunks;
-      const uint4* src = reinterpret_cast<const uint4*>(W + int64_t(row) * K + chunk * kChunk);
+  for (int i = 0; i < kU; ++i) {
+    const int uu = u + i;
+    const uint4* src = reinterpret_cast<const uint4*>(W + int64_t(row_begin + uu / kChunks) * (kChunks * kChunk) +
+                                                      (uu % kChunks) * kChunk);
 #pragma unroll
-      for (int j = 0; j < kLoadsPerChunk; ++j) {
-        w[i][j] = uu < units ? ld_weights_16B(src + j * 32 + lane) : make_uint4(0, 0, 0, 0);
-      }
-    }
+    for (int j = 0; j < kLoadsPerChunk; ++j)
+      w[i][j] = uu < units ? ld_weights_16B(src + j * 32 + lane) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+template <int kChunks, int kU>
+__device__ __forceinline__ void units_chunked(const RowRegs<kU>& w, int u, int units, const float* s_x, float* s_part) {
+  const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int i = 0; i < kU; ++i) {
-      const int uu = u + i;
-      const float4* x4 = reinterpret_cast<const float4*>(s_x + (uu % kChunks) * kChunk);
-      float acc = 0.f;
+  for (int i = 0; i < kU; ++i) {
+    const int uu = u + i;
+    const float4* x4 = reinterpret_cast<const float4*>(s_x + (uu % kChunks) * kChunk);
+    float acc = 0.f;
 #pragma unroll
-      for (int j = 0; j < kLoadsPerChunk; ++j) {
-        acc = dot8_bf16(w[i][j], x4[(j * 32 + lane) * 2], x4[(j * 32 + lane) * 2 + 1], acc);
-      }
-      acc = warp_sum(acc);
-      if (lane == 0 && uu < units) s_part[uu] = acc;
-    }
+    for (int j = 0; j < kLoadsPerChunk; ++j)
+      acc = dot8_bf16(w[i][j], x4[(j * 32 + lane) * 2], x4[(j * 32 + lane) * 2 + 1], acc);
+    acc = warp_sum(acc);
+    if (lane == 0 && uu < units) s_part[uu] = acc;
+  }
+}
+
+template <int kChunks, int kU, class Epi>
+__device__ __forceinline__ void gemv_chunked(const uint16_t* __restrict__ W, int row_begin, int row_end, const float* s_x,
+                                             float* s_part, const RowRegs<kU>& pre, Epi epi) {
+  const int warp = threadIdx.x >> 5;
+  const int units = (row_end - row_begin) * kChunks;
+  int u = warp * kU;
+  if (u < units) units_chunked<kChunks, kU>(pre, u, units, s_x, s_part);
+  for (u += kWarps * kU; u < units; u += kWarps * kU) {
+    RowRegs<kU> w;
+    preload_chunked<kChunks, kU>(W, row_begin, row_end, u, w);
+    units_chunked<kChunks, kU>(w, u, units, s_x, s_part);
   }
   __syncthreads();
   const int rows = row_end - row_begin;
   if (threadIdx.x < rows) {
-    float s = 0.f;
+    float acc = 0.f;
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) s += s_part[threadIdx.x * kChunks + c];
-    epi(row_begin + threadIdx.x, s);
+    for (int c = 0; c < kChunks; ++c) acc += s_part[threadIdx.x * kChunks + c];
+    epi(row_begin + threadIdx.x, acc);
   }
 }
 
@@ -237,10 +294,21 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
     if (b == 0 && tid == 0) raise_error(S, kErrBadPosition, uint32_t(pos));
     return;
   }
+  if (p.stop_phase == kFaultBlock0Exits && b == 0) return;
   const uint16_t* emb_row = p.embed + int64_t(token) * kHidden;
   const float* rope_row = p.rope + int64_t(pos) * kHeadDim;
   uint32_t gen = 0;  // grid barriers passed in this launch
   const long long tmo = p.timeout_cycles;
+
+  // Row ranges of this block in each phase (contiguous: a block streams one piece of each matrix).
+  constexpr int kRq = Cfg::kRowsPerIterQKV, kRg = Cfg::kRowsPerIterGateUp, kUo = Cfg::kUnitsPerIterO,
+                kUd = Cfg::kUnitsPerIterDown;
+  const int q0 = int(part_begin(kQKVRows, G, b)), q1 = int(part_begin(kQKVRows, G, b + 1));
+  const int h0 = int(part_begin(kHidden, G, b)), h1 = int(part_begin(kHidden, G, b + 1));
+  const int g0 = 2 * int(part_begin(kIntermediate, G, b)), g1 = 2 * int(part_begin(kIntermediate, G, b + 1));
+
+  RowRegs<kRq> pre_qkv;  // next qkv phase's first loads, issued before the barrier that precedes it
+  preload_k1024<kRq>(p.w + kOffQKV, q0 + warp * kRq, q1, pre_qkv);
 
   for (int L = 0; L < kNumLayers; ++L) {
     const uint16_t* W = p.w + int64_t(L) * kLayerElems;
@@ -250,7 +318,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
     if (L == 0) {
       rmsnorm_to_smem<true>(emb_row, N + kNormInLn, s_x, s_red);
       // Seed the residual stream with the embedding row (this block's slice; read after barrier 1).
-      const int h0 = int(part_begin(kHidden, G, b)), h1 = int(part_begin(kHidden, G, b + 1));
       for (int i = h0 + tid; i < h1; i += kThreads) hidden[i] = __uint_as_float(uint32_t(emb_row[i]) << 16);
     } else {
       rmsnorm_to_smem<false>(hidden, N + kNormInLn, s_x, s_red);
@@ -259,12 +326,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
       for (int i = tid; i < kHidden; i += kThreads) scr[kScrNormIn + i] = s_x[i];
     {
       float* qkv = scr + kScrQKV;
-      gemv_k1024<Cfg::kRowsPerIterQKV>(W + kOffQKV, int(part_begin(kQKVRows, G, b)), int(part_begin(kQKVRows, G, b + 1)),
-                                       s_x, [&](int r, const float* acc, int end) {
+      gemv_k1024<kRq, 0>(W + kOffQKV, q0, q1, s_x, pre_qkv, [&](int r, const float* acc, int end) {
 #pragma unroll
-                                         for (int i = 0; i < Cfg::kRowsPerIterQKV; ++i)
-                                           if (r + i < end) qkv[r + i] = acc[i];
-                                       });
+        for (int i = 0; i < kRq; ++i)
+          if (r + i < end) qkv[r + i] = acc[i];
+      });
     }
     XRAY_END(qkv, L);
     if (!grid_barrier(S, ++gen, tmo, L * 16 + 1, &s_flag)) return;
@@ -332,14 +398,27 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
       }
       const float denom = block_sum(sum, s_red + kWarps);
       // V: warp w takes positions w, w + 16, ...; lane covers dims 4*lane .. 4*lane + 3.
+      // kVUnroll rows in flight per warp: the V pass is one memory round trip per
+      // kWarps * kVUnroll positions instead of one per kWarps.
+      constexpr int kVUnroll = Cfg::kVUnroll;
       float o[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int t = warp; t <= pos; t += kWarps) {
-        const uint2 vv = __ldcg(reinterpret_cast<const uint2*>(vcache + int64_t(t) * kHeadDim) + lane);
-        const float pt = s_scores[t];
-        o[0] = fmaf(pt, __uint_as_float(vv.x << 16), o[0]);
-        o[1] = fmaf(pt, __uint_as_float(vv.x & 0xffff0000u), o[1]);
-        o[2] = fmaf(pt, __uint_as_float(vv.y << 16), o[2]);
-        o[3] = fmaf(pt, __uint_as_float(vv.y & 0xffff0000u), o[3]);
+      for (int t0 = warp; t0 <= pos; t0 += kWarps * kVUnroll) {
+        uint2 vv[kVUnroll];
+        float pt[kVUnroll];
+#pragma unroll
+        for (int u = 0; u < kVUnroll; ++u) {
+          const int t = t0 + u * kWarps;
+          const bool in = t <= pos;
+          vv[u] = in ? __ldcg(reinterpret_cast<const uint2*>(vcache + int64_t(t) * kHeadDim) + lane) : make_uint2(0, 0);
+          pt[u] = in ? s_scores[t] : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < kVUnroll; ++u) {
+          o[0] = fmaf(pt[u], __uint_as_float(vv[u].x << 16), o[0]);
+          o[1] = fmaf(pt[u], __uint_as_float(vv[u].x & 0xffff0000u), o[1]);
+          o[2] = fmaf(pt[u], __uint_as_float(vv[u].y << 16), o[2]);
+          o[3] = fmaf(pt[u], __uint_as_float(vv[u].y & 0xffff0000u), o[3]);
+        }
       }
       __syncthreads();  // s_acc held K in the leader until here
 #pragma unroll
@@ -359,15 +438,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
       XRAY_END(attn, L);
     } else {
       if constexpr (Cfg::kL2PrefetchDuringAttention) {
-        // The weights of oproj, gateup and down do not depend on activations: start pulling
-        // them into L2 while 16 blocks do attention (23 MB fits in the 60 MB L2).
+        // The weights of the next phases (this layer's oproj, gateup and down, then the next
+        // layer's qkv: one contiguous 31.5 MB range of the packed buffer) do not depend on
+        // activations: start pulling them into L2 while 16 blocks do attention. The bulk
+        // prefetches run on after this phase ends, so DRAM keeps streaming through the next
+        // barriers while the GEMVs read from L2.
+        const int64_t elems = (L + 1 < kNumLayers ? kLayerElems + kOffO : kLayerElems) - kOffO;
         if (warp == 0) {
-          prefetch_l2_range(W + kOffO, (kLayerElems - kOffO) * 2, (b - kAttnBlocks) * 32 + lane,
-                            (G - kAttnBlocks) * 32, 16 * 1024);
+          prefetch_l2_range(W + kOffO, elems * 2, (b - kAttnBlocks) * 32 + lane, (G - kAttnBlocks) * 32, 16 * 1024);
         }
       }
       XRAY_END(prefetch, L);
     }
+    RowRegs<kUo> pre_o;
+    preload_chunked<kQDim / kChunk, kUo>(W + kOffO, h0, h1, warp * kUo, pre_o);
     if (!block_wait_geq(S, &S->attn_done, uint32_t(kAttnBlocks * (L + 1)), tmo, kErrFlagAttnTimeout, L * 16 + 3,
                         &s_flag))
       return;
@@ -376,9 +460,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
 
     // ---------------- O projection + residual ----------------
     load_to_smem(scr + kScrAttn, s_x, kQDim);
-    gemv_chunked<kQDim / kChunk, Cfg::kUnitsPerIterO>(W + kOffO, int(part_begin(kHidden, G, b)),
-                                                      int(part_begin(kHidden, G, b + 1)), s_x, s_part,
-                                                      [&](int r, float d) { hidden[r] = ldcg_f32(hidden + r) + d; });
+    gemv_chunked<kQDim / kChunk, kUo>(W + kOffO, h0, h1, s_x, s_part, pre_o,
+                                      [&](int r, float d) { hidden[r] = ldcg_f32(hidden + r) + d; });
+    RowRegs<kRg> pre_gu;
+    preload_k1024<kRg>(W + kOffGateUp, g0 + warp * kRg, g1, pre_gu);
     XRAY_END(oproj, L);
     if (!grid_barrier(S, ++gen, tmo, L * 16 + 4, &s_flag)) return;
     XRAY_END(bar_o, L);
@@ -390,13 +475,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
       for (int i = tid; i < kHidden; i += kThreads) scr[kScrNormPost + i] = s_x[i];
     {
       float* act = scr + kScrAct;
-      const int p0 = int(part_begin(kIntermediate, G, b)), p1 = int(part_begin(kIntermediate, G, b + 1));
       // rows 2i (gate i) and 2i+1 (up i) are streamed together by one warp
-      gemv_k1024<2>(W + kOffGateUp, 2 * p0, 2 * p1, s_x, [&](int r, const float* acc, int) {
-        const float g = acc[0], u = acc[1];
-        act[r / 2] = g / (1.f + __expf(-g)) * u;
+      static_assert(kRg % 2 == 0, "gate and up rows of a pair stay in one warp");
+      gemv_k1024<kRg, 0>(W + kOffGateUp, g0, g1, s_x, pre_gu, [&](int r, const float* acc, int end) {
+#pragma unroll
+        for (int i = 0; i < kRg; i += 2) {
+          if (r + i < end) {
+            const float g = acc[i], u = acc[i + 1];
+            act[(r + i) / 2] = g / (1.f + __expf(-g)) * u;
+          }
+        }
       });
     }
+    RowRegs<kUd> pre_dn;
+    preload_chunked<kIntermediate / kChunk, kUd>(W + kOffDown, h0, h1, warp * kUd, pre_dn);
     XRAY_END(gateup, L);
     if (!grid_barrier(S, ++gen, tmo, L * 16 + 5, &s_flag)) return;
     XRAY_END(bar_gateup, L);
@@ -404,9 +496,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
 
     // ---------------- down + residual ----------------
     load_to_smem(scr + kScrAct, s_x, kIntermediate);
-    gemv_chunked<kIntermediate / kChunk, Cfg::kUnitsPerIterDown>(
-        W + kOffDown, int(part_begin(kHidden, G, b)), int(part_begin(kHidden, G, b + 1)), s_x, s_part,
-        [&](int r, float d) { hidden[r] = ldcg_f32(hidden + r) + d; });
+    gemv_chunked<kIntermediate / kChunk, kUd>(W + kOffDown, h0, h1, s_x, s_part, pre_dn,
+                                              [&](int r, float d) { hidden[r] = ldcg_f32(hidden + r) + d; });
+    // Next layer's first qkv loads (an empty row range after the last layer keeps the
+    // definition unconditional, so the registers are not live across the whole loop).
+    preload_k1024<kRq>(W + kLayerElems + kOffQKV, q0 + warp * kRq, L + 1 < kNumLayers ? q1 : 0, pre_qkv);
     XRAY_END(down, L);
     if (!grid_barrier(S, ++gen, tmo, L * 16 + 6, &s_flag)) return;
     XRAY_END(bar_down, L);
@@ -414,16 +508,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
   }
 
   // ---------------- final norm + LM head + argmax ----------------
+  constexpr int kRh = Cfg::kRowsPerIterHead;
+  const int v0 = int(part_begin(kVocab, G, b)), v1 = int(part_begin(kVocab, G, b + 1));
+  RowRegs<kRh> pre_head;  // first LM-head rows in flight while the final norm runs
+  preload_k1024<kRh>(p.embed, v0 + warp * kRh, v1, pre_head);
   rmsnorm_to_smem<false>(hidden, p.final_norm, s_x, s_red);
   if (b == 0)
     for (int i = tid; i < kHidden; i += kThreads) scr[kScrFinalNorm + i] = s_x[i];
   float best = -INFINITY;
   int best_i = 0x7fffffff;
   {
-    constexpr int kR = Cfg::kRowsPerIterHead;
+    constexpr int kR = kRh;
     // Rows are visited in increasing order per warp and only a strictly larger logit replaces
     // the best: ties keep the lowest index, as torch.argmax does.
-    gemv_k1024<kR>(p.embed, int(part_begin(kVocab, G, b)), int(part_begin(kVocab, G, b + 1)), s_x,
+    gemv_k1024<kR, Cfg::kHeadPrefetchDistance>(p.embed, v0, v1, s_x, pre_head,
                    [&](int r, const float* acc, int end) {
 #pragma unroll
                      for (int i = 0; i < kR; ++i) {

@@ -25,7 +25,7 @@ struct XrayEvent {     // 40 bytes; layout mirrored by monolith/megakernel.py (X
 static_assert(sizeof(XrayEvent) == 40, "the host parses 40-byte records");
 
 // Per block per token: 28 layers x at most 9 intervals + the token-scope phases, with margin.
-constexpr int kXrayMaxEvents = 320;
+constexpr int kXrayMaxEvents = 384;
 
 #if defined(MONOLITH_XRAY) && defined(__CUDACC__)
 __device__ __forceinline__ uint64_t xray_globaltimer() {

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
+# (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [devbench] [m1] [xray] [all]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/monolith-out}
+mkdir -p "$OUT" results
+export PYTHONUNBUFFERED=1
+# Carried: wheels the image lacks (.whl) and a copy of ../shared/data (.data).
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+if [ -d .data ] && [ ! -e ../shared/data/wikitext-2-raw-v1-test.txt ]; then mkdir -p ../shared/data && cp .data/* ../shared/data/; fi
+stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(all)
+summary=()
+run() {  # run NAME CMD...: log, time, keep going on failure
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "=== [$name] $*" | tee -a "$OUT/log.txt"
+  "$@" 2>&1 | tee -a "$OUT/log.txt"
+  local rc=${PIPESTATUS[0]}
+  summary+=("$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - t0)))")
+  return "$rc"
+}
+want() { for s in "${stages[@]}"; do [ "$s" = "$1" ] || [ "$s" = all ] && return 0; done; return 1; }
+
+if want env; then
+  run env bash -c 'nvidia-smi; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit,temperature.gpu --format=csv; nvcc --version | tail -2; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__, torch.cuda.get_device_name())"'
+fi
+run synth python3 -c "from monolith.checkpoint import ensure_checkpoint; print(ensure_checkpoint(None, progress=False))"
+want probes && run probes python3 -m monolith probe --out results/m0_probes.json
+want parity && run parity python3 -m monolith.parity --device cuda --out results/m0_ref_vs_hf.json
+want kernel && run kernel-tests python3 -m pytest -q -m gpu -x tests/test_kernel_gpu.py -s
+if want sanitize; then
+  run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/gpu/sanitize_step.py
+  run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 python3 tests/gpu/sanitize_step.py
+fi
+if want devbench; then
+  run devbench python3 scripts/dev_bench.py --blocks "${BLOCKS:-132,128,116,96,66}"
+  run devbench-xray python3 scripts/dev_bench.py --blocks 132 --xray
+fi
+want m1 && run m1 python3 -m monolith m1
+want xray && run xray python3 -m monolith m2
+tar czf "$OUT/results.tgz" results build/*/*.log 2>/dev/null || tar czf "$OUT/results.tgz" results
+echo; echo "==== summary"; printf '%s\n' "${summary[@]}"; grep -h "^\[dev\]" "$OUT/log.txt" || true
