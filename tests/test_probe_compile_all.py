@@ -1,0 +1,92 @@
+"""scripts/compile_all.py without nvcc: variant-list parsing, ptxas log parsing, arch validation."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "compile_all", Path(__file__).resolve().parent.parent / "scripts" / "compile_all.py")
+ca = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("compile_all", ca)  # dataclasses look their module up
+_spec.loader.exec_module(ca)
+
+
+def _write(tmp_path, obj) -> Path:
+    p = tmp_path / "variants.json"
+    p.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return p
+
+
+def test_brief_format_plain_and_xray(tmp_path):
+    p = _write(tmp_path, {"source": "kernel/megakernel.cu", "extra_flags": ["-std=c++17", "-O3"],
+                          "variants": [{"name": "bf16-upstream", "defines": ["MONOLITH_VARIANT=0"]},
+                                       {"name": "fp8", "defines": ["MONOLITH_VARIANT=1"]}]})
+    ts = ca.load_variants(p, repo=tmp_path)
+    assert [t.label for t in ts] == ["kernel bf16-upstream", "kernel bf16-upstream [xray]",
+                                     "kernel fp8", "kernel fp8 [xray]"]
+    assert ts[1].defines == ["MONOLITH_VARIANT=0", "MONOLITH_XRAY"]
+    assert ts[0].source == tmp_path / "kernel/megakernel.cu"
+    assert ts[0].flags == ["-std=c++17", "-O3"]
+
+
+def test_xray_source_and_dedupe(tmp_path):
+    p = _write(tmp_path, {"source": "kernel/megakernel.cu", "xray_source": "kernel/megakernel_xray.cu",
+                          "variants": [{"name": "bf16-upstream", "id": 0, "defines": []},
+                                       {"name": "fp8", "id": 1}]})
+    ts = ca.load_variants(p, repo=tmp_path)
+    assert [t.label for t in ts] == ["kernel bf16-upstream+fp8", "kernel bf16-upstream+fp8 [xray]"]
+    assert ts[1].source.name == "megakernel_xray.cu" and ts[1].defines == []
+
+
+def test_missing_file_means_no_kernels(tmp_path):
+    assert ca.load_variants(tmp_path / "nope.json") == []
+
+
+@pytest.mark.parametrize("bad", [
+    "{not json", {"variants": []}, {"source": "a.cu", "variants": []},
+    {"source": "a.cu", "variants": [{"defines": []}]},
+    {"source": "a.cu", "variants": [{"name": "x", "defines": "A=1"}]},
+    {"source": "a.cu", "variants": [{"name": "x", "defines": ["-DA=1"]}]},
+    {"source": "a.cu", "extra_flags": "-O3", "variants": [{"name": "x"}]},
+])
+def test_bad_variant_files(tmp_path, bad):
+    with pytest.raises(ValueError):
+        ca.load_variants(_write(tmp_path, bad), repo=tmp_path)
+
+
+def test_repo_variants_file_parses():
+    p = ca.REPO / "kernel" / "variants.json"
+    if not p.exists():
+        pytest.skip("no kernel/variants.json yet")
+    ts = ca.load_variants(p)
+    assert ts and all(t.source.suffix == ".cu" for t in ts)
+
+
+def test_parse_ptxas():
+    log = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z4stepv' for 'sm_90a'
+ptxas info    : Function properties for _Z4stepv
+    0 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 128 registers, used 1 barriers, 40960 bytes smem, 400 bytes cmem[0]
+ptxas info    : Compiling entry function '_Z4tinyv' for 'sm_90a'
+ptxas info    : Function properties for _Z4tinyv
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 8 registers, used 0 barriers, 352 bytes cmem[0]
+"""
+    k = ca.parse_ptxas(log)
+    assert k["_Z4stepv"] == {"regs": 128, "spill_st": 8, "spill_ld": 12, "smem": 40960}
+    assert k["_Z4tinyv"]["regs"] == 8 and k["_Z4tinyv"]["spill_st"] == 0
+
+
+def test_arch_validation_and_probe_list():
+    assert ca.gencode("sm_120a") == "-gencode=arch=compute_120a,code=sm_120a"
+    with pytest.raises(ValueError):
+        ca.gencode("compute_90")
+    names = {t.label for t in ca.probe_targets()}
+    assert {"probe bandwidth", "probe barrier", "probe timers", "probe cvt"} <= names
+
+
+def test_bad_arch_exits_2():
+    assert ca.main(["--arch", "hopper", "--only", "probes"]) == 2
