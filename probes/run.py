@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from monolith.errors import MonolithError
@@ -276,17 +277,30 @@ def run_all(out: Path = DEFAULT_OUT, only: list[str] | None = None, nvcc: str = 
     console.print(f"[bold]M0 probes[/] on {gpu['name']} (cc {gpu['cc']}, {gpu['arch']}), writing {out}")
     t_start = time.monotonic()
     probes: dict = {}
+    # Build everything first, in parallel (nvcc is mostly host-side work), then run one at a time
+    # so that no probe shares the GPU with another.
+    to_build = [p[0] for p in selected] + (["ncu_tiny"] if want_ncu else [])
+    builds: dict[str, tuple[Path, str] | RuntimeError] = {}
+    with console.status(f"building {len(to_build)} probes for {gpu['arch']} with {nvcc}"):
+        with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+            futs = {n: pool.submit(build_probe, n, gpu["arch"], nvcc, build_dir) for n in to_build}
+            for n, f in futs.items():
+                try:
+                    builds[n] = f.result()
+                except RuntimeError as e:
+                    builds[n] = e
+    console.print(f"built in {time.monotonic() - t_start:.0f} s")
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as prog:
         task = prog.add_task("probes", total=len(selected) + int(want_ncu))
         for name, args, timeout in selected:
-            prog.update(task, description=f"build {name}")
-            try:
-                exe, ptxas = build_probe(name, gpu["arch"], nvcc, build_dir)
-            except RuntimeError as e:
-                probes[name] = {"ok": False, "status": "build failed", "reason": str(e)[-3000:]}
+            built = builds[name]
+            if isinstance(built, RuntimeError):
+                probes[name] = {"ok": False, "status": "build failed", "reason": str(built)[-3000:]}
+                prog.console.print(f"  {name}: [red]build failed[/]")
                 prog.advance(task)
                 continue
+            exe, ptxas = built
             prog.update(task, description=f"run {name}")
             res = run_probe(exe, args + (QUICK_ARGS.get(name, []) if quick else []), timeout)
             res["ptxas_registers"] = _ptxas_regs(ptxas)
@@ -296,11 +310,8 @@ def run_all(out: Path = DEFAULT_OUT, only: list[str] | None = None, nvcc: str = 
             prog.advance(task)
         if want_ncu:
             prog.update(task, description="ncu counters")
-            exe = None
-            try:
-                exe, _ = build_probe("ncu_tiny", gpu["arch"], nvcc, build_dir)
-            except RuntimeError:
-                pass
+            built = builds.get("ncu_tiny")
+            exe = None if isinstance(built, RuntimeError) or built is None else built[0]
             probes["ncu"] = run_ncu_check(exe, gpu["arch"])
             prog.console.print(f"  ncu: {probes['ncu'].get('status')}")
             prog.advance(task)

@@ -118,3 +118,35 @@ def test_cli_help_lists_probe_and_m0():
     for cmd in ("probe", "m0"):
         r = CliRunner().invoke(app, [cmd, "--help"])
         assert r.exit_code == 0, r.output
+
+
+def test_run_all_flow_with_fake_probes(monkeypatch, tmp_path):
+    """run_all end to end with the GPU and nvcc faked: builds, runs, summarises, writes JSON + .md."""
+    monkeypatch.setattr(pr, "detect_gpu", lambda: {"name": "Fake H200", "cc": "9.0", "arch": "sm_90a"})
+    monkeypatch.setattr(pr, "collect_env", lambda gpu, nvcc: {"gpu": gpu["name"], "arch": gpu["arch"]})
+    monkeypatch.setattr(pr.shutil, "which", lambda name: "/usr/bin/true")
+
+    def fake_build(name, arch, nvcc, build_dir):
+        if name == "barrier":
+            raise RuntimeError("nvcc failed: simulated")
+        obj = SAMPLE.get(name, {"probe": name, "ok": True})
+        exe = _fake_probe_named(tmp_path, name, f"import json\nprint(json.dumps({obj!r}))")
+        return exe, "ptxas info    : Compiling entry function '_Zk' for 'sm_90a'\nptxas info    : Used 40 registers"
+
+    monkeypatch.setattr(pr, "build_probe", fake_build)
+    monkeypatch.setattr(pr, "run_ncu_check", lambda exe, arch: SAMPLE["ncu"])
+    out = tmp_path / "res" / "m0_probes.json"
+    res = pr.run_all(out)
+    saved = json.loads(out.read_text())
+    assert saved["schema"] == pr.SCHEMA and out.with_suffix(".md").exists()
+    assert saved["probes"]["barrier"]["status"] == "build failed"
+    assert saved["probes"]["cvt"]["status"] == "ok"
+    assert saved["probes"]["cvt"]["ptxas_registers"] == {"_Zk": 40}
+    assert res["ok"] is False and saved["summary"]["bandwidth_best_tbs"] == {"300000000": 4.53}
+
+
+def _fake_probe_named(tmp_path, name, body):
+    exe = tmp_path / f"fake_{name}"
+    exe.write_text(f"#!{sys.executable}\n{body}\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return exe
