@@ -8,10 +8,10 @@ Probe: the two clocks the X-ray stamps with, %globaltimer and clock64.
 3. Cross-SM consistency: one block per SM, co-resident (cooperative launch), R rounds of a grid
    barrier; right after each release every block's thread 0 reads %globaltimer, clock64 and %smid.
    The spread (max - min) of %globaltimer within a round bounds the skew between SMs (it also
-   contains how long the release takes to reach each SM). For clock64, each SM's offset against
-   %globaltimer (clock64 - rate * globaltimer) is computed per round: a constant per-SM offset
-   means clock64 stamps can be aligned across SMs by one offset per SM (the X-ray's alignment
-   method); the jitter of that offset over rounds says how well.
+   contains how long the release takes to reach each SM). For clock64: the raw spread of the
+   counters at that common event says whether SMs' clock64 run in step; the drift of each SM's
+   offset against %globaltimer over the rounds (clock64_drift_spread_ns) and its jitter say whether
+   one offset per SM aligns clock64 stamps across SMs (the X-ray's alignment method).
 
 Compile:
   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -o timers probes/timers.cu
