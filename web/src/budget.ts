@@ -20,7 +20,7 @@ export const CATEGORY_LABEL: Record<Category, string> = {
 export function categoryOf(p: Phase): Category {
   if (p.kind === "wait") return "barrier";
   if (p.scope === "token") return "lmhead";
-  if (/attn|rope|kv|prefetch/i.test(p.name)) return "attention";
+  if (/(^|_)(attn|attention|rope|prefetch|kv|kv_append)($|_)/i.test(p.name)) return "attention"; // not "qkv"
   return "weights";
 }
 

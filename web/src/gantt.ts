@@ -140,7 +140,7 @@ export class Gantt {
     const gap = rh >= 4 ? 1 : 0;
     for (let r = 0; r < this.rows.length; r++) {
       const row = this.rows[r], y = AXIS + r * rh;
-      if (row.block == null) { ctx.fillStyle = "#f1eee6"; ctx.fillRect(GUTTER, y, pw, Math.max(1, rh - gap)); continue; }
+      if (row.block == null) { ctx.fillStyle = "#d9d3c3"; ctx.fillRect(GUTTER, y, pw, Math.max(1, rh - gap)); continue; } // idle SM: no block
       let k = lowerBound(row.end, v.t0);
       let lastCol = -1, lastPhase = -1;
       for (; k < row.idx.length && row.start[k] <= v.t1; k++) {
@@ -167,6 +167,7 @@ export class Gantt {
     });
     this.draws++;
     canvas.dataset.draws = String(this.draws);
+    canvas.dataset.span = String(v.t1 - v.t0); // read by the browser tests (zoom, pinch)
   }
 
   /** What is under canvas point (x, y): the event of that row covering the time, ±2 px. */

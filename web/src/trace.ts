@@ -134,17 +134,67 @@ export function validateTrace(obj: unknown, where = "trace"): Trace {
   };
 }
 
-/** Rule 1: gzip (by magic number) must inflate completely; the platform's error text is
- * mapped onto FORMAT.md's two words ("truncated gzip" / "corrupt gzip"). */
-export async function gunzip(bytes: Uint8Array, name: string): Promise<Uint8Array> {
-  try {
-    const stream = new Blob([bytes as BlobPart]).stream().pipeThrough(new DecompressionStream("gzip"));
-    return new Uint8Array(await new Response(stream).arrayBuffer());
-  } catch (e) {
-    const msg = String((e as Error)?.message ?? e);
-    if (/truncat|unexpected end|end of (file|stream)|incomplete/i.test(msg)) throw new TraceError(`${name}: truncated gzip (the file ends before the compressed stream does)`);
-    throw new TraceError(`${name}: corrupt gzip: ${msg}`);
+const TRUNCATED = "truncated gzip (the file ends before the compressed stream does)";
+
+let crcTable: Uint32Array | null = null;
+export function crc32(b: Uint8Array): number {
+  if (!crcTable) {
+    crcTable = new Uint32Array(256);
+    for (let n = 0; n < 256; n++) { let c = n; for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1; crcTable[n] = c >>> 0; }
   }
+  let c = 0xffffffff;
+  for (let i = 0; i < b.length; i++) c = crcTable[(c ^ b[i]) & 0xff] ^ (c >>> 8);
+  return (c ^ 0xffffffff) >>> 0;
+}
+
+interface Inflated { out: Uint8Array; failed: "" | "write" | "close"; msg: string }
+
+async function inflate(bytes: Uint8Array): Promise<Inflated> {
+  const ds = new DecompressionStream("gzip");
+  const writer = ds.writable.getWriter(), reader = ds.readable.getReader();
+  const parts: Uint8Array[] = [];
+  const drain = (async () => { for (;;) { const r = await reader.read(); if (r.done) return; parts.push(r.value); } })();
+  drain.catch(() => {}); // its error is reported through write/close below
+  let failed: Inflated["failed"] = "write", msg = "";
+  try {
+    await writer.write(bytes as Uint8Array<ArrayBuffer>);
+    failed = "close";
+    await writer.close();
+    await drain;
+    failed = "";
+  } catch (e) { msg = String((e as Error)?.message ?? e); }
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  parts.reduce((n, p) => (out.set(p, n), n + p.length), 0);
+  return { out, failed, msg };
+}
+
+const trailerOk = (bytes: Uint8Array, out: Uint8Array) => {
+  const dv = new DataView(bytes.buffer, bytes.byteOffset + bytes.length - 8, 8);
+  return dv.getUint32(4, true) === out.length >>> 0 && dv.getUint32(0, true) === crc32(out);
+};
+
+/** Rule 1: a gzip stream must inflate completely. Browsers' error texts are useless ("Failed
+ * to fetch"), so FORMAT.md's two cases are told apart by behaviour: failing while data is
+ * written is corrupt gzip; failing only at the end is either a cut-off stream (truncated) or
+ * a damaged 8-byte trailer, which is recognised by retrying with a trailer made from the
+ * inflated bytes (that retry succeeds only when everything before the trailer was intact).
+ * Some inflaters accept a missing trailer, so CRC-32 and length are always checked here. */
+export async function gunzip(bytes: Uint8Array, name: string): Promise<Uint8Array> {
+  const fail = (m: string): never => { throw new TraceError(`${name}: ${m}`); };
+  if (bytes.length < 18) fail(TRUNCATED);
+  const r = await inflate(bytes);
+  if (r.failed === "" && trailerOk(bytes, r.out)) return r.out;
+  // When the inflater says what went wrong (zlib's words), use it.
+  if (/unexpected end|truncat/i.test(r.msg)) fail(TRUNCATED);
+  if (/data check|crc/i.test(r.msg)) fail("corrupt gzip: CRC check failed");
+  if (r.failed === "write" || /invalid|incorrect|unknown|too (many|far)|corrupt/i.test(r.msg)) fail(`corrupt gzip: ${r.msg}`);
+  const patched = bytes.slice();
+  const dv = new DataView(patched.buffer, patched.length - 8, 8);
+  dv.setUint32(0, crc32(r.out), true);
+  dv.setUint32(4, r.out.length >>> 0, true);
+  const retry = await inflate(patched);
+  if (retry.failed === "" && retry.out.length === r.out.length) fail("corrupt gzip: CRC check failed");
+  return fail(TRUNCATED);
 }
 
 /** Rules 1–2 then 3–11: bytes (gzip by magic number, or plain UTF-8 JSON) -> Trace. */

@@ -74,7 +74,7 @@ export function mountXray(root: HTMLElement, m: Manifest, onTrace: (t: Trace, v:
       ` · position ${String(t.meta.position)}`);
     if (t.synthetic) info.append(" ", h("span", { class: "tag bad", text: "synthetic trace, not measured" }));
     legend.replaceChildren(...t.phases.map((p) => h("span", { class: `key ${p.kind}`, title: `${p.kind}, once per ${p.scope}` },
-      h("i", { style: `--c:${p.color}` }), p.name)));
+      h("i", { style: `--c:${p.color}` }), p.name)), h("span", { class: "key idle", title: "an SM that hosts no block" }, h("i", {}), "idle SM"));
     onTrace(t, e.version, e.label);
   };
 

@@ -1,0 +1,247 @@
+// Playwright (playwright-core + Debian Chromium) tests of the built page. Run by run.mjs with
+// BASE_URL and SERVER ("preview" | "nginx"). Fixture data (tests/fixtures/site/: marked as not
+// measured) is routed in place of data/ for the tests that need a race and several versions.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { readdirSync, readFileSync, statSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { get } from "node:http";
+import { join, resolve } from "node:path";
+import { chromium } from "playwright-core";
+
+const BASE = process.env.BASE_URL ?? "http://127.0.0.1:4173/";
+const SERVER = process.env.SERVER ?? "preview";
+const WEB = resolve(import.meta.dirname, "../..");
+const FIX = join(WEB, "tests/fixtures/site");
+const SHOTS = join(WEB, "tests/screenshots");
+let browser;
+
+before(async () => {
+  browser = await chromium.launch({ executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+    args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
+});
+after(async () => { await browser?.close(); });
+
+/** A page whose data/ and fixture traces come from tests/fixtures/site/. */
+async function openFixture(opts = {}) {
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 }, ...opts });
+  const page = await ctx.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  await page.route(/\/(data|traces)\/[^?]*$/, async (route) => {
+    const path = new URL(route.request().url()).pathname.replace(/^.*?\/(data|traces)\//, "$1/");
+    for (const p of [path, `${path}.gz`]) {
+      const f = join(FIX, p);
+      if (existsSync(f) && statSync(f).isFile()) return route.fulfill({ body: readFileSync(f), contentType: p.endsWith(".gz") ? "application/gzip" : "application/json" });
+    }
+    if (path.startsWith("traces/fixture-")) return route.fulfill({ status: 404, body: "" });
+    return route.continue();
+  });
+  await page.goto(BASE);
+  await page.waitForSelector("body[data-ready='1']", { timeout: 10_000 });
+  return { ctx, page, errors };
+}
+
+test("the page loads its own committed data without errors", async () => {
+  const ctx = await browser.newContext();
+  const page = await ctx.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  await page.goto(BASE);
+  await page.waitForSelector("body[data-ready='1']", { timeout: 10_000 });
+  assert.match(await page.title(), /monolith/);
+  assert.equal(await page.locator("#status").isHidden(), true, "manifest loaded");
+  await page.waitForFunction(() => Number(document.querySelector("#gantt")?.dataset.draws ?? 0) > 0);
+  assert.match(await page.locator("footer").innerText(), /not affiliated with Qwen, NVIDIA, or AlpinDale/);
+  assert.deepEqual(errors, []);
+  await ctx.close();
+});
+
+test("the race plays and its counters move", async () => {
+  const { ctx, page, errors } = await openFixture();
+  assert.match(await page.locator("#race .note").innerText(), /meaningless/);
+  const lanes = page.locator("#race .lane");
+  assert.ok((await lanes.count()) >= 2);
+  await page.selectOption("#race-speed", "0.1"); // slow enough that no lane ends mid-test
+  await page.click("#race-play");
+  await page.waitForTimeout(300);
+  const count = (sel) => page.locator(sel).evaluateAll((els) => els.map((e) => Number(e.textContent.split("/")[0])));
+  const a = await count("#race .lane .count");
+  await page.waitForTimeout(600);
+  const b = await count("#race .lane .count");
+  assert.ok(b.some((x, i) => x > a[i]) || b.every((x, i) => x >= a[i] && x > 0), `counts moved: ${a} -> ${b}`);
+  const rates = await page.locator("#race .rate").allInnerTexts();
+  assert.ok(rates.some((r) => /^[\d,.]+ tok\/s$/.test(r)), `rates show tok/s: ${rates}`);
+  assert.ok((await page.locator("#race .stream").first().innerText()).length > 0, "tokens shown as text");
+  await page.click("#race-play"); // pause
+  const c = await count("#race .lane .count");
+  await page.waitForTimeout(300);
+  assert.deepEqual(await count("#race .lane .count"), c, "paused");
+  await page.click("#race-restart");
+  assert.deepEqual(errors, []);
+  await ctx.close();
+});
+
+test("switching X-ray versions redraws the Gantt", async () => {
+  const { ctx, page } = await openFixture();
+  const canvas = page.locator("#gantt");
+  await page.waitForFunction(() => Number(document.querySelector("#gantt").dataset.draws) > 0);
+  const v0 = await canvas.getAttribute("data-version");
+  const d0 = Number(await canvas.getAttribute("data-draws"));
+  const px0 = await canvas.evaluate((c) => c.toDataURL());
+  await page.click("#xray-next");
+  await page.waitForFunction((v) => document.querySelector("#gantt").dataset.version !== v, v0);
+  await page.waitForFunction((d) => Number(document.querySelector("#gantt").dataset.draws) > d, d0);
+  assert.notEqual(await canvas.evaluate((c) => c.toDataURL()), px0, "pixels changed");
+  // The budget panel lists every version.
+  await page.waitForFunction(() => document.querySelectorAll("#budget .budget-row").length >= 2);
+  await ctx.close();
+});
+
+async function hoverSomething(page) {
+  const box = await page.locator("#gantt").boundingBox();
+  for (let fy = 0.1; fy < 0.95; fy += 0.037) {
+    await page.mouse.move(box.x + box.width * 0.4, box.y + 22 + (box.height - 22) * fy);
+    if (await page.locator("#gantt-tip").isVisible()) return true;
+  }
+  return false;
+}
+
+test("hovering a block shows phase, layer, block, SM, start and duration", async () => {
+  const { ctx, page } = await openFixture();
+  await page.waitForFunction(() => Number(document.querySelector("#gantt").dataset.draws) > 0);
+  assert.ok(await hoverSomething(page), "a tooltip appeared");
+  const tip = await page.locator("#gantt-tip").innerText();
+  for (const k of ["phase", "layer", "block", "SM", "start", "duration"]) assert.match(tip, new RegExp(k));
+  // Wheel zooms (the window shrinks), the layer select zooms into one layer.
+  const d0 = Number(await page.locator("#gantt").getAttribute("data-draws"));
+  await page.mouse.wheel(0, -400);
+  await page.waitForFunction((d) => Number(document.querySelector("#gantt").dataset.draws) > d, d0);
+  await page.selectOption("#xray-layer", "3");
+  await page.waitForFunction((d) => Number(document.querySelector("#gantt").dataset.draws) > d + 1, d0);
+  await ctx.close();
+});
+
+test("a malformed dropped file shows an error and the page keeps working", async () => {
+  const { ctx, page } = await openFixture();
+  const drop = async (name, bytes) => page.evaluate(([n, b]) => {
+    const dt = new DataTransfer();
+    dt.items.add(new File([new Uint8Array(b)], n));
+    document.querySelector("#trace-drop").dispatchEvent(new DragEvent("drop", { dataTransfer: dt, bubbles: true, cancelable: true }));
+  }, [name, [...bytes]]);
+  const expectError = async (re) => {
+    try { await page.waitForFunction((src) => new RegExp(src).test(document.querySelector("#trace-error").textContent), re.source, { timeout: 5000 }); }
+    catch { assert.fail(`error box shows ${JSON.stringify(await page.locator("#trace-error").textContent())}, expected ${re}`); }
+  };
+  await drop("bad.json", Buffer.from('{"format": "nope"}'));
+  await page.waitForSelector("#trace-error:not([hidden])");
+  assert.match(await page.locator("#trace-error").innerText(), /bad\.json: not a monolith-xray trace/);
+  const gz = readFileSync(join(FIX, "traces/fixture-fp8.json.gz"));
+  await drop("cut.json.gz", gz.subarray(0, gz.length >> 1));
+  await expectError(/cut\.json\.gz: truncated gzip/);
+  const bad = Buffer.from(gz); bad[2000] ^= 0xff;
+  await drop("bad.json.gz", bad);
+  await expectError(/bad\.json\.gz: corrupt gzip/);
+  const crc = Buffer.from(gz); crc[crc.length - 6] ^= 0xff;
+  await drop("crc.json.gz", crc);
+  await expectError(/crc\.json\.gz: corrupt gzip: CRC check failed/);
+  await page.setInputFiles("#trace-file", { name: "junk.json", mimeType: "application/json", buffer: Buffer.from("{not json") });
+  await expectError(/junk\.json: not JSON/);
+  // A valid plain-JSON trace (the fixture, inflated) opens as "your trace".
+  const plain = (await import("node:zlib")).gunzipSync(readFileSync(join(FIX, "traces/fixture-fp8.json.gz")));
+  await page.setInputFiles("#trace-file", { name: "mine.json", mimeType: "application/json", buffer: plain });
+  await page.waitForFunction(() => document.querySelector("#xray-version").selectedOptions[0]?.textContent.includes("mine.json"));
+  assert.equal(await page.locator("#trace-error").isHidden(), true);
+  await ctx.close();
+});
+
+test("a phone-sized viewport stacks the panels; pinch zooms the Gantt", async () => {
+  const { ctx, page } = await openFixture({ viewport: { width: 390, height: 844 }, hasTouch: true, isMobile: true, deviceScaleFactor: 2 });
+  const boxes = await Promise.all(["#race", "#xray", "#budget", "#method", "#results", "#tour", "#format"].map((s) => page.locator(s).boundingBox()));
+  for (let i = 1; i < boxes.length; i++) {
+    assert.ok(Math.abs(boxes[i].x - boxes[0].x) < 2, "same column");
+    assert.ok(boxes[i].y >= boxes[i - 1].y + boxes[i - 1].height - 1, "stacked");
+    assert.ok(boxes[i].width <= 390, "fits the screen");
+  }
+  await page.waitForFunction(() => Number(document.querySelector("#gantt").dataset.draws) > 0);
+  const canvas = page.locator("#gantt");
+  await canvas.scrollIntoViewIfNeeded();
+  const box = await canvas.boundingBox();
+  const span = () => canvas.evaluate((c) => Number(c.dataset.span));
+  const s0 = await span();
+  const cdp = await ctx.newCDPSession(page);
+  const y = box.y + box.height / 2, cx = box.x + box.width / 2;
+  const touch = (type, dx) => cdp.send("Input.dispatchTouchEvent", { type, touchPoints: type === "touchEnd" ? [] : [{ x: cx - dx, y, id: 1 }, { x: cx + dx, y, id: 2 }] });
+  await touch("touchStart", 20);
+  for (let dx = 30; dx <= 120; dx += 15) await touch("touchMove", dx);
+  await touch("touchEnd", 0);
+  await page.waitForFunction((s) => Number(document.querySelector("#gantt").dataset.span) < s * 0.8, s0);
+  if (SERVER === "preview") {
+    await page.click("#xray-reset");
+    await page.click("#race-play");
+    await page.waitForTimeout(1200);
+    await page.evaluate(() => window.scrollTo(0, 0));
+    await page.screenshot({ path: join(SHOTS, "mobile.png"), fullPage: true });
+  }
+  await ctx.close();
+});
+
+test("desktop screenshot", { skip: SERVER !== "preview" }, async () => {
+  const { ctx, page } = await openFixture();
+  await page.click("#race-play");
+  await page.waitForFunction(() => document.querySelectorAll("#budget .budget-row").length >= 2);
+  await page.waitForTimeout(1500);
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: join(SHOTS, "desktop.png"), fullPage: true });
+  await ctx.close();
+});
+
+test("all committed traces together are at most 5 MB gzipped", () => {
+  const dir = join(WEB, "public/traces");
+  const total = readdirSync(dir).filter((f) => f.endsWith(".gz")).reduce((s, f) => s + statSync(join(dir, f)).size, 0);
+  console.log(`# committed traces: ${total} bytes gzipped`);
+  assert.ok(total <= 5 * 1024 * 1024, `${total} bytes`);
+});
+
+const raw = (path, headers = {}) => new Promise((ok, bad) => {
+  get(new URL(path, BASE), { headers }, (res) => {
+    const chunks = [];
+    res.on("data", (c) => chunks.push(c));
+    res.on("end", () => ok({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }));
+  }).on("error", bad);
+});
+
+test("nginx serves the .gz traces precompressed with the right types", { skip: SERVER !== "nginx" }, async () => {
+  const name = readdirSync(join(WEB, "dist/traces")).find((f) => f.endsWith(".json.gz"));
+  const onDisk = readFileSync(join(WEB, "dist/traces", name));
+  const r = await raw(`traces/${name.slice(0, -3)}`, { "Accept-Encoding": "gzip" });
+  assert.equal(r.status, 200);
+  assert.equal(r.headers["content-encoding"], "gzip");
+  assert.match(r.headers["content-type"], /^application\/json/);
+  assert.ok(r.body.equals(onDisk), "bytes are the precompressed file (gzip_static), not a fresh compression");
+  const direct = await raw(`traces/${name}`);
+  assert.equal(direct.status, 200);
+  assert.match(direct.headers["content-type"], /^application\/gzip/);
+  assert.equal(direct.headers["content-encoding"], undefined);
+  const index = await raw("");
+  assert.match(index.headers["content-type"], /^text\/html/);
+  const js = readdirSync(join(WEB, "dist/assets")).find((f) => f.endsWith(".js"));
+  assert.match((await raw(`assets/${js}`)).headers["content-type"], /javascript/);
+  assert.match((await raw("data/manifest.json")).headers["content-type"], /^application\/json/);
+  assert.equal((await raw("nope.html")).status, 404);
+});
+
+test("first meaningful paint is under 2 s from the local nginx", { skip: SERVER !== "nginx" }, async () => {
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await ctx.newPage();
+  await page.goto(BASE, { waitUntil: "commit" });
+  // Meaningful = manifest loaded, panels mounted and the first Gantt frame drawn.
+  await page.waitForFunction(() => document.body.dataset.ready === "1" && Number(document.querySelector("#gantt")?.dataset.draws ?? 0) > 0, null, { timeout: 10_000 });
+  const ms = await page.evaluate(() => performance.now());
+  const fcp = await page.evaluate(() => performance.getEntriesByName("first-contentful-paint")[0]?.startTime ?? null);
+  console.log(`# first meaningful paint ${ms.toFixed(0)} ms (first contentful paint ${fcp?.toFixed(0)} ms)`);
+  mkdirSync(join(WEB, "test-results"), { recursive: true });
+  writeFileSync(join(WEB, "test-results/paint.json"), JSON.stringify({ meaningful_ms: ms, fcp_ms: fcp, server: SERVER }) + "\n");
+  assert.ok(ms < 2000, `${ms} ms`);
+  await ctx.close();
+});

@@ -1,0 +1,299 @@
+"""Build the demo page's data: web/public/data/manifest.json (+ data/timelines/*.json).
+
+Inputs are only committed files: results/*.json (schema monolith-results/1),
+results/timelines/<engine>.json (race streams) and web/public/traces/*.json.gz (page traces,
+xray/FORMAT.md), plus code-tour excerpts cut from kernel sources between
+`// tour:begin NAME` and `// tour:end NAME`. The page never hard-codes a number: anything it
+shows is in the manifest or in a file the manifest names. `monolith export` calls
+`build_site_data()`; `python -m monolith.xray.site` does the same by hand.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import textwrap
+from datetime import UTC, datetime
+from pathlib import Path
+
+from monolith import REPO_ROOT
+from monolith.config import QWEN3_0_6B, ModelShape
+from monolith.errors import MonolithError
+
+SCHEMA = "monolith-site/1"
+RESULTS_SCHEMA = "monolith-results/1"
+# Switcher order: the upstream design first, then the optimisation path of MISSION §2.
+VARIANT_ORDER = ("bf16-upstream", "fp8", "fp8-sync", "nvfp4")
+# Used for the roofline mark only when no probe result records a bandwidth. Source: the
+# H200 streaming-read probe in MISSION.md §1 (16-byte non-allocating loads, 528x512 threads).
+DEFAULT_BANDWIDTH = {"tbs": 4.53, "source": "H200 streaming-read probe (MISSION.md §1), not from a results file"}
+# Tour entries in page order: (marker name, title, why it matters, required). A required entry
+# whose markers are missing is still listed, saying so (MISSION §4.6 names the dequant inner
+# loop and the counter wait); the others appear only when the kernel has their markers.
+TOUR = (
+    ("gemv", "The GEMV inner loop",
+     "Every load of several rows is issued before the first FMA: the bytes in flight per SM are what reach the roofline.", False),
+    ("dequant", "The dequant inner loop",
+     "16 bytes of packed weights become fp32 FMAs in registers: no dequantized copy ever touches memory.", True),
+    ("flagwait", "The flag wait",
+     "The second query head of a KV pair waits only for the block that wrote its K/V, not for the whole grid.", False),
+    ("counter-wait", "The counter wait",
+     "A consumer spins only on the tile counters it reads (release/acquire), not on a grid-wide barrier.", True),
+    ("grid-barrier", "The grid barrier",
+     "One release-add per block and an acquire spin: paid several times per layer, it is most of what FP8 saves.", False),
+    ("xray-stamp", "The X-ray stamp",
+     "Lane 0 of warp 0 writes start/end stamps per phase; without -DMONOLITH_XRAY it compiles to nothing.", False),
+)
+TOUR_MAX_LINES = 60
+_BEGIN = re.compile(r"//\s*tour:begin\s+([\w.-]+)")
+_END = re.compile(r"//\s*tour:end\s+([\w.-]+)")
+KERNEL_GLOBS = ("*.cu", "*.cuh", "*.h", "*.cpp")
+
+
+# ---------------------------------------------------------------- byte model
+
+
+def bytes_per_token(variant: str, position: int, shape: ModelShape = QWEN3_0_6B) -> tuple[int, str] | None:
+    """Bytes one decode step reads: layer weights + LM head + the KV cache up to `position`.
+    bf16: 2 B/weight. fp8: 1 B/weight + one fp32 scale per row. nvfp4: 4.5 bits/weight
+    (e2m1 + one e4m3 scale per 16) in the layers, fp8 LM head. Norm vectors in bf16 everywhere."""
+    base = variant.removeprefix("synthetic-")
+    layer_mats = [s for s in shape.layer_weight_shapes().values() if len(s) == 2]
+    layer_w = sum(r * c for r, c in layer_mats)
+    layer_rows = sum(r for r, _ in layer_mats)
+    norms = shape.num_layers * (2 * shape.hidden + 2 * shape.head_dim) * 2 + shape.hidden * 2
+    head_w, head_rows = shape.vocab * shape.hidden, shape.vocab
+    kv = position * shape.num_layers * 2 * shape.kv_dim * 2
+    if base.startswith("bf16"):
+        layers, head, scheme = layer_w * 2, head_w * 2, "bf16"
+    elif base.startswith("fp8"):
+        layers, head, scheme = layer_w + layer_rows * 4, head_w + head_rows * 4, "fp8 + per-row fp32 scales"
+    elif base.startswith("nvfp4"):
+        layers, head, scheme = layer_w * 9 // 16, head_w + head_rows * 4, "nvfp4 layers (4.5 bit) + fp8 LM head"
+    else:
+        return None
+    total = shape.num_layers * layers + head + norms + kv
+    return int(total), f"byte model: {scheme}, KV cache at position {position}"
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def _load_json(path: Path) -> dict:
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise MonolithError(f"{path}: cannot read JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise MonolithError(f"{path}: expected a JSON object")
+    return obj
+
+
+def _weights_text(w) -> str | None:
+    if w is None:
+        return None
+    if isinstance(w, str):
+        return w
+    kind = w.get("kind", "?")
+    return f"synthetic (seed {w.get('seed', '?')})" if kind == "synthetic" else f"{kind} {w.get('name', '')}".strip()
+
+
+def _is_synthetic_weights(w) -> bool:
+    return (isinstance(w, dict) and w.get("kind") == "synthetic") or (isinstance(w, str) and "synth" in w.lower())
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.name
+
+
+def load_results(results_dir: Path, root: Path) -> list[dict]:
+    out = []
+    for p in sorted(results_dir.glob("*.json")):
+        obj = _load_json(p)
+        if obj.get("schema") != RESULTS_SCHEMA:
+            continue  # other committed JSON (probe dumps, ...) is not a results table
+        rows = obj.get("rows")
+        if not isinstance(rows, list):
+            raise MonolithError(f"{p}: 'rows' must be a list")
+        for i, r in enumerate(rows):
+            if not isinstance(r, dict) or "engine" not in r or r.get("status") not in ("ok", "not run", "failed"):
+                raise MonolithError(f"{p}: rows[{i}] needs 'engine' and status ok|not run|failed")
+        out.append({"file": _rel(p, root), "created": obj.get("created"), "env": obj.get("env") or {},
+                    "weights": obj.get("weights"), "protocol": obj.get("protocol") or {},
+                    "fixture": bool(obj.get("fixture")), "rows": rows})
+    return out
+
+
+def load_timelines(tl_dir: Path) -> list[dict]:
+    out = []
+    for p in sorted(tl_dir.glob("*.json")) if tl_dir.is_dir() else []:
+        t = _load_json(p)
+        for k in ("engine", "tokens", "pieces", "t_us"):
+            if k not in t:
+                raise MonolithError(f"{p}: timeline needs {k!r}")
+        n = len(t["tokens"])
+        if len(t["pieces"]) != n or len(t["t_us"]) != n:
+            raise MonolithError(f"{p}: tokens, pieces and t_us differ in length")
+        if any(b < a for a, b in zip(t["t_us"], t["t_us"][1:], strict=False)):
+            raise MonolithError(f"{p}: t_us must be cumulative (non-decreasing)")
+        out.append(t)
+    return out
+
+
+def load_traces(traces_dir: Path) -> list[tuple[Path, dict]]:
+    from monolith.xray.export import read_page  # the xray area's validator: FORMAT.md's rules
+
+    return [(p, read_page(p)) for p in sorted(traces_dir.glob("*.json.gz"))]
+
+
+# ---------------------------------------------------------------- tour
+
+
+def extract_tour(kernel_dir: Path, root: Path) -> list[dict]:
+    found: dict[str, dict] = {}
+    files = sorted({f for g in KERNEL_GLOBS for f in kernel_dir.glob(g)}) if kernel_dir.is_dir() else []
+    for f in files:
+        lines = f.read_text(errors="replace").splitlines()
+        open_at: dict[str, int] = {}
+        for n, line in enumerate(lines, 1):
+            if m := _BEGIN.search(line):
+                open_at[m[1]] = n
+            elif (m := _END.search(line)) and m[1] in open_at:
+                a = open_at.pop(m[1])
+                body = lines[a:n - 1]
+                note = None
+                if len(body) > TOUR_MAX_LINES:
+                    note = f"first {TOUR_MAX_LINES} of {len(body)} lines"
+                    body = body[:TOUR_MAX_LINES]
+                found.setdefault(m[1], {"file": _rel(f, root), "line_start": a + 1, "line_end": a + len(body),
+                                        "code": textwrap.dedent("\n".join(body)).strip("\n"), "note": note})
+    entries = []
+    for name, title, why, required in TOUR:
+        hit = found.pop(name, None)
+        if hit:
+            entries.append({"id": name, "title": title, "why": why, "missing": False, **hit})
+        elif required:
+            entries.append({"id": name, "title": title, "why": why, "missing": True, "file": None, "line_start": None,
+                            "line_end": None, "code": None,
+                            "note": f"Not in the kernel yet: no `// tour:begin {name}` … `// tour:end {name}` markers in kernel/."})
+    for name, hit in sorted(found.items()):  # markers the list does not know: shown after the known ones
+        entries.append({"id": name, "title": name, "why": "", "missing": False, **hit})
+    return entries
+
+
+# ---------------------------------------------------------------- manifest
+
+
+def _variant_rank(variant: str) -> tuple:
+    base = variant.removeprefix("synthetic-")
+    rank = VARIANT_ORDER.index(base) if base in VARIANT_ORDER else len(VARIANT_ORDER)
+    return (rank, variant.startswith("synthetic-"), variant)
+
+
+def _row_for(variant: str, results: list[dict]) -> dict | None:
+    """The newest ok row whose engine names this variant (engine == variant or ends with it)."""
+    for f in reversed(results):
+        for r in f["rows"]:
+            if r.get("status") == "ok" and (r["engine"] == variant or r["engine"].endswith(f"-{variant}")
+                                            or r["engine"].endswith(f":{variant}")):
+                return r
+    return None
+
+
+def _bandwidth(results: list[dict]) -> dict:
+    for f in reversed(results):
+        bw = f["env"].get("stream_bw_tbs")
+        if isinstance(bw, (int, float)) and bw > 0:
+            return {"tbs": float(bw), "source": f"streaming-read probe recorded in {f['file']}"}
+    return dict(DEFAULT_BANDWIDTH)
+
+
+def build_manifest(root: Path, results_dir: Path, traces_dir: Path, kernel_dir: Path, page_root: Path) -> tuple[dict, list[dict]]:
+    results = load_results(results_dir, root)
+    timelines = load_timelines(results_dir / "timelines")
+    versions = []
+    for path, page in sorted(load_traces(traces_dir), key=lambda x: _variant_rank(x[1]["meta"]["variant"])):
+        meta = page["meta"]
+        variant, synthetic = meta["variant"], bool(meta.get("synthetic"))
+        row = _row_for(variant, results)
+        bpt, src = (row.get("bytes_per_token"), "results row") if row and row.get("bytes_per_token") else (None, None)
+        if bpt is None and (model := bytes_per_token(variant, int(meta["position"]))):
+            bpt, src = model
+        versions.append({
+            "id": variant, "label": variant + (" (synthetic)" if synthetic and "synthetic" not in variant else ""),
+            "trace": _rel(path, page_root), "trace_bytes": path.stat().st_size, "synthetic": synthetic,
+            "experimental": bool(row and row.get("experimental")), "gpu": meta.get("gpu"),
+            "weights": _weights_text(meta.get("weights")), "bytes_per_token": bpt, "bytes_source": src,
+            "token_time_us": meta.get("token_time_us"),
+        })
+    fixture = any(f["fixture"] for f in results) or any(t.get("fixture") for t in timelines)
+
+    def speed(t):
+        return len(t["t_us"]) / t["t_us"][-1] if t["t_us"] and t["t_us"][-1] > 0 else 0.0
+
+    race = [{"engine": t["engine"], "label": t.get("label") or t["engine"], "file": f"data/timelines/{t['engine']}.json",
+             "gpu": t.get("gpu"), "weights": _weights_text(t.get("weights")),
+             "synthetic_weights": _is_synthetic_weights(t.get("weights")), "fixture": bool(t.get("fixture"))}
+            for t in sorted(timelines, key=speed, reverse=True)]
+    notes = []
+    if any(v["synthetic"] for v in versions):
+        notes.append("Traces marked synthetic were generated by a model of the kernel's schedule, not recorded on a GPU.")
+    if not results and not timelines:
+        notes.append("No benchmark results are recorded yet: the race and the results table are empty until GPU runs land.")
+    stamps = [f["created"] for f in results if f.get("created")]
+    manifest = {
+        "schema": SCHEMA,
+        # newest input's date, not now(): re-exporting unchanged inputs gives an unchanged file
+        "created": max(stamps) if stamps else datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "fixture": fixture, "bandwidth": _bandwidth(results), "versions": versions, "race": race,
+        "results": results, "tour": extract_tour(kernel_dir, root), "notes": notes,
+    }
+    return manifest, timelines
+
+
+def build_site_data(root: Path | str | None = None, *, results_dir: Path | str | None = None,
+                    traces_dir: Path | str | None = None, kernel_dir: Path | str | None = None,
+                    out_dir: Path | str | None = None) -> dict:
+    """Write <out_dir>/manifest.json and <out_dir>/timelines/*.json; return the manifest.
+    Defaults: results/, web/public/traces/, kernel/ and web/public/data/ under `root` (the repo)."""
+    root = Path(root) if root else REPO_ROOT
+    results_dir = Path(results_dir) if results_dir else root / "results"
+    traces_dir = Path(traces_dir) if traces_dir else root / "web" / "public" / "traces"
+    kernel_dir = Path(kernel_dir) if kernel_dir else root / "kernel"
+    out_dir = Path(out_dir) if out_dir else root / "web" / "public" / "data"
+    manifest, timelines = build_manifest(root, results_dir, traces_dir, kernel_dir, traces_dir.parent)
+    tl_out = out_dir / "timelines"
+    tl_out.mkdir(parents=True, exist_ok=True)
+    keep = set()
+    for t in timelines:
+        name = f"{t['engine']}.json"
+        if not re.fullmatch(r"[\w.+-]+\.json", name):
+            raise MonolithError(f"timeline engine name {t['engine']!r} is not a safe file name")
+        keep.add(name)
+        (tl_out / name).write_text(json.dumps(t, ensure_ascii=False, separators=(",", ":")) + "\n")
+    for stale in tl_out.glob("*.json"):
+        if stale.name not in keep:
+            stale.unlink()
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=1) + "\n")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", type=Path, default=None)
+    ap.add_argument("--results", type=Path, default=None, help="results dir (default <root>/results)")
+    ap.add_argument("--traces", type=Path, default=None, help="page traces dir (default <root>/web/public/traces)")
+    ap.add_argument("--kernel", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None, help="output data dir (default <root>/web/public/data)")
+    a = ap.parse_args(argv)
+    m = build_site_data(a.root, results_dir=a.results, traces_dir=a.traces, kernel_dir=a.kernel, out_dir=a.out)
+    print(f"manifest: {len(m['versions'])} versions, {len(m['race'])} race streams, "
+          f"{sum(len(f['rows']) for f in m['results'])} result rows, "
+          f"{sum(not e['missing'] for e in m['tour'])}/{len(m['tour'])} tour excerpts")
+
+
+if __name__ == "__main__":
+    main()
