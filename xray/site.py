@@ -24,9 +24,6 @@ SCHEMA = "monolith-site/1"
 RESULTS_SCHEMA = "monolith-results/1"
 # Switcher order: the upstream design first, then the optimisation path of MISSION §2.
 VARIANT_ORDER = ("bf16-upstream", "fp8", "fp8-sync", "nvfp4")
-# Used for the roofline mark only when no probe result records a bandwidth. Source: the
-# H200 streaming-read probe in MISSION.md §1 (16-byte non-allocating loads, 528x512 threads).
-DEFAULT_BANDWIDTH = {"tbs": 4.53, "source": "H200 streaming-read probe (MISSION.md §1), not from a results file"}
 # Tour entries in page order: (marker name, title, why it matters, required). A required entry
 # whose markers are missing is still listed, saying so (MISSION §4.6 names the dequant inner
 # loop and the counter wait); the others appear only when the kernel has their markers.
@@ -54,26 +51,23 @@ KERNEL_GLOBS = ("*.cu", "*.cuh", "*.h", "*.cpp")
 
 
 def bytes_per_token(variant: str, position: int, shape: ModelShape = QWEN3_0_6B) -> tuple[int, str] | None:
-    """Bytes one decode step reads: layer weights + LM head + the KV cache up to `position`.
-    bf16: 2 B/weight. fp8: 1 B/weight + one fp32 scale per row. nvfp4: 4.5 bits/weight
-    (e2m1 + one e4m3 scale per 16) in the layers, fp8 LM head. Norm vectors in bf16 everywhere."""
+    """Bytes one decode step reads at `position`, from the harness's byte model
+    (monolith.bench.bytemodel) when it has the variant's scheme; otherwise a local estimate:
+    fp8 = 1 B/weight + one fp32 scale per row, nvfp4 = 4.5 bits/weight in the layers + fp8 LM head."""
+    from monolith.bench.bytemodel import ByteModel, kv_bytes_per_position
+
     base = variant.removeprefix("synthetic-")
-    layer_mats = [s for s in shape.layer_weight_shapes().values() if len(s) == 2]
-    layer_w = sum(r * c for r, c in layer_mats)
-    layer_rows = sum(r for r, _ in layer_mats)
-    norms = shape.num_layers * (2 * shape.hidden + 2 * shape.head_dim) * 2 + shape.hidden * 2
-    head_w, head_rows = shape.vocab * shape.hidden, shape.vocab
-    kv = position * shape.num_layers * 2 * shape.kv_dim * 2
-    if base.startswith("bf16"):
-        layers, head, scheme = layer_w * 2, head_w * 2, "bf16"
-    elif base.startswith("fp8"):
-        layers, head, scheme = layer_w + layer_rows * 4, head_w + head_rows * 4, "fp8 + per-row fp32 scales"
-    elif base.startswith("nvfp4"):
-        layers, head, scheme = layer_w * 9 // 16, head_w + head_rows * 4, "nvfp4 layers (4.5 bit) + fp8 LM head"
-    else:
+    scheme = next((k for k in ("bf16", "fp8", "nvfp4") if base.startswith(k)), None)
+    if scheme is None:
         return None
-    total = shape.num_layers * layers + head + norms + kv
-    return int(total), f"byte model: {scheme}, KV cache at position {position}"
+    if hasattr(ByteModel, scheme):
+        return int(getattr(ByteModel, scheme)(shape).bytes_per_token(position)), f"byte model ({scheme}), position {position}"
+    mats = [s for s in shape.layer_weight_shapes().values() if len(s) == 2]
+    w, rows = sum(r * c for r, c in mats), sum(r for r, _ in mats)
+    layer = w + rows * 4 if scheme == "fp8" else w * 9 // 16
+    head = shape.vocab * shape.hidden + shape.vocab * 4
+    total = shape.num_layers * layer + head + position * kv_bytes_per_position(shape)
+    return int(total), f"site.py estimate ({scheme}, weights only + KV), position {position}"
 
 
 # ---------------------------------------------------------------- inputs
@@ -203,12 +197,12 @@ def _row_for(variant: str, results: list[dict]) -> dict | None:
     return None
 
 
-def _bandwidth(results: list[dict]) -> dict:
-    for f in reversed(results):
-        bw = f["env"].get("stream_bw_tbs")
-        if isinstance(bw, (int, float)) and bw > 0:
-            return {"tbs": float(bw), "source": f"streaming-read probe recorded in {f['file']}"}
-    return dict(DEFAULT_BANDWIDTH)
+def _bandwidth(root: Path) -> dict:
+    """The harness's choice (results/m0_probes.json when the probes wrote it, else MISSION §1)."""
+    from monolith.bench.bytemodel import load_bw_tbs
+
+    tbs, source = load_bw_tbs(root)
+    return {"tbs": float(tbs), "source": source}
 
 
 def build_manifest(root: Path, results_dir: Path, traces_dir: Path, kernel_dir: Path, page_root: Path) -> tuple[dict, list[dict]]:
@@ -228,6 +222,7 @@ def build_manifest(root: Path, results_dir: Path, traces_dir: Path, kernel_dir: 
             "experimental": bool(row and row.get("experimental")), "gpu": meta.get("gpu"),
             "weights": _weights_text(meta.get("weights")), "bytes_per_token": bpt, "bytes_source": src,
             "token_time_us": meta.get("token_time_us"),
+            "created": meta.get("created") if isinstance(meta.get("created"), str) else None,
         })
     fixture = any(f["fixture"] for f in results) or any(t.get("fixture") for t in timelines)
 
@@ -243,12 +238,12 @@ def build_manifest(root: Path, results_dir: Path, traces_dir: Path, kernel_dir: 
         notes.append("Traces marked synthetic were generated by a model of the kernel's schedule, not recorded on a GPU.")
     if not results and not timelines:
         notes.append("No benchmark results are recorded yet: the race and the results table are empty until GPU runs land.")
-    stamps = [f["created"] for f in results if f.get("created")]
+    stamps = [f["created"] for f in results if f.get("created")] + [v["created"] for v in versions if v.get("created")]
     manifest = {
         "schema": SCHEMA,
         # newest input's date, not now(): re-exporting unchanged inputs gives an unchanged file
         "created": max(stamps) if stamps else datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "fixture": fixture, "bandwidth": _bandwidth(results), "versions": versions, "race": race,
+        "fixture": fixture, "bandwidth": _bandwidth(root), "versions": versions, "race": race,
         "results": results, "tour": extract_tour(kernel_dir, root), "notes": notes,
     }
     return manifest, timelines

@@ -1,0 +1,100 @@
+"""xray/site.py: the page manifest built from fixture results, timelines, traces and kernel markers."""
+import json
+
+import pytest
+from monolith.xray.export import to_page, write_page
+from monolith.xray.site import build_site_data, bytes_per_token, extract_tour
+from monolith.xray.synthetic import generate
+
+from monolith.errors import MonolithError
+
+CREATED = "2026-12-02T10:00:00Z"
+
+
+def _trace(dirpath, name, variant):
+    meta, ev = generate(variant=variant, layers=2, blocks=6, sm_count=8, idle_sms=(3,), seed=1)
+    write_page(to_page(meta, ev), dirpath / name)
+
+
+def _tree(tmp_path):
+    res, tr, ker = tmp_path / "results", tmp_path / "web" / "public" / "traces", tmp_path / "kernel"
+    (res / "timelines").mkdir(parents=True)
+    tr.mkdir(parents=True)
+    ker.mkdir()
+    rows = [
+        {"engine": "monolith-fp8", "label": "monolith fp8", "status": "ok", "experimental": False,
+         "tok_s": {"median": 100.0, "min": 99.0, "max": 101.0}, "bytes_per_token": 123_456},
+        {"engine": "monolith-nvfp4", "label": "nvfp4", "status": "ok", "experimental": True},
+        {"engine": "vllm", "label": "vLLM", "status": "not run", "reason": "offline"},
+    ]
+    (res / "m1_bench.json").write_text(json.dumps({"schema": "monolith-results/1", "created": CREATED, "env": {"gpu": "G"},
+                                                    "weights": {"kind": "synthetic", "seed": 0}, "protocol": {"n": 1}, "rows": rows}))
+    (res / "m0_probe_dump.json").write_text(json.dumps({"something": "else"}))  # not a results table: skipped
+    for eng, dt in (("slow", 10.0), ("fast", 1.0)):
+        (res / "timelines" / f"{eng}.json").write_text(json.dumps({
+            "engine": eng, "label": eng.upper(), "gpu": "G", "weights": {"kind": "synthetic", "seed": 0},
+            "tokens": [1, 2, 3], "pieces": ["a", "b", "c"], "t_us": [dt, 2 * dt, 3 * dt]}))
+    _trace(tr, "fp8.json.gz", "fp8")
+    _trace(tr, "bf16.json.gz", "bf16-upstream")
+    _trace(tr, "other.json.gz", "my-kernel")
+    (ker / "megakernel.cu").write_text("int a;\n  // tour:begin dequant\n    x = cvt(w);\n    acc += x;\n  // tour:end dequant\n"
+                                       "// tour:begin extra\ny();\n// tour:end extra\n")
+    return res, tr, ker
+
+
+def test_manifest_from_fixture_tree(tmp_path):
+    res, tr, ker = _tree(tmp_path)
+    out = tmp_path / "web" / "public" / "data"
+    (out / "timelines").mkdir(parents=True)
+    (out / "timelines" / "stale.json").write_text("{}")
+    m = build_site_data(tmp_path, out_dir=out)
+    assert m == json.loads((out / "manifest.json").read_text())
+    assert m["schema"] == "monolith-site/1" and m["fixture"] is False
+    # bf16-upstream first, then fp8, then unknown variants; paths relative to the page
+    assert [v["id"] for v in m["versions"]] == ["bf16-upstream", "fp8", "my-kernel"]
+    assert m["versions"][0]["trace"] == "traces/bf16.json.gz"
+    fp8 = m["versions"][1]
+    assert fp8["bytes_per_token"] == 123_456 and fp8["bytes_source"] == "results row"  # the measured row wins
+    assert m["versions"][0]["bytes_per_token"] == bytes_per_token("bf16-upstream", 128)[0]  # model at the trace position
+    assert m["versions"][2]["bytes_per_token"] is None  # unknown scheme: no roofline, no guess
+    assert m["bandwidth"]["tbs"] > 0 and m["bandwidth"]["source"]
+    # race: fastest first, files copied, stale ones removed
+    assert [r["engine"] for r in m["race"]] == ["fast", "slow"]
+    assert sorted(p.name for p in (out / "timelines").iterdir()) == ["fast.json", "slow.json"]
+    assert all(r["synthetic_weights"] for r in m["race"])
+    # results: only monolith-results/1 files; not-run rows keep their reason
+    assert [f["file"] for f in m["results"]] == ["results/m1_bench.json"]
+    assert m["results"][0]["rows"][2]["reason"] == "offline"
+    assert m["created"] >= CREATED
+    # tour: present markers cut and dedented, required missing ones say so, unknown ones appended
+    tour = {t["id"]: t for t in m["tour"]}
+    assert tour["dequant"]["code"] == "x = cvt(w);\nacc += x;" and tour["dequant"]["line_start"] == 3
+    assert tour["counter-wait"]["missing"] and "tour:begin counter-wait" in tour["counter-wait"]["note"]
+    assert "gemv" not in tour  # optional and absent: not listed
+    assert m["tour"][-1]["id"] == "extra"
+
+
+def test_bad_timeline_is_a_clear_error(tmp_path):
+    res, tr, ker = _tree(tmp_path)
+    (res / "timelines" / "bad.json").write_text(json.dumps({"engine": "bad", "tokens": [1], "pieces": [], "t_us": [1.0]}))
+    with pytest.raises(MonolithError, match="bad.json: tokens, pieces and t_us differ"):
+        build_site_data(tmp_path, out_dir=tmp_path / "o")
+
+
+def test_empty_repo_builds_an_empty_manifest(tmp_path):
+    m = build_site_data(tmp_path, out_dir=tmp_path / "o")
+    assert m["versions"] == [] and m["race"] == [] and m["results"] == []
+    assert all(t["missing"] for t in m["tour"])
+    assert any("No benchmark results" in n for n in m["notes"])
+
+
+def test_unclosed_marker_is_not_an_excerpt(tmp_path):
+    (tmp_path / "k.cuh").write_text("// tour:begin dequant\nx();\n")
+    assert next(t for t in extract_tour(tmp_path, tmp_path) if t["id"] == "dequant")["missing"]
+
+
+def test_byte_model_orders_schemes():
+    b, f, n = (bytes_per_token(v, 128)[0] for v in ("bf16-upstream", "fp8-sync", "nvfp4"))
+    assert b > f > n > 0
+    assert bytes_per_token("synthetic-bf16-upstream", 0)[0] < b  # KV cache counted
+    assert bytes_per_token("mystery", 0) is None
