@@ -76,6 +76,26 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
   return t;
 }
 
+// Two block sums in one reduction (one pair of barriers instead of two).
+__device__ __forceinline__ float2 block_sum2(float a, float b, float* red) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  a = warp_sum(a);
+  b = warp_sum(b);
+  __syncthreads();
+  if (lane == 0) {
+    red[warp] = a;
+    red[kWarps + warp] = b;
+  }
+  __syncthreads();
+  float2 t = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    t.x += red[w];
+    t.y += red[kWarps + w];
+  }
+  return t;
+}
+
 // s_x[i] = RMSNorm(src)[i] * weight[i] over kHidden elements. `src` is the fp32 residual
 // (read through L2: it was written by other blocks) or, for layer 0, a bf16 embedding row.
 template <bool kSrcBf16>
@@ -243,24 +263,6 @@ __device__ __forceinline__ void gemv_chunked(const uint16_t* __restrict__ W, int
   }
 }
 
-// QK-norm (RMSNorm over one head with its own weight) then RoPE (rotate-half pairing i, i+64),
-// by the first 128 threads; result in s_out[128]. Every thread of the block must call it.
-__device__ __forceinline__ void head_norm_rope(const float* src, const uint16_t* wnorm, const float* rope_row,
-                                               float* s_tmp, float* s_out, float* red) {
-  const int t = threadIdx.x;
-  const float v = t < kHeadDim ? ldcg_f32(src + t) : 0.f;
-  const float total = block_sum(v * v, red);
-  const float inv = rsqrtf(total / float(kHeadDim) + kRmsEps);
-  if (t < kHeadDim) s_tmp[t] = v * inv * __uint_as_float(uint32_t(wnorm[t]) << 16);
-  __syncthreads();
-  if (t < kHeadDim) {
-    const int i = t & 63;
-    const float c = rope_row[i], s = rope_row[64 + i];
-    s_out[t] = t < 64 ? s_tmp[t] * c - s_tmp[t + 64] * s : s_tmp[t] * c + s_tmp[t - 64] * s;
-  }
-  __syncthreads();
-}
-
 // ---- the step kernel ----------------------------------------------------------------------
 template <int kVariant>
 __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
@@ -315,6 +317,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
     const uint16_t* N = p.norms + int64_t(L) * kNormLayerElems;
 
     // ---------------- qkv ----------------
+    if (b < kAttnBlocks && tid == 0 && pos > 0) {
+      // The attention of this layer reads K/V of positions 0..pos-1, written by earlier steps
+      // and long evicted from L2: ask for them now, a whole phase before they are needed.
+      const int kvh = b / kHeadsPerKV;
+      const int64_t base = ((int64_t(L) * 2) * kNumKVHeads + kvh) * int64_t(kContextCap) * kHeadDim;
+      prefetch_l2_bulk(p.kv + base, uint32_t(pos) * kHeadDim * 2);
+      prefetch_l2_bulk(p.kv + base + int64_t(kNumKVHeads) * kContextCap * kHeadDim, uint32_t(pos) * kHeadDim * 2);
+    }
     if (L == 0) {
       rmsnorm_to_smem<true>(emb_row, N + kNormInLn, s_x, s_red);
       // Seed the residual stream with the embedding row (this block's slice; read after barrier 1).
@@ -343,45 +353,83 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
       const bool leader = (h % kHeadsPerKV) == 0;
       uint16_t* kcache = p.kv + ((int64_t(L) * 2 + 0) * kNumKVHeads + kvh) * int64_t(kContextCap) * kHeadDim;
       uint16_t* vcache = p.kv + ((int64_t(L) * 2 + 1) * kNumKVHeads + kvh) * int64_t(kContextCap) * kHeadDim;
-      head_norm_rope(scr + kScrQKV + h * kHeadDim, N + kNormQ, rope_row, s_tmp, s_q, s_red);
-      if (tid < kHeadDim) scr[kScrQRot + h * kHeadDim + tid] = s_q[tid];
-      if (leader) {
-        // Append this position's K (normed + rotated) and V to the cache, then raise the flag.
-        float* s_k = s_acc;  // free until the V pass
-        head_norm_rope(scr + kScrQKV + kQDim + kvh * kHeadDim, N + kNormK, rope_row, s_tmp, s_k, s_red);
-        if (tid < kHeadDim) {
-          const float v = ldcg_f32(scr + kScrQKV + kQDim + kKVDim + kvh * kHeadDim + tid);
-          kcache[int64_t(pos) * kHeadDim + tid] = __bfloat16_as_ushort(__float2bfloat16_rn(s_k[tid]));
-          vcache[int64_t(pos) * kHeadDim + tid] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-          scr[kScrKRot + kvh * kHeadDim + tid] = s_k[tid];
+      float* s_k = s_acc;                // this position's K (bf16-rounded), free until the V pass
+      float* s_ktmp = s_acc + kHeadDim;  // K before RoPE
+      // q, k and v of this head in one round trip through L2, both QK-norms in one reduction.
+      float qv = 0.f, kv = 0.f, vv = 0.f;
+      if (tid < kHeadDim) {
+        qv = ldcg_f32(scr + kScrQKV + h * kHeadDim + tid);
+        kv = ldcg_f32(scr + kScrQKV + kQDim + kvh * kHeadDim + tid);
+        vv = ldcg_f32(scr + kScrQKV + kQDim + kKVDim + kvh * kHeadDim + tid);
+      }
+      const float2 ss = block_sum2(qv * qv, kv * kv, s_red);
+      if (tid < kHeadDim) {
+        s_tmp[tid] = qv * rsqrtf(ss.x / float(kHeadDim) + kRmsEps) * __uint_as_float(uint32_t(N[kNormQ + tid]) << 16);
+        s_ktmp[tid] = kv * rsqrtf(ss.y / float(kHeadDim) + kRmsEps) * __uint_as_float(uint32_t(N[kNormK + tid]) << 16);
+      }
+      __syncthreads();
+      if (tid < kHeadDim) {
+        // RoPE, rotate-half pairing (i, i + 64)
+        const int i = tid & 63;
+        const float c = rope_row[i], sn = rope_row[64 + i];
+        const bool lo = tid < 64;
+        const float q = lo ? s_tmp[tid] * c - s_tmp[tid + 64] * sn : s_tmp[tid] * c + s_tmp[tid - 64] * sn;
+        s_q[tid] = q;
+        scr[kScrQRot + h * kHeadDim + tid] = q;
+        if (leader) {
+          // Append this position's K and V to the cache; the score of this position uses the
+          // same bf16-rounded K in both heads of the pair.
+          const float k = lo ? s_ktmp[tid] * c - s_ktmp[tid + 64] * sn : s_ktmp[tid] * c + s_ktmp[tid - 64] * sn;
+          const __nv_bfloat16 kb = __float2bfloat16_rn(k);
+          kcache[int64_t(pos) * kHeadDim + tid] = __bfloat16_as_ushort(kb);
+          vcache[int64_t(pos) * kHeadDim + tid] = __bfloat16_as_ushort(__float2bfloat16_rn(vv));
+          scr[kScrKRot + kvh * kHeadDim + tid] = k;
+          s_k[tid] = __bfloat162float(kb);
         }
-        __syncthreads();
-        if (tid == 0) {
-          __threadfence();
-          st_release(&S->kv_flag[kvh], uint32_t(L + 1));
+      }
+      __syncthreads();
+      if (leader && tid == 0) {  // flag sync 1: K/V of this position are in the cache
+        __threadfence();
+        st_release(&S->kv_flag[kvh], uint32_t(L + 1));
+      }
+      // Scores of the cached positions 0..pos-1 (prefetched into L2 at the start of the layer):
+      // one thread per position, 16 x 16-byte loads of its K row. They do not need this
+      // position's K, so the second head of the pair does them before waiting on the flag.
+      const float scale = rsqrtf(float(kHeadDim));
+      float mx = -INFINITY;
+      for (int t = tid; t < pos; t += kThreads) {
+        const uint4* krow = reinterpret_cast<const uint4*>(kcache + int64_t(t) * kHeadDim);
+        uint4 kw[kHeadDim / 8];
+#pragma unroll
+        for (int j = 0; j < kHeadDim / 8; ++j) kw[j] = __ldcg(krow + j);
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < kHeadDim / 8; ++j) {
+          const float4* q4 = reinterpret_cast<const float4*>(s_q + j * 8);
+          acc = dot8_bf16(kw[j], q4[0], q4[1], acc);
         }
-      } else {
+        acc *= scale;
+        s_scores[t] = acc;
+        mx = fmaxf(mx, acc);
+      }
+      if (!leader) {
         XRAY_END(attn, L);
         // tour:begin flagwait
         if (!block_wait_geq(S, &S->kv_flag[kvh], uint32_t(L + 1), tmo, kErrFlagKVTimeout, L * 16 + 2, &s_flag)) return;
         // tour:end flagwait
         XRAY_END(flag_kv, L);
+        if (tid < kHeadDim) s_k[tid] = __uint_as_float(uint32_t(__ldcg(kcache + int64_t(pos) * kHeadDim + tid)) << 16);
+        __syncthreads();
       }
-      // Scores: one thread per cached position, 16 x 16-byte loads of its K row.
-      const float scale = rsqrtf(float(kHeadDim));
-      float mx = -INFINITY;
-      for (int t = tid; t <= pos; t += kThreads) {
-        const uint4* krow = reinterpret_cast<const uint4*>(kcache + int64_t(t) * kHeadDim);
+      if (warp == 0) {  // score of this position
         float acc = 0.f;
 #pragma unroll
-        for (int j = 0; j < kHeadDim / 8; ++j) {
-          const uint4 kw = __ldcg(krow + j);
-          const float4* q4 = reinterpret_cast<const float4*>(s_q + j * 8);
-          acc = dot8_bf16(kw, q4[0], q4[1], acc);
+        for (int i = 0; i < kHeadDim / 32; ++i) acc = fmaf(s_q[lane + 32 * i], s_k[lane + 32 * i], acc);
+        acc = warp_sum(acc) * scale;
+        if (lane == 0) {
+          s_scores[pos] = acc;
+          mx = fmaxf(mx, acc);
         }
-        acc *= scale;
-        s_scores[t] = acc;
-        mx = fmaxf(mx, acc);
       }
       mx = warp_max(mx);
       __syncthreads();
