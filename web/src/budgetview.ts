@@ -15,7 +15,7 @@ export function mountBudget(root: HTMLElement, m: Manifest) {
   const bw = m.bandwidth;
   root.replaceChildren(h("h2", { text: "Where the time goes" }),
     h("p", { text: "One token, averaged over the blocks that ran: what the mean block spent its time on. "
-      + (bw ? `The roofline mark is bytes per token read once at ${fmt(bw.tbs)} TB/s (${bw.source}).` : "No bandwidth recorded: no roofline mark.") }),
+      + (bw ? `The red mark is the roofline minimum: bytes per token read once at ${fmt(bw.tbs)} TB/s (source: ${bw.source}).` : "No bandwidth recorded: no roofline mark.") }),
     key, list);
   const items = new Map<string, Item>();
 
@@ -33,7 +33,7 @@ export function mountBudget(root: HTMLElement, m: Manifest) {
       if (Number.isFinite(it.roofNs)) bar.append(h("b", { class: "roofmark", style: `left:${(100 * it.roofNs) / scale}%` }));
       const parts = CATEGORIES.filter((c) => it.budget.parts[c] > 0).map((c) => `${CATEGORY_LABEL[c]} ${fmt(it.budget.parts[c] / 1e3)} µs`).join(" · ");
       const roof = Number.isFinite(it.roofNs)
-        ? ` — roofline ${fmt(it.roofNs / 1e3)} µs (${fmtBytes(it.version?.bytes_per_token)}/token${it.version?.bytes_source ? `, ${it.version.bytes_source}` : ""}); traced span ${fmt((100 * it.roofNs) / it.budget.spanNs, 3)}% efficient`
+        ? ` — roofline ${fmt(it.roofNs / 1e3)} µs (${fmtBytes(it.version?.bytes_per_token)}/token${it.version?.bytes_source ? `, ${it.version.bytes_source}` : ""}); roofline / traced span = ${fmt((100 * it.roofNs) / it.budget.spanNs, 3)}%`
         : " — no byte count for this trace: no roofline";
       return h("div", { class: "budget-row", "data-version": it.label },
         h("div", { class: "budget-label" }, h("strong", { text: it.label }), it.trace.synthetic ? h("span", { class: "tag bad", text: "synthetic" }) : null),
