@@ -178,3 +178,44 @@ def write_synthetic(out, seed: int = 0, num_layers: int = QWEN3_0_6B.num_layers,
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 
+
+
+MEASURE_PROMPTS = ["Hello world", "The capital of France is", "def fibonacci(n):",
+                   "In 1905, Albert Einstein published", "Once upon a time, in a small village,"]
+
+
+def measure(ckpt_dir, steps: int = 48, prompts=MEASURE_PROMPTS, device="cpu") -> dict:
+    """The recipe's statistics (notes/foundation.md): logits over the vocabulary and greedy
+    runs of `steps` tokens per prompt, with the fp32 reference."""
+    from monolith.checkpoint import load_checkpoint
+    from monolith.reference import ReferenceEngine
+    from monolith.tokenizer import load_tokenizer
+
+    ck = load_checkpoint(ckpt_dir, allow_reduced_depth=True)
+    tok = load_tokenizer(ckpt_dir)
+    eng = ReferenceEngine(ck, device=device, compute_dtype=torch.float32, context_cap=128)
+    stds, margins, ents, distinct, repeats, runs = [], [], [], [], [], []
+    for p in prompts:
+        eng.reset()
+        ids = tok.encode(p)
+        for t in ids[:-1]:
+            eng.step(t)
+        cur, out = ids[-1], []
+        for _ in range(steps):
+            logits, _ = eng.step(cur)
+            top = torch.topk(logits, 2).values
+            stds.append(float(logits.std()))
+            margins.append(float(top[0] - top[1]))
+            ents.append(float(-(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum()))
+            nxt = int(torch.argmax(logits))
+            repeats.append(nxt == cur)  # echo: predicts the token it was just fed
+            out.append(nxt)
+            cur = nxt
+        distinct.append(len(set(out)) / steps)
+        runs.append(tok.decode(out)[:80])
+    m = torch.tensor(margins)
+    return {"num_layers": ck.shape.num_layers, "steps": steps, "prompts": len(prompts),
+            "logit_std": sum(stds) / len(stds), "margin_median": float(m.median()),
+            "margin_p10": float(m.quantile(0.1)), "entropy_nats": sum(ents) / len(ents),
+            "distinct_rate": sum(distinct) / len(distinct), "min_distinct_rate": min(distinct),
+            "immediate_repeat_rate": sum(repeats) / len(repeats), "samples": runs}
