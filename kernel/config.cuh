@@ -44,12 +44,12 @@ constexpr int kNormLayerElems = kNormK + kHeadDim;  // 2304
 constexpr int kThreads = 512;  // 16 warps: enough loads in flight per SM with one block per SM
 constexpr int kWarps = kThreads / 32;
 constexpr int kAttnBlocks = kNumQHeads;  // one block per q head does attention
-constexpr int kMinBlocks = kAttnBlocks;
+constexpr int kMinBlocks = 2 * kAttnBlocks;  // O rows go to the non-attention blocks: keep >= 16 of them
 constexpr int kChunk = 1024;          // a warp's unit of a GEMV row: 1024 bf16 = 32 lanes x 4 x 16 B
 constexpr int kLoadsPerChunk = kChunk / (32 * 8);  // 4 independent 16-byte loads per lane per unit
 constexpr int kMaxChunkedRows = 64;   // rows per block in phases whose rows span >1 chunk (O, down)
 
-static_assert(kHidden / kMinBlocks <= kMaxChunkedRows, "O/down rows per block fit the partial-sum buffer");
+static_assert(kHidden / (kMinBlocks - kAttnBlocks) <= kMaxChunkedRows, "O/down rows per block fit the partial-sum buffer");
 static_assert(kHidden % kChunk == 0 && kQDim % kChunk == 0 && kIntermediate % kChunk == 0,
               "every GEMV reduction length must be a whole number of 1024-wide chunks");
 static_assert(kLoadsPerChunk * 32 * 8 == kChunk, "a chunk is exactly 4 x 16 B per lane");

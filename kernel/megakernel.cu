@@ -50,11 +50,12 @@ struct VariantCfg<kVariantBf16Upstream> {
   static constexpr bool kL2PrefetchDuringAttention = true;
   static constexpr int kRowsPerIterQKV = 2;     // rows a warp streams at once (8 x 16 B per lane)
   static constexpr int kRowsPerIterHead = 4;    // LM head: 1152 rows per block, 16 loads per lane
-  static constexpr int kUnitsPerIterO = 1;      // O: 8 rows x 2 chunks = 16 units = one per warp
+  static constexpr int kUnitsPerIterO = 2;      // O: 9 rows x 2 chunks on the 116 non-attention blocks
   static constexpr int kUnitsPerIterDown = 2;   // down: 8 rows x 3 chunks = 24 units
   static constexpr int kRowsPerIterGateUp = 4;  // 2 gate/up pairs per warp: 46 rows in one round
   static constexpr int kVUnroll = 8;            // attention V rows in flight per warp
-  static constexpr int kHeadPrefetchDistance = 4;  // LM head: L2 prefetch 4 iterations ahead
+  static constexpr int kHeadPrefetchDistance = 2;  // LM head: L2 prefetch 2 iterations ahead (17 MB per
+                                                   // iteration in flight grid-wide: 4 thrashed the L2)
 };
 
 __device__ __forceinline__ int64_t part_begin(int64_t n, int parts, int i) { return n * i / parts; }
@@ -307,6 +308,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
                 kUd = Cfg::kUnitsPerIterDown;
   const int q0 = int(part_begin(kQKVRows, G, b)), q1 = int(part_begin(kQKVRows, G, b + 1));
   const int h0 = int(part_begin(kHidden, G, b)), h1 = int(part_begin(kHidden, G, b + 1));
+  // O-projection rows go to the blocks that do not do attention: they are idle during it and
+  // can have their O weights in flight early; the attention blocks go straight to barrier 2.
+  const int ob = b - kAttnBlocks, og = G - kAttnBlocks;
+  const int o0 = ob < 0 ? 0 : int(part_begin(kHidden, og, ob)), o1 = ob < 0 ? 0 : int(part_begin(kHidden, og, ob + 1));
   const int g0 = 2 * int(part_begin(kIntermediate, G, b)), g1 = 2 * int(part_begin(kIntermediate, G, b + 1));
 
   RowRegs<kRq> pre_qkv;  // next qkv phase's first loads, issued before the barrier that precedes it
@@ -389,7 +394,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
       }
       __syncthreads();
       if (leader && tid == 0) {  // flag sync 1: K/V of this position are in the cache
-        __threadfence();
         st_release(&S->kv_flag[kvh], uint32_t(L + 1));
       }
       // Scores of the cached positions 0..pos-1 (prefetched into L2 at the start of the layer):
@@ -446,31 +450,38 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
       }
       const float denom = block_sum(sum, s_red + kWarps);
       // V: warp w takes positions w, w + 16, ...; lane covers dims 4*lane .. 4*lane + 3.
-      // kVUnroll rows in flight per warp: the V pass is one memory round trip per
-      // kWarps * kVUnroll positions instead of one per kWarps.
+      // V: each half-warp reads one V row (16 lanes x 16 B), so a warp covers 2 positions per
+      // load and kVUnroll loads are in flight: one memory round trip per 2*16*kVUnroll positions.
       constexpr int kVUnroll = Cfg::kVUnroll;
-      float o[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int t0 = warp; t0 <= pos; t0 += kWarps * kVUnroll) {
-        uint2 vv[kVUnroll];
+      const int half = lane >> 4, l16 = lane & 15;
+      float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      for (int t0 = 2 * warp + half; t0 <= pos; t0 += 2 * kWarps * kVUnroll) {
+        uint4 vv[kVUnroll];
         float pt[kVUnroll];
 #pragma unroll
         for (int u = 0; u < kVUnroll; ++u) {
-          const int t = t0 + u * kWarps;
+          const int t = t0 + u * 2 * kWarps;
           const bool in = t <= pos;
-          vv[u] = in ? __ldcg(reinterpret_cast<const uint2*>(vcache + int64_t(t) * kHeadDim) + lane) : make_uint2(0, 0);
+          vv[u] = in ? __ldcg(reinterpret_cast<const uint4*>(vcache + int64_t(t) * kHeadDim) + l16) : make_uint4(0, 0, 0, 0);
           pt[u] = in ? s_scores[t] : 0.f;
         }
 #pragma unroll
         for (int u = 0; u < kVUnroll; ++u) {
-          o[0] = fmaf(pt[u], __uint_as_float(vv[u].x << 16), o[0]);
-          o[1] = fmaf(pt[u], __uint_as_float(vv[u].x & 0xffff0000u), o[1]);
-          o[2] = fmaf(pt[u], __uint_as_float(vv[u].y << 16), o[2]);
-          o[3] = fmaf(pt[u], __uint_as_float(vv[u].y & 0xffff0000u), o[3]);
+          const uint32_t w4[4] = {vv[u].x, vv[u].y, vv[u].z, vv[u].w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            o[2 * i] = fmaf(pt[u], __uint_as_float(w4[i] << 16), o[2 * i]);
+            o[2 * i + 1] = fmaf(pt[u], __uint_as_float(w4[i] & 0xffff0000u), o[2 * i + 1]);
+          }
         }
       }
-      __syncthreads();  // s_acc held K in the leader until here
 #pragma unroll
-      for (int i = 0; i < 4; ++i) s_acc[warp * kHeadDim + lane * 4 + i] = o[i];
+      for (int i = 0; i < 8; ++i) o[i] += __shfl_xor_sync(0xffffffffu, o[i], 16);  // fixed order: deterministic
+      __syncthreads();  // s_acc held K in the leader until here
+      if (half == 0) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s_acc[warp * kHeadDim + l16 * 8 + i] = o[i];
+      }
       __syncthreads();
       if (tid < kHeadDim) {
         float a = 0.f;
@@ -480,7 +491,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
       }
       __syncthreads();
       if (tid == 0) {
-        __threadfence();
         red_release_add(&S->attn_done, 1u);
       }
       XRAY_END(attn, L);
@@ -499,7 +509,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
       XRAY_END(prefetch, L);
     }
     RowRegs<kUo> pre_o;
-    preload_chunked<kQDim / kChunk, kUo>(W + kOffO, h0, h1, warp * kUo, pre_o);
+    preload_chunked<kQDim / kChunk, kUo>(W + kOffO, o0, o1, warp * kUo, pre_o);
+    // the residual rows this block will update, stable since barrier 1: read them before the wait
+    const float resid_o = tid < o1 - o0 ? ldcg_f32(hidden + o0 + tid) : 0.f;
     if (!block_wait_geq(S, &S->attn_done, uint32_t(kAttnBlocks * (L + 1)), tmo, kErrFlagAttnTimeout, L * 16 + 3,
                         &s_flag))
       return;
@@ -507,9 +519,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
     if (p.stop_layer == L && p.stop_phase == kStopAttn) return;
 
     // ---------------- O projection + residual ----------------
-    load_to_smem(scr + kScrAttn, s_x, kQDim);
-    gemv_chunked<kQDim / kChunk, kUo>(W + kOffO, h0, h1, s_x, s_part, pre_o,
-                                      [&](int r, float d) { hidden[r] = ldcg_f32(hidden + r) + d; });
+    if (o1 > o0) {
+      load_to_smem(scr + kScrAttn, s_x, kQDim);
+      gemv_chunked<kQDim / kChunk, kUo>(W + kOffO, o0, o1, s_x, s_part, pre_o,
+                                        [&](int r, float d) { hidden[r] = resid_o + d; });
+    }
     RowRegs<kRg> pre_gu;
     preload_k1024<kRg>(W + kOffGateUp, g0 + warp * kRg, g1, pre_gu);
     XRAY_END(oproj, L);
@@ -537,6 +551,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
     }
     RowRegs<kUd> pre_dn;
     preload_chunked<kIntermediate / kChunk, kUd>(W + kOffDown, h0, h1, warp * kUd, pre_dn);
+    const float resid_d = tid < h1 - h0 ? ldcg_f32(hidden + h0 + tid) : 0.f;  // stable since barrier 2
     XRAY_END(gateup, L);
     if (!grid_barrier(S, ++gen, tmo, L * 16 + 5, &s_flag)) return;
     XRAY_END(bar_gateup, L);
@@ -545,7 +560,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
     // ---------------- down + residual ----------------
     load_to_smem(scr + kScrAct, s_x, kIntermediate);
     gemv_chunked<kIntermediate / kChunk, kUd>(W + kOffDown, h0, h1, s_x, s_part, pre_dn,
-                                              [&](int r, float d) { hidden[r] = ldcg_f32(hidden + r) + d; });
+                                              [&](int r, float d) { hidden[r] = resid_d + d; });
     // Next layer's first qkv loads (an empty row range after the last layer keeps the
     // definition unconditional, so the registers are not live across the whole loop).
     preload_k1024<kRq>(W + kLayerElems + kOffQKV, q0 + warp * kRq, L + 1 < kNumLayers ? q1 : 0, pre_qkv);
