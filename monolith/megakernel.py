@@ -315,6 +315,18 @@ class MegakernelEngine(Engine):
                 "attn_out": seg(k["scr_attn"], C.Q_DIM), "hidden": seg(k["scr_hidden"], C.HIDDEN),
                 "normed_post": seg(k["scr_norm_post"], C.HIDDEN), "mlp_act": seg(k["scr_act"], C.INTERMEDIATE)}
 
+    def inject_stuck_barrier(self, timeout_s: float = 0.05) -> None:
+        """Test hook: launch a step in which block 0 exits at once. The other blocks must time
+        out at the first grid barrier and the host must raise (the kernel never hangs)."""
+        saved = self.timeout_cycles
+        self.timeout_cycles = int(timeout_s * 2.0e9)
+        tok = torch.zeros(1, dtype=torch.int32, device=self.device)
+        try:
+            self._launch(tok.data_ptr(), self._scratch_tokens.data_ptr(), stop=(0, 100), record=False)
+            self.check()
+        finally:
+            self.timeout_cycles = saved
+
     def record_xray(self, prompt_tokens: list[int], position: int = 128) -> tuple[dict, np.ndarray]:
         """Decode from the prompt up to `position`, trace the step that consumes that position,
         and return (meta, events int64 [N, 8]: block, smid, phase, layer, g0, g1, c0, c1)."""
