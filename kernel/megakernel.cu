@@ -264,6 +264,13 @@ __device__ __forceinline__ void gemv_chunked(const uint16_t* __restrict__ W, int
   }
 }
 
+// Bulk L2 prefetch of K and V of positions [0, pos) of one layer and KV head.
+__device__ __forceinline__ void prefetch_kv_history(const uint16_t* kv, int layer, int kvh, int pos) {
+  const int64_t base = ((int64_t(layer) * 2) * kNumKVHeads + kvh) * int64_t(kContextCap) * kHeadDim;
+  prefetch_l2_bulk(kv + base, uint32_t(pos) * kHeadDim * 2);
+  prefetch_l2_bulk(kv + base + int64_t(kNumKVHeads) * kContextCap * kHeadDim, uint32_t(pos) * kHeadDim * 2);
+}
+
 // ---- the step kernel ----------------------------------------------------------------------
 template <int kVariant>
 __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
@@ -322,13 +329,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
     const uint16_t* N = p.norms + int64_t(L) * kNormLayerElems;
 
     // ---------------- qkv ----------------
-    if (b < kAttnBlocks && tid == 0 && pos > 0) {
-      // The attention of this layer reads K/V of positions 0..pos-1, written by earlier steps
-      // and long evicted from L2: ask for them now, a whole phase before they are needed.
-      const int kvh = b / kHeadsPerKV;
-      const int64_t base = ((int64_t(L) * 2) * kNumKVHeads + kvh) * int64_t(kContextCap) * kHeadDim;
-      prefetch_l2_bulk(p.kv + base, uint32_t(pos) * kHeadDim * 2);
-      prefetch_l2_bulk(p.kv + base + int64_t(kNumKVHeads) * kContextCap * kHeadDim, uint32_t(pos) * kHeadDim * 2);
+    // The attention of a layer reads K/V of positions 0..pos-1, written by earlier steps and
+    // long evicted from L2. Ask for the NEXT layer's history now, a whole layer ahead: issued
+    // later it would queue behind the 31.5 MB weight prefetch and stall the attention chain.
+    if (b < kAttnBlocks && b % kHeadsPerKV == 0 && tid == 0 && pos > 0) {
+      for (int l = (L == 0 ? 0 : L + 1); l <= L + 1 && l < kNumLayers; ++l) prefetch_kv_history(p.kv, l, b / kHeadsPerKV, pos);
     }
     if (L == 0) {
       rmsnorm_to_smem<true>(emb_row, N + kNormInLn, s_x, s_red);
