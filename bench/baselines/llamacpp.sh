@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# llama.cpp baseline: build from the source vendored in a llama-cpp-python sdist (CUDA,
+# sm_90a), convert our checkpoint with its convert_hf_to_gguf.py to BF16 and Q8_0, run
+# llama-bench text generation (batch 1, 256 tokens, 5 repetitions), write one JSON.
+# Any step that cannot run writes {"status": "not run", "reason": ...} and exits 0, so a
+# missing toolchain is a row in the results, not a broken session.
+#
+# usage: bench/baselines/llamacpp.sh SDIST_OR_DIR [CHECKPOINT_DIR] [OUT_JSON]
+#   env: LLAMA_CPP_SDIST (instead of arg 1), MONOLITH_CKPT, WORK (default build/llamacpp),
+#        JOBS (default nproc), N_GEN (256), REPS (5), CUDA_ARCH (90a)
+set -uo pipefail
+
+SRC_IN="${1:-${LLAMA_CPP_SDIST:-}}"
+CKPT="${2:-${MONOLITH_CKPT:-checkpoints/synth-seed0}}"
+OUT="${3:-results/llamacpp.json}"
+WORK="${WORK:-build/llamacpp}"
+JOBS="${JOBS:-$(nproc)}"
+N_GEN="${N_GEN:-256}"
+REPS="${REPS:-5}"
+CUDA_ARCH="${CUDA_ARCH:-90a}"
+PY="${PY:-python3}"
+mkdir -p "$WORK" "$(dirname "$OUT")"
+LOG="$WORK/llamacpp.log"
+: >"$LOG"
+
+# write_json STATUS REASON [VERSION] [RESULT_FILES...]: JSON composed by python (safe quoting).
+write_json() {
+  local status="$1" reason="$2" version="${3:-}"
+  shift 3 || shift $#
+  "$PY" - "$OUT" "$status" "$reason" "$version" "$CUDA_ARCH" "$N_GEN" "$REPS" "$@" <<'EOF'
+import datetime, json, sys
+out, status, reason, version, arch, n_gen, reps, *files = sys.argv[1:]
+results = {}
+for f in files:
+    kind, path = f.split("=", 1)
+    try:
+        results[kind] = json.load(open(path))
+    except Exception as e:  # keep the failure visible in the JSON
+        results[kind] = {"error": f"{type(e).__name__}: {e}"}
+doc = {"engine": "llamacpp", "status": status, "reason": reason or None, "version": version or None,
+       "cuda_arch": arch, "n_gen": int(n_gen), "repetitions": int(reps), "batch": 1,
+       "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+       "tool": "llama-bench -p 0 -n N_GEN -r REPS -ngl 99 -o json", "results": results}
+json.dump(doc, open(out, "w"), indent=1)
+print(f"llamacpp: wrote {out} ({status}{': ' + reason if reason else ''})")
+EOF
+}
+
+not_run() {
+  write_json "not run" "$1" ""
+  exit 0
+}
+
+log_tail() { tail -c 600 "$LOG" | tr '\n' ' '; }
+
+# 1. source
+[ -n "$SRC_IN" ] || not_run "no llama-cpp-python sdist given (arg 1 or LLAMA_CPP_SDIST)"
+[ -e "$SRC_IN" ] || not_run "sdist not found: $SRC_IN"
+if [ -f "$SRC_IN" ]; then
+  rm -rf "$WORK/src" && mkdir -p "$WORK/src"
+  tar -xf "$SRC_IN" -C "$WORK/src" >>"$LOG" 2>&1 || not_run "cannot extract $SRC_IN: $(log_tail)"
+  ROOT="$(find "$WORK/src" -mindepth 1 -maxdepth 1 -type d | head -n 1)"
+else
+  ROOT="$SRC_IN"
+fi
+if [ -f "$ROOT/vendor/llama.cpp/CMakeLists.txt" ]; then
+  LL="$ROOT/vendor/llama.cpp"
+elif [ -f "$ROOT/CMakeLists.txt" ] && [ -f "$ROOT/convert_hf_to_gguf.py" ]; then
+  LL="$ROOT"
+else
+  not_run "no vendor/llama.cpp (with CMakeLists.txt) inside $SRC_IN"
+fi
+PKG_VERSION="$(sed -n 's/^Version: //p' "$ROOT/PKG-INFO" 2>/dev/null | head -n 1)"
+
+# 2. toolchain
+for tool in cmake nvcc c++; do
+  command -v "$tool" >/dev/null 2>&1 || not_run "$tool not found on PATH (needed to build llama.cpp with CUDA)"
+done
+[ -d "$CKPT" ] || not_run "checkpoint directory not found: $CKPT"
+
+# 3. build (only llama-bench; CUDA for this one architecture keeps the build short)
+BUILD="$WORK/build"
+cmake -S "$LL" -B "$BUILD" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" -DCMAKE_BUILD_TYPE=Release \
+  -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF >>"$LOG" 2>&1 || not_run "cmake configure failed: $(log_tail)"
+cmake --build "$BUILD" -j "$JOBS" --target llama-bench >>"$LOG" 2>&1 || not_run "build failed: $(log_tail)"
+BENCH="$BUILD/bin/llama-bench"
+[ -x "$BENCH" ] || not_run "llama-bench not built at $BENCH"
+VERSION="llama-cpp-python ${PKG_VERSION:-unknown}; $("$BENCH" --version 2>&1 | head -n 2 | tr '\n' ' ')"
+
+# 4. convert the same checkpoint (gguf-py from the same source tree)
+FILES=()
+for kind in bf16 q8_0; do
+  GGUF="$WORK/model-$kind.gguf"
+  if PYTHONPATH="$LL/gguf-py${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$LL/convert_hf_to_gguf.py" "$CKPT" \
+      --outtype "$kind" --outfile "$GGUF" >>"$LOG" 2>&1; then
+    # 5. text generation only (-p 0), 256 tokens, batch 1 by construction, all layers on the GPU
+    if "$BENCH" -m "$GGUF" -p 0 -n "$N_GEN" -r "$REPS" -ngl 99 -o json >"$WORK/bench-$kind.json" 2>>"$LOG"; then
+      FILES+=("$kind=$WORK/bench-$kind.json")
+    else
+      echo "llama-bench failed for $kind" >>"$LOG"
+    fi
+  else
+    echo "convert failed for $kind" >>"$LOG"
+  fi
+done
+[ "${#FILES[@]}" -gt 0 ] || { write_json "not run" "convert or llama-bench failed: $(log_tail)" "$VERSION"; exit 0; }
+write_json "ok" "" "$VERSION" "${FILES[@]}"

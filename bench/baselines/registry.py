@@ -1,0 +1,84 @@
+"""Engine names the CLI accepts -> how to build each one. Imports are lazy so that a missing
+optional piece (the megakernel extension, a GPU) only affects its own row."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from monolith.errors import MonolithError
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    label: str
+    kind: str = "local"          # local: implements Engine here; external: reads/produces a row
+    needs_cuda: bool = False
+    experimental: bool = False
+
+
+SPECS = {s.name: s for s in [
+    Spec("reference", "PyTorch reference, eager (bf16)"),
+    Spec("reference-graph", "PyTorch reference in a CUDA graph (gpt-fast style, bf16)", needs_cuda=True),
+    Spec("hf-eager", "HF transformers, eager (DynamicCache)"),
+    Spec("hf-static", "HF transformers, static cache"),
+    Spec("hf-compile", "HF transformers, static cache + torch.compile reduce-overhead", needs_cuda=True),
+    Spec("megakernel-bf16-upstream", "monolith megakernel, bf16-upstream design", needs_cuda=True),
+    Spec("llamacpp", "llama.cpp llama-bench tg (BF16, Q8_0)", kind="external"),
+    Spec("vllm", "vLLM bf16, CUDA graphs, batch 1", kind="external"),
+]}
+
+
+def spec(name: str) -> Spec:
+    if name in SPECS:
+        return SPECS[name]
+    if name.startswith("megakernel-"):  # any variant the lead adds: megakernel-fp8, ...
+        v = name.removeprefix("megakernel-")
+        return Spec(name, f"monolith megakernel, {v}", needs_cuda=True, experimental=v.startswith("nvfp4"))
+    raise MonolithError(f"unknown engine {name!r}; known: {', '.join(SPECS)}, megakernel-<variant>")
+
+
+def build(name: str, ckpt, device: str | torch.device):
+    """Construct a local engine. `ckpt` is a monolith Checkpoint (its .path is the HF dir)."""
+    s = spec(name)
+    dev = torch.device(device)
+    if s.kind != "local":
+        raise MonolithError(f"{name} is an external baseline, not an in-process engine")
+    if s.needs_cuda and dev.type != "cuda":
+        raise MonolithError(f"{name} needs a CUDA device")
+    if name == "reference":
+        from monolith.reference import ReferenceEngine
+        return ReferenceEngine(ckpt, device=dev)
+    if name == "reference-graph":
+        from monolith.bench.baselines.graphs import GraphEngine
+        return GraphEngine(ckpt, device=dev)
+    if name.startswith("hf-"):
+        from monolith.bench.baselines.hf import HFEngine
+        return HFEngine(ckpt.path, mode=name.removeprefix("hf-"), device=dev)
+    if name.startswith("megakernel-"):
+        try:
+            from monolith.megakernel import MegakernelEngine
+        except ImportError as e:
+            raise MonolithError(f"monolith.megakernel is not importable: {e}") from e
+        return MegakernelEngine(ckpt, variant=name.removeprefix("megakernel-"))
+    raise MonolithError(f"no builder for {name}")
+
+
+def oracle(ckpt, device):
+    """The gate's oracle: bf16 weights, fp32 compute. On CUDA the same step in a CUDA graph
+    (identical ops, ~5x faster); falls back to eager if capture fails."""
+    from monolith.reference import ReferenceEngine
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        try:
+            from monolith.bench.baselines.graphs import GraphEngine
+            e = GraphEngine(ckpt, device=dev, compute_dtype=torch.float32)
+            e.name = "reference-fp32 (CUDA graph)"
+            return e
+        except Exception as err:  # noqa: BLE001
+            print(f"oracle: CUDA graph capture failed ({err}); using the eager fp32 reference")
+    e = ReferenceEngine(ckpt, device=dev, compute_dtype=torch.float32)
+    e.name = "reference-fp32"
+    return e

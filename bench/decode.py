@@ -1,0 +1,223 @@
+"""Decode benchmark protocol (MISSION §5). The harness owns every timer; engines never time
+themselves.
+
+One *run* = for each of the run's prompts: reset, prefill (untimed), then CUDA events around
+one `decode(first, 256)` call; the run's time is the sum over prompts and its rate is
+prompts x 256 / time. Headline = median of 5 runs, with min and max. Warm-up before the runs.
+Slow engines may get fewer prompts per run (a per-engine time budget); the row says so.
+
+Position sweep: prefill to position p with the engine's own path, then time `reps`
+consecutive windows of W tokens (window r starts at p + r*W), median rate.
+
+On CPU there are no CUDA events: perf_counter after the call returns (CPU work is
+synchronous). Such numbers are marked `timer: perf_counter (CPU)` and are never headline.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+from monolith.bench import bytemodel
+from monolith.bench.power import PowerSampler, mean_power, tokens_per_joule
+
+from monolith.engine import Engine
+
+SWEEP_POSITIONS = (16, 128, 512, 1024, 2048)
+
+
+@dataclass
+class BenchConfig:
+    runs: int = 5
+    tokens: int = 256
+    prompts: int = 20
+    warmup_tokens: int = 32
+    sweep_positions: tuple[int, ...] = SWEEP_POSITIONS
+    sweep_window: int = 32
+    sweep_reps: int = 3
+    budget_s: float | None = None   # cap on the timed decode of the 5 runs (reduces prompts/run)
+    power: bool = True
+    quick: bool = False
+
+    @classmethod
+    def quick_config(cls) -> BenchConfig:
+        return cls(runs=3, tokens=64, prompts=3, warmup_tokens=8, sweep_positions=(16, 128, 512),
+                   sweep_window=16, sweep_reps=1, quick=True)
+
+    def protocol(self) -> dict:
+        d = asdict(self)
+        d["sweep_positions"] = list(self.sweep_positions)
+        d["headline"] = not self.quick
+        d["run_definition"] = (f"per run: for each prompt, reset + prefill (untimed), then CUDA events around one "
+                               f"decode of {self.tokens} tokens; run time = sum over prompts")
+        d["statistic"] = f"median of {self.runs} runs, with min and max"
+        return d
+
+
+class Clock:
+    """CUDA events around a call on the current stream (GPU), perf_counter on CPU."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = torch.device(device).type == "cuda"
+        self.kind = "cuda events" if self.cuda else "perf_counter (CPU)"
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def time(self, fn):
+        if self.cuda:
+            torch.cuda.synchronize()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            out = fn()
+            e1.record()
+            e1.synchronize()
+            return e0.elapsed_time(e1) / 1e3, out
+        t0 = time.perf_counter()
+        out = fn()
+        return time.perf_counter() - t0, out
+
+
+def stats(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": list(xs)}
+
+
+def us_stats(tok_s: dict) -> dict:
+    return {"median": 1e6 / tok_s["median"], "min": 1e6 / tok_s["max"], "max": 1e6 / tok_s["min"]}
+
+
+def prompts_within(budget_s: float | None, tok_s_est: float, runs: int, tokens: int, have: int) -> int:
+    """How many prompts per run fit the time budget (at least 1, at most all)."""
+    if not budget_s or tok_s_est <= 0:
+        return have
+    return max(1, min(have, math.floor(budget_s * tok_s_est / (runs * tokens))))
+
+
+def warmup(engine: Engine, prompt: list[int], n: int, clock: Clock) -> float:
+    """Two untimed-for-headline decodes; returns the rate of the second (for the budget)."""
+    rate = 0.0
+    for _ in range(2):
+        engine.reset()
+        first = engine.prefill(prompt)
+        dt, _ = clock.time(lambda first=first: engine.decode(first, n))
+        rate = n / max(dt, 1e-9)
+    return rate
+
+
+def bench_engine(engine: Engine, prompts: list[list[int]], cfg: BenchConfig, sweep_seq: list[int] | None = None,
+                 bw_tbs: float | None = None, tok_s_est: float | None = None, log=print,
+                 byte_model: bytemodel.ByteModel | None = None) -> dict:
+    """Headline runs + sweep for one (already gated) engine. Returns the speed part of a row."""
+    clock = Clock(engine.device)
+    if tok_s_est is None:
+        tok_s_est = warmup(engine, prompts[0], cfg.warmup_tokens, clock)
+    prompts = prompts[:cfg.prompts]
+    n_p = prompts_within(cfg.budget_s, tok_s_est, cfg.runs, cfg.tokens, len(prompts))
+    use = prompts[:n_p]
+    run_s, t_windows = [], []
+    power_cm = PowerSampler(_gpu_index(engine)) if clock.cuda and cfg.power else contextlib.nullcontext()
+    with power_cm as ps:
+        t_start = time.perf_counter()
+        for r in range(cfg.runs):
+            total = 0.0
+            for p in use:
+                engine.reset()
+                first = engine.prefill(p)
+                dt, out = clock.time(lambda first=first: engine.decode(first, cfg.tokens))
+                if out.numel() != cfg.tokens:
+                    raise RuntimeError(f"{engine.name}.decode returned {out.numel()} tokens, expected {cfg.tokens}")
+                total += dt
+            run_s.append(total)
+            log(f"  run {r + 1}/{cfg.runs}: {len(use) * cfg.tokens / total:,.1f} tok/s")
+        t_end = time.perf_counter()
+        t_windows.append((t_start, t_end))
+    tokens_per_run = len(use) * cfg.tokens
+    tok_s = stats([tokens_per_run / s for s in run_s])
+    positions = [pos for p in use for pos in bytemodel.decode_positions(len(p), cfg.tokens)]
+    mean_bytes = sum(engine.bytes_per_token(pos) for pos in positions) / len(positions)
+    bw = bw_tbs if bw_tbs is not None else bytemodel.load_bw_tbs()[0]
+    mean_pos = sum(positions) / len(positions)
+    pred = bytemodel.predict_us(dict(engine.info or {}), mean_pos, bw, byte_model)
+    row = {
+        "timer": clock.kind,
+        "tok_s": tok_s,
+        "us_per_token": us_stats(tok_s),
+        "prompts_per_run": len(use),
+        "tokens_per_run": tokens_per_run,
+        "bytes_per_token": int(round(mean_bytes)),
+        "mean_position": mean_pos,
+        "eff_bw_tbs": mean_bytes * tok_s["median"] / 1e12,
+        "roofline_frac": mean_bytes * tok_s["median"] / 1e12 / bw,
+        "predicted_us_per_token": pred["us"],
+        "prediction": pred,
+        "tok_per_joule": None,
+        "power": None,
+    }
+    if n_p < len(prompts):
+        row["reduced"] = (f"{n_p}/{len(prompts)} prompts per run: time budget {cfg.budget_s:.0f} s at "
+                          f"~{tok_s_est:,.0f} tok/s (warm-up estimate)")
+    if clock.cuda and cfg.power:
+        watts = mean_power(ps.samples, *t_windows[0])
+        decode_s = sum(run_s)
+        row["power"] = {"mean_w": watts, "samples": len(ps.samples), "decode_s": decode_s, "error": ps.error,
+                        "method": "time-weighted mean board power over the timed runs x summed decode time"}
+        row["tok_per_joule"] = tokens_per_joule(tokens_per_run * cfg.runs, watts, decode_s)
+    if sweep_seq is not None and cfg.sweep_positions:
+        row["sweep"] = sweep(engine, sweep_seq, cfg, clock, bw, byte_model)
+    return row
+
+
+def sweep(engine: Engine, seq: list[int], cfg: BenchConfig, clock: Clock, bw_tbs: float,
+          byte_model: bytemodel.ByteModel | None = None) -> dict:
+    out = {}
+    cap = getattr(engine, "context_cap", None) or (engine.info or {}).get("context_cap")
+    W, R = cfg.sweep_window, cfg.sweep_reps
+    for p in cfg.sweep_positions:
+        need = p + R * W
+        if p > len(seq) or (cap and need > cap):
+            out[str(p)] = {"status": "not run", "reason": f"needs {need} positions (have {len(seq)}-token text, context cap {cap})"}
+            continue
+        engine.reset()
+        tok = engine.prefill(seq[:p])
+        rates = []
+        for _ in range(R):
+            dt, o = clock.time(lambda tok=tok: engine.decode(tok, W))
+            rates.append(W / dt)
+            tok = int(o[-1])
+        positions = range(p + 1, p + R * W + 1)
+        mb = sum(engine.bytes_per_token(x) for x in positions) / len(positions)
+        s = stats(rates)
+        out[str(p)] = {"status": "ok", "tok_s": s, "us_per_token": 1e6 / s["median"], "bytes_per_token": int(mb),
+                       "eff_bw_tbs": mb * s["median"] / 1e12, "positions": [p + 1, p + R * W],
+                       "predicted_us_per_token": bytemodel.predict_us(dict(engine.info or {}), p + R * W / 2, bw_tbs,
+                                                                        byte_model)["us"]}
+    return out
+
+
+def timeline(engine: Engine, prompt: list[int], n: int, tokenizer=None) -> dict:
+    """Per-token timestamps for the page's race: one `decode(tok, 1)` per token with events
+    around each (so host gaps between steps are excluded). Never used for headline numbers."""
+    clock = Clock(engine.device)
+    engine.reset()
+    tok = engine.prefill(prompt)
+    toks, t_us, acc = [], [], 0.0
+    for _ in range(n):
+        dt, o = clock.time(lambda tok=tok: engine.decode(tok, 1))
+        tok = int(o[0])
+        acc += dt * 1e6
+        toks.append(tok)
+        t_us.append(round(acc, 2))
+    return {
+        "engine": engine.name, "prompt_tokens": list(prompt), "tokens": toks,
+        "pieces": tokenizer.pieces(toks) if tokenizer is not None else None, "t_us": t_us,
+        "method": f"{clock.kind} around each single-token decode call; cumulative; not headline",
+    }
+
+
+def _gpu_index(engine: Engine) -> int:
+    d = torch.device(engine.device)
+    return d.index if d.index is not None else (torch.cuda.current_device() if torch.cuda.is_available() else 0)

@@ -1,0 +1,238 @@
+"""One benchmark session: oracle -> for each engine: gate, then (only if it passed) speed ->
+optional quality -> results JSON + Markdown (+ timelines). `monolith bench` and `monolith m1`
+both run this.
+
+Time caps: the whole M1 must fit one GPU call, and HF eager runs at ~34 tok/s. Each engine
+gets a time budget for its gate and for its timed runs; a slow engine is measured on fewer
+prompts (never fewer tokens or runs) and its row says so (`reduced`, gate `reduced`).
+"""
+from __future__ import annotations
+
+import gc
+import json
+import math
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from monolith.bench import bytemodel
+from monolith.bench.baselines import registry
+from monolith.bench.decode import BenchConfig, Clock, bench_engine, timeline, warmup
+from monolith.eval import correctness
+
+from monolith import envinfo, results
+
+
+@dataclass
+class SuiteConfig:
+    engines: list[str]
+    model: str | None = None
+    device: str = "cuda"
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    gate_prompts: int = 20
+    gate_tokens: int = 256
+    tolerance: float = correctness.TOLERANCE
+    det_repeats: int = 3
+    det_prompts: int = 1
+    engine_budget_s: float | None = None   # gate gets this much, timed runs this much again
+    max_total_s: float | None = None       # shrink budgets so the session fits
+    timelines_dir: Path | None = None
+    timeline_tokens: int = 256
+    llamacpp_json: Path | None = None
+    quality: dict | None = None            # {"engine", "ref", "positions", "prompts", "text"}
+    title: str = "monolith decode benchmark"
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def load_inputs(model: str | None):
+    from monolith.checkpoint import ensure_checkpoint, load_checkpoint
+    from monolith.tokenizer import load_tokenizer
+
+    path = ensure_checkpoint(model)
+    ckpt = load_checkpoint(path, allow_reduced_depth=True)
+    tok = load_tokenizer(ckpt.path)
+    return ckpt, tok
+
+
+def prompt_tokens(name: str, tok) -> list[list[int]]:
+    from monolith import prompts
+
+    data = prompts.load(name)
+    texts = data["prompts"] if isinstance(data, dict) else data
+    return [tok.encode(t) for t in texts]
+
+
+def sweep_sequence(prompts: list[list[int]], n: int) -> list[int]:
+    """A fixed long context for the sweep: the bench prompts concatenated, repeated to n tokens."""
+    flat = [t for p in prompts for t in p]
+    return (flat * (n // max(len(flat), 1) + 1))[:n]
+
+
+def _free() -> None:
+    """Callers drop their references first; then memory really goes back."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def run_suite(cfg: SuiteConfig) -> dict:
+    t0 = time.perf_counter()
+    ckpt, tok = load_inputs(cfg.model)
+    env = envinfo.collect(cfg.device)
+    bw, bw_src = bytemodel.load_bw_tbs()
+    bench_prompts = prompt_tokens("bench", tok)
+    protocol = {"title": cfg.title, **cfg.bench.protocol(), "gate_prompts": cfg.gate_prompts,
+                "gate_tokens": cfg.gate_tokens, "tolerance_logits": cfg.tolerance, "det_repeats": cfg.det_repeats,
+                "det_prompts": cfg.det_prompts, "engine_budget_s": cfg.engine_budget_s, "max_total_s": cfg.max_total_s,
+                "bw_tbs_for_prediction": bw, "bw_source": bw_src, "device": cfg.device,
+                "byte_model": "weights (28 layers + LM head + 1 embedding row) + 114,688 B x cached positions"}
+    doc = results.new_doc(env, ckpt.describe(), protocol)
+    seq = sweep_sequence(bench_prompts, max(cfg.bench.sweep_positions or (0,)) + 1)
+
+    locals_ = [e for e in cfg.engines if registry.spec(e).kind == "local"]
+    oracle_set = None
+    if locals_:
+        log(f"oracle: fp32 reference, {cfg.gate_prompts} prompts x {cfg.gate_tokens} tokens")
+        ta = time.perf_counter()
+        orc = registry.oracle(ckpt, cfg.device)
+        oracle_set = correctness.oracle_runs(orc, bench_prompts[:cfg.gate_prompts], cfg.gate_tokens)
+        oracle_set.desc["seconds"] = round(time.perf_counter() - ta, 1)
+        log(f"  oracle done in {oracle_set.desc['seconds']} s: distinct {oracle_set.desc['distinct_frac']:.2f}, "
+            f"repeats {oracle_set.desc['repeat_frac']:.2f}, median margin {oracle_set.desc['margin_median']}")
+        orc = None
+        _free()
+
+    for i, name in enumerate(cfg.engines):
+        spec = registry.spec(name)
+        budget = cfg.engine_budget_s
+        if cfg.max_total_s:
+            left = cfg.max_total_s - (time.perf_counter() - t0)
+            share = left / (len(cfg.engines) - i) * 0.4
+            budget = share if budget is None else min(budget, share)
+            if left < 15 and spec.kind == "local":
+                row = results.base_row(name, spec.label, spec.experimental)
+                row["reason"] = f"session time cap ({cfg.max_total_s:.0f} s) reached before this engine"
+                doc["rows"].append(row)
+                continue
+        log(f"[{i + 1}/{len(cfg.engines)}] {name}" + (f" (budget {budget:.0f} s per phase)" if budget else ""))
+        if spec.kind == "external":
+            doc["rows"].extend(external_rows(name, cfg, ckpt))
+            continue
+        doc["rows"].append(measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg, budget, bw))
+
+    if cfg.quality:
+        attach_quality(doc, cfg, ckpt, tok)
+    doc["env_after"] = envinfo.collect(cfg.device)
+    doc["protocol"]["wall_s"] = round(time.perf_counter() - t0, 1)
+    return doc
+
+
+def measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg: SuiteConfig, budget, bw) -> dict:
+    row = results.base_row(name, spec.label, spec.experimental)
+    ta = time.perf_counter()
+    try:
+        eng = registry.build(name, ckpt, cfg.device)
+    except Exception as e:  # noqa: BLE001  (a missing extension/GPU is a row, not a crash)
+        row["reason"] = f"could not build: {type(e).__name__}: {e}"
+        log(f"  not run: {row['reason']}")
+        return row
+    row["info"] = _jsonable(dict(eng.info or {}))
+    row["build_s"] = round(time.perf_counter() - ta, 1)
+    try:
+        clock = Clock(eng.device)
+        est = warmup(eng, bench_prompts[0], cfg.bench.warmup_tokens, clock)
+        row["warmup_tok_s"] = est
+        runs = oracle_set.runs
+        n = cfg.gate_tokens
+        k = len(runs)
+        if budget:
+            # steps: teacher-forced + free-running per prompt, plus the determinism repeats once
+            k = max(1, min(k, math.floor((budget * est - (cfg.det_repeats - 1) * n) / (2 * n))))
+        sub = correctness.OracleSet(runs[:k], oracle_set.desc)
+        log(f"  gate: {k} prompts x {n} tokens (~{est:,.0f} tok/s)")
+        verdict = correctness.gate(eng, sub, tolerance=cfg.tolerance, det_prompts=cfg.det_prompts,
+                                   det_repeats=cfg.det_repeats)
+        if k < len(runs):
+            verdict["reduced"] = f"{k}/{len(runs)} prompts: time budget {budget:.0f} s at ~{est:,.0f} tok/s"
+        row["gate"] = verdict
+        log(f"  gate {'PASSED' if verdict['passed'] else 'FAILED'}: {verdict['divergences']} divergence(s), "
+            f"{verdict['divergences_disallowed']} disallowed; deterministic={verdict['deterministic']}")
+        if not verdict["passed"]:
+            row.update(status="failed", reason="correctness gate failed: " + "; ".join(verdict["reasons"][:3]))
+            return row
+        bcfg = BenchConfig(**{**cfg.bench.__dict__, "budget_s": budget})
+        row.update(bench_engine(eng, bench_prompts, bcfg, sweep_seq=seq, bw_tbs=bw, tok_s_est=est, log=log,
+                                byte_model=bytemodel.ByteModel.bf16(ckpt.shape)))
+        row["status"] = "ok"
+        log(f"  {row['tok_s']['median']:,.1f} tok/s (min {row['tok_s']['min']:,.1f}, max {row['tok_s']['max']:,.1f})"
+            f", predicted {row['predicted_us_per_token']:.1f} µs vs {row['us_per_token']['median']:.1f} µs measured")
+        if cfg.timelines_dir:
+            write_timeline(eng, spec, bench_prompts[0], cfg, tok, ckpt)
+    except Exception as e:  # noqa: BLE001  (an engine that crashes gets no speed)
+        row.update(status="failed", reason=f"{type(e).__name__}: {e}", tok_s=None)
+        row["traceback"] = traceback.format_exc()[-2000:]
+        log(f"  failed: {row['reason']}")
+    finally:
+        row["engine_s"] = round(time.perf_counter() - ta, 1)
+        eng = None
+        _free()
+    return row
+
+
+def write_timeline(eng, spec, prompt, cfg: SuiteConfig, tok, ckpt) -> None:
+    tl = timeline(eng, prompt, cfg.timeline_tokens, tok)
+    tl.update(label=spec.label, gpu=envinfo.collect(cfg.device).get("gpu"), weights=ckpt.describe())
+    out = Path(cfg.timelines_dir) / f"{eng.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(tl) + "\n")
+
+
+def external_rows(name: str, cfg: SuiteConfig, ckpt) -> list[dict]:
+    if name == "llamacpp":
+        from monolith.bench.baselines.llamacpp import rows_from_json
+        return rows_from_json(cfg.llamacpp_json)
+    if name == "vllm":
+        from monolith.bench.baselines.vllm import run as run_vllm
+        return [run_vllm(ckpt.path, cfg.bench)]
+    raise ValueError(name)
+
+
+def attach_quality(doc: dict, cfg: SuiteConfig, ckpt, tok) -> None:
+    from monolith.eval import quality
+
+    q = cfg.quality
+    name, ref_name = q["engine"], q.get("ref", "reference")
+    log(f"quality: {name} against {ref_name} ({q.get('positions')} positions, {q.get('prompts')} prompts)")
+    row = next((r for r in doc["rows"] if r["engine"] == name), None)
+    if row is None:
+        row = results.base_row(name, registry.spec(name).label)
+        row["reason"] = "quality only"
+        doc["rows"].append(row)
+    try:
+        ref = registry.build(ref_name, ckpt, cfg.device)
+        eng = ref if name == ref_name else registry.build(name, ckpt, cfg.device)
+        text = quality.text_tokens(tok, q.get("text"))
+        qp = prompt_tokens("quality", tok)[:q.get("prompts", 100)]
+        res = quality.evaluate(ref, eng, text, qp, positions=q.get("positions", quality.KL_POSITIONS),
+                               context=q.get("context", quality.CONTEXT), stride=q.get("stride", quality.STRIDE))
+        res["sanity"] = bool(q.get("sanity"))
+        row["quality"] = res
+        log(f"  ppl {res['ppl']:.3f} (ref {res['ref_ppl']:.3f}), agreement {res['agreement']:.2%}, KL {res['kl']:.2e}")
+        ref = eng = None
+        _free()
+    except Exception as e:  # noqa: BLE001
+        row["quality"] = {"error": f"{type(e).__name__}: {e}"}
+        log(f"  quality failed: {e}")
+
+
+def _jsonable(o):
+    try:
+        json.dumps(o)
+        return o
+    except TypeError:
+        return json.loads(json.dumps(o, default=str))

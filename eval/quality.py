@@ -1,0 +1,141 @@
+"""Quality against the bf16 reference on the same weights (MISSION §5).
+
+- WikiText-2 perplexity: windows of `context` tokens every `stride` tokens (both recorded);
+  the first window scores all its predictions, later ones only their last `stride` (the
+  usual sliding-window rule; with context == stride the windows are disjoint). Logits come
+  from engine.logits (teacher-forced, one step per token, the decode path).
+- Mean KL(ref || engine) of next-token distributions over the first `kl_positions`
+  positions of those same windows (computed in the same pass).
+- Greedy agreement over the first 64 tokens of the quality prompts: the reference decodes
+  greedily; the engine is teacher-forced on that sequence and its argmax compared at every
+  step (argmax agreement, robust to one early flip). The free-running common prefix is
+  reported too.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from monolith.engine import Engine
+
+CONTEXT = 512
+STRIDE = 512
+KL_POSITIONS = 10_000
+AGREE_TOKENS = 64
+WIKITEXT = "wikitext-2-raw-v1-test.txt"
+
+
+def default_text_path() -> Path:
+    from monolith import REPO_ROOT
+
+    return REPO_ROOT.parent / "shared" / "data" / WIKITEXT
+
+
+def windows(n_tokens: int, context: int, stride: int) -> list[tuple[int, int, int]]:
+    """(start, end, first_scored_index_in_window) covering [0, n_tokens)."""
+    out, start = [], 0
+    while start + 1 < n_tokens:
+        end = min(start + context, n_tokens)
+        first = 0 if start == 0 else max(context - stride - 1, 0)  # prediction i scores token i+1
+        out.append((start, end, first))
+        if end == n_tokens:
+            break
+        start += stride
+    return out
+
+
+def nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-position negative log-likelihood (natural log), fp32."""
+    return -torch.log_softmax(logits.float(), -1).gather(-1, targets.view(-1, 1)).view(-1)
+
+
+def kl(ref_logits: torch.Tensor, eng_logits: torch.Tensor) -> torch.Tensor:
+    """KL(ref || engine) per row, nats."""
+    lp = torch.log_softmax(ref_logits.float(), -1)
+    lq = torch.log_softmax(eng_logits.float(), -1)
+    return (lp.exp() * (lp - lq)).sum(-1)
+
+
+def perplexity_kl(ref: Engine, eng: Engine, tokens: list[int], context: int = CONTEXT, stride: int = STRIDE,
+                  kl_positions: int = KL_POSITIONS, max_positions: int | None = None, progress=None) -> dict:
+    """One pass: perplexity of both engines and the KL between them. `max_positions` caps the
+    scored positions (both engines see the same windows)."""
+    same = ref is eng
+    n_ref = n_eng = 0.0
+    count, kl_sum, kl_n = 0, 0.0, 0
+    for start, end, first in windows(len(tokens), context, stride):
+        win = tokens[start:end]
+        ref.reset()
+        lr = ref.logits(win)
+        le = lr if same else (eng.reset(), eng.logits(win))[1]
+        tgt = torch.as_tensor(win[1:], dtype=torch.long, device=lr.device)
+        sl = slice(first, len(win) - 1)
+        if max_positions is not None:
+            sl = slice(first, min(len(win) - 1, first + max_positions - count))
+        k = sl.stop - sl.start
+        if k <= 0:
+            break
+        n_ref += float(nll(lr[sl], tgt[sl]).sum())
+        n_eng += float(nll(le[sl], tgt[sl].to(le.device)).sum())
+        if kl_n < kl_positions:
+            m = min(k, kl_positions - kl_n)
+            kl_sum += float(kl(lr[sl][:m], le[sl][:m].to(lr.device)).sum())
+            kl_n += m
+        count += k
+        if progress:
+            progress(k)
+        if max_positions is not None and count >= max_positions:
+            break
+    return {
+        "ppl": float(torch.tensor(n_eng / count).exp()), "ref_ppl": float(torch.tensor(n_ref / count).exp()),
+        "ppl_ratio": float(torch.tensor((n_eng - n_ref) / count).exp()),
+        "positions": count, "context": context, "stride": stride, "kl": kl_sum / max(kl_n, 1), "kl_positions": kl_n,
+    }
+
+
+def agreement(ref: Engine, eng: Engine, prompts: list[list[int]], n: int = AGREE_TOKENS, progress=None) -> dict:
+    match = total = prefix_sum = 0
+    for p in prompts:
+        ref.reset()
+        f = ref.prefill(p)
+        seq = [f, *ref.decode(f, n - 1).tolist()]
+        eng.reset()
+        g = eng.prefill(p)
+        preds = [g, *eng.teacher_forced(seq[:-1]).tolist()]
+        match += sum(int(a == b) for a, b in zip(preds, seq, strict=False))
+        total += n
+        eng.reset()
+        g = eng.prefill(p)
+        free = [g, *eng.decode(g, n - 1).tolist()]
+        prefix_sum += next((i for i, (a, b) in enumerate(zip(free, seq, strict=False)) if a != b), n)
+        if progress:
+            progress(1)
+    return {"agreement": match / max(total, 1), "agreement_tokens": total, "prompts": len(prompts),
+            "tokens_per_prompt": n, "free_running_prefix_frac": prefix_sum / max(total, 1),
+            "method": "engine teacher-forced on the reference's greedy sequence; argmax match rate"}
+
+
+def evaluate(ref: Engine, eng: Engine, text_tokens: list[int], prompts: list[list[int]], *, context: int = CONTEXT,
+             stride: int = STRIDE, positions: int = KL_POSITIONS, agree_tokens: int = AGREE_TOKENS) -> dict:
+    """Both measures with rich progress bars; `positions` caps scored perplexity positions and
+    KL positions together (the KL uses the first `positions` of the perplexity pass)."""
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        t1 = bar.add_task(f"perplexity+KL ({eng.name})", total=positions)
+        pk = perplexity_kl(ref, eng, text_tokens, context, stride, kl_positions=positions, max_positions=positions,
+                           progress=lambda k: bar.advance(t1, k))
+        t2 = bar.add_task(f"agreement ({eng.name})", total=len(prompts))
+        ag = agreement(ref, eng, prompts, agree_tokens, progress=lambda k: bar.advance(t2, k))
+    return {**pk, **ag, "reference": getattr(ref, "name", "reference"),
+            "reference_info": dict(getattr(ref, "info", {}) or {})}
+
+
+def text_tokens(tokenizer, path: str | Path | None = None) -> list[int]:
+    from monolith.errors import MonolithError
+
+    p = Path(path) if path else default_text_path()
+    if not p.is_file():
+        raise MonolithError(f"WikiText-2 text not found at {p} (pass --text PATH)")
+    return tokenizer.encode(p.read_text(encoding="utf-8"))

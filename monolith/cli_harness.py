@@ -1,0 +1,174 @@
+"""Harness commands: bench, eval correctness|quality, reproduce, m1."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from monolith import REPO_ROOT
+
+M1_ENGINES = "reference,reference-graph,hf-eager,hf-static,hf-compile,megakernel-bf16-upstream,llamacpp,vllm"
+
+
+def _device(device: str | None) -> str:
+    import torch
+
+    return device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _bench_cfg(runs: int, tokens: int, prompts: int, quick: bool, power: bool):
+    from monolith.bench.decode import BenchConfig
+
+    if quick:
+        cfg = BenchConfig.quick_config()
+        cfg.power = power
+        return cfg
+    return BenchConfig(runs=runs, tokens=tokens, prompts=prompts, power=power)
+
+
+def _write(doc: dict, out: Path, merge: bool) -> None:
+    from monolith import results
+
+    if merge and out.is_file():
+        doc = results.merge_rows(doc, json.loads(out.read_text()))
+    j, md = results.write(doc, out)
+    typer.echo(f"wrote {j} and {md}")
+
+
+def _suite(engines, model, device, out, runs, tokens, prompts, quick, budget, max_total, gate_prompts, gate_tokens,
+           tolerance, timelines, llamacpp_json, power, merge, quality, title):
+    from monolith.bench.suite import SuiteConfig, run_suite
+    from monolith.eval.correctness import TOLERANCE
+
+    cfg = SuiteConfig(
+        engines=[e.strip() for e in engines.split(",") if e.strip()], model=model, device=_device(device),
+        bench=_bench_cfg(runs, tokens, prompts, quick, power),
+        gate_prompts=2 if quick else gate_prompts, gate_tokens=min(64, gate_tokens) if quick else gate_tokens,
+        tolerance=TOLERANCE if tolerance is None else tolerance, engine_budget_s=budget, max_total_s=max_total,
+        timelines_dir=timelines, timeline_tokens=64 if quick else 256, llamacpp_json=llamacpp_json,
+        quality=quality, title=title + (" (quick smoke: not headline)" if quick else ""))
+    if quick:
+        cfg.det_repeats = 2
+    doc = run_suite(cfg)
+    _write(doc, out, merge)
+    return doc
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def bench(
+        engine: str = typer.Option("reference", help="engine name(s), comma-separated"),
+        model: str = typer.Option(None, help="checkpoint dir (default: synthetic seed 0)"),
+        out: Path = typer.Option(REPO_ROOT / "results" / "bench.json", help="results JSON (a .md is written beside it)"),
+        runs: int = typer.Option(5), tokens: int = typer.Option(256), prompts: int = typer.Option(20),
+        quick: bool = typer.Option(False, help="fast smoke: 3 prompts x 64 tokens, 3 runs; labelled not headline"),
+        device: str = typer.Option(None, help="cuda or cpu (default: cuda if present)"),
+        budget: float = typer.Option(None, help="seconds per engine for its gate and again for its timed runs"),
+        max_total: float = typer.Option(None, help="cap on the whole session (s); budgets shrink to fit"),
+        gate_prompts: int = typer.Option(20), gate_tokens: int = typer.Option(256),
+        tolerance: float = typer.Option(None, help="gate tolerance (logits); default eval.correctness.TOLERANCE"),
+        timelines: Path = typer.Option(None, help="write per-token timelines here"),
+        llamacpp_json: Path = typer.Option(None, help="JSON written by bench/baselines/llamacpp.sh"),
+        power: bool = typer.Option(True, help="sample nvidia-smi power during timed runs"),
+        merge: bool = typer.Option(False, help="keep rows of engines not measured now from an existing --out"),
+    ):
+        """Gate, then benchmark, each engine (MISSION §5); writes JSON + Markdown."""
+        _suite(engine, model, device, out, runs, tokens, prompts, quick, budget, max_total, gate_prompts, gate_tokens,
+               tolerance, timelines, llamacpp_json, power, merge, None, "monolith decode benchmark")
+
+    ev = typer.Typer(help="correctness gate and quality measures", no_args_is_help=True)
+    app.add_typer(ev, name="eval")
+
+    @ev.command("correctness")
+    def correctness_cmd(
+        engine: str = typer.Option("reference"), model: str = typer.Option(None), device: str = typer.Option(None),
+        prompts: int = typer.Option(20), tokens: int = typer.Option(256), tolerance: float = typer.Option(None),
+        out: Path = typer.Option(None, help="write the verdict JSON here"),
+    ):
+        """The gate alone: fp32 oracle, teacher-forced + free-running + determinism."""
+        from monolith.bench.baselines import registry
+        from monolith.bench.suite import load_inputs, prompt_tokens
+        from monolith.eval import correctness
+
+        dev = _device(device)
+        ckpt, tok = load_inputs(model)
+        ps = prompt_tokens("bench", tok)[:prompts]
+        orc = registry.oracle(ckpt, dev)
+        oset = correctness.oracle_runs(orc, ps, tokens)
+        del orc
+        verdicts = {}
+        for name in engine.split(","):
+            eng = registry.build(name.strip(), ckpt, dev)
+            v = correctness.gate(eng, oset, tolerance=correctness.TOLERANCE if tolerance is None else tolerance)
+            verdicts[name] = v
+            typer.echo(f"{name}: {'PASSED' if v['passed'] else 'FAILED'} ({v['divergences']} divergences, "
+                       f"{v['divergences_disallowed']} disallowed, deterministic={v['deterministic']})")
+            for r in v["reasons"]:
+                typer.echo(f"  {r}")
+            del eng
+        if out:
+            Path(out).write_text(json.dumps({"weights": ckpt.describe(), "verdicts": verdicts}, indent=1) + "\n")
+        if not all(v["passed"] for v in verdicts.values()):
+            raise typer.Exit(1)
+
+    @ev.command("quality")
+    def quality_cmd(
+        engine: str = typer.Option("reference-graph"), ref: str = typer.Option(None, help="bf16 reference engine"),
+        model: str = typer.Option(None), device: str = typer.Option(None),
+        text: Path = typer.Option(None, help="WikiText-2 raw test text (default ../shared/data/...)"),
+        positions: int = typer.Option(10_000, help="scored perplexity positions = KL positions"),
+        prompts: int = typer.Option(100, help="quality prompts for greedy agreement"),
+        context: int = typer.Option(512), stride: int = typer.Option(512),
+        out: Path = typer.Option(None),
+    ):
+        """Perplexity, greedy agreement and KL against the bf16 reference (same weights)."""
+        from monolith.bench.baselines import registry
+        from monolith.bench.suite import load_inputs, prompt_tokens
+        from monolith.eval import quality
+
+        dev = _device(device)
+        ref = ref or ("reference-graph" if dev == "cuda" else "reference")
+        ckpt, tok = load_inputs(model)
+        r = registry.build(ref, ckpt, dev)
+        e = r if engine == ref else registry.build(engine, ckpt, dev)
+        res = quality.evaluate(r, e, quality.text_tokens(tok, text), prompt_tokens("quality", tok)[:prompts],
+                               positions=positions, context=context, stride=stride)
+        res.update(engine=engine, weights=ckpt.describe())
+        typer.echo(json.dumps({k: res[k] for k in ("ppl", "ref_ppl", "ppl_ratio", "agreement", "kl", "positions")}))
+        if out:
+            Path(out).write_text(json.dumps(res, indent=1, default=str) + "\n")
+
+    def _m1(out_dir: Path, engines: str, model, device, quick, max_total, budget, llamacpp_json, merge, name):
+        dev = _device(device)
+        mk = "megakernel-bf16-upstream"
+        q_eng = mk if mk in engines.split(",") else "reference"
+        quality = {"engine": q_eng, "ref": "reference-graph" if dev == "cuda" else "reference",
+                   "positions": 256 if quick else 2048, "prompts": 4 if quick else 20, "sanity": True}
+        _suite(engines, model, dev, out_dir / f"{name}.json", 5, 256, 20, quick, budget, max_total, 20, 256, None,
+               out_dir / "timelines", llamacpp_json or (REPO_ROOT / "results" / "llamacpp.json"), True, merge,
+               quality, "M1: baselines and the bf16-upstream megakernel")
+
+    m1_opts = dict(
+        out_dir=typer.Option(REPO_ROOT / "results", help="writes m1_baselines.json/.md and timelines/ here"),
+        engines=typer.Option(M1_ENGINES), model=typer.Option(None), device=typer.Option(None),
+        quick=typer.Option(False), max_total=typer.Option(450.0, help="whole-session cap in seconds"),
+        budget=typer.Option(24.0, help="per-engine seconds for the gate and again for timed runs"),
+        llamacpp_json=typer.Option(None), merge=typer.Option(False, help="merge into an existing m1_baselines.json"),
+    )
+
+    @app.command()
+    def m1(out_dir: Path = m1_opts["out_dir"], engines: str = m1_opts["engines"], model: str = m1_opts["model"],
+           device: str = m1_opts["device"], quick: bool = m1_opts["quick"], max_total: float = m1_opts["max_total"],
+           budget: float = m1_opts["budget"], llamacpp_json: Path = m1_opts["llamacpp_json"],
+           merge: bool = m1_opts["merge"]):
+        """M1 end to end on a GPU: gate + baselines + megakernel + quality sanity -> results/m1_baselines.*"""
+        _m1(out_dir, engines, model, device, quick, max_total, budget, llamacpp_json, merge, "m1_baselines")
+
+    @app.command()
+    def reproduce(out_dir: Path = m1_opts["out_dir"], engines: str = m1_opts["engines"], model: str = m1_opts["model"],
+                  device: str = m1_opts["device"], quick: bool = m1_opts["quick"],
+                  max_total: float = m1_opts["max_total"], budget: float = m1_opts["budget"],
+                  llamacpp_json: Path = m1_opts["llamacpp_json"], merge: bool = m1_opts["merge"]):
+        """Reproduce the upstream bf16 design next to the baselines (M1, same protocol as `m1`)."""
+        _m1(out_dir, engines, model, device, quick, max_total, budget, llamacpp_json, merge, "m1_baselines")

@@ -1,0 +1,77 @@
+"""Quality maths on tiny known distributions, and the passes with fake engines."""
+import math
+
+import pytest
+import torch
+from harness_fakes import FakeEngine, V, swap_top2_when
+from monolith.eval import quality as Q
+
+from monolith.engine import Engine
+
+
+def test_nll_and_kl_known_values():
+    lg = torch.log(torch.tensor([[0.5, 0.25, 0.25]]))
+    assert float(Q.nll(lg, torch.tensor([1]))) == pytest.approx(math.log(4))
+    p, q = torch.log(torch.tensor([[0.5, 0.5]])), torch.log(torch.tensor([[0.9, 0.1]]))
+    want = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
+    assert float(Q.kl(p, q)) == pytest.approx(want, rel=1e-5)
+    assert float(Q.kl(p, p)) == pytest.approx(0.0, abs=1e-7)
+    # logits shift-invariance: KL of the same distribution written with offset logits is 0
+    assert float(Q.kl(q, q + 7.0)) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_windows_cover_every_token_once():
+    for n, c, s in [(100, 32, 32), (100, 32, 16), (10, 32, 16)]:
+        scored = []
+        for start, end, first in Q.windows(n, c, s):
+            scored += [start + i + 1 for i in range(first, end - start - 1)]
+        assert len(scored) == len(set(scored))
+        if c == s:
+            assert len(scored) == n - len(Q.windows(n, c, s))  # disjoint: one unscored token per window
+        else:
+            assert sorted(scored) == list(range(1, n))
+
+
+class Uniform(Engine):
+    name = "uniform"
+
+    def reset(self):
+        self.position = 0
+
+    def prefill(self, tokens):
+        return 0
+
+    def decode(self, first_token, n):
+        return torch.zeros(n, dtype=torch.long)
+
+    def teacher_forced(self, tokens):
+        return torch.zeros(len(tokens), dtype=torch.long)
+
+    def logits(self, tokens):
+        return torch.zeros(len(tokens), V)
+
+    def bytes_per_token(self, position):
+        return 0
+
+
+def test_perplexity_of_uniform_is_vocab_size_and_kl_zero():
+    u = Uniform()
+    r = Q.perplexity_kl(u, u, list(range(V)) * 4, context=16, stride=16, kl_positions=50)
+    assert r["ppl"] == pytest.approx(V) and r["ref_ppl"] == pytest.approx(V)
+    assert r["kl"] == 0.0 and r["kl_positions"] == 50 and r["context"] == 16
+
+
+def test_fake_engine_quality_numbers():
+    ref, same = FakeEngine(), FakeEngine()
+    toks = [i % V for i in range(7, 7 + 200)]
+    r = Q.perplexity_kl(ref, same, toks, context=40, stride=40, kl_positions=100, max_positions=120)
+    assert r["kl"] == pytest.approx(0.0, abs=1e-6) and r["ppl_ratio"] == pytest.approx(1.0)
+    assert r["positions"] == 120
+    worse = FakeEngine(flip=lambda pos, lg: lg * 0.5)  # flatter distribution: KL > 0, ppl changes
+    r2 = Q.perplexity_kl(ref, worse, toks, context=40, stride=40, kl_positions=100)
+    assert r2["kl"] > 0.01 and r2["ppl"] != pytest.approx(r2["ref_ppl"])
+    a = Q.agreement(ref, FakeEngine(), [[1, 2], [3]], n=16)
+    assert a["agreement"] == 1.0 and a["free_running_prefix_frac"] == 1.0
+    flipper = FakeEngine(flip=swap_top2_when(lambda pos, m: m < 0.05))
+    b = Q.agreement(ref, flipper, [[1, 2], [3]], n=16)
+    assert 0.5 < b["agreement"] < 1.0
