@@ -506,8 +506,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
         // activations: start pulling them into L2 while 16 blocks do attention. The bulk
         // prefetches run on after this phase ends, so DRAM keeps streaming through the next
         // barriers while the GEMVs read from L2.
-        const int64_t elems = (L + 1 < kNumLayers ? kLayerElems + kOffO : kLayerElems) - kOffO;
-        if (warp == 0) {
+        const int64_t elems = (p.l2_prefetch >= 2 && L + 1 < kNumLayers ? kLayerElems + kOffO : kLayerElems) - kOffO;
+        if (warp == 0 && p.l2_prefetch > 0) {
           prefetch_l2_range(W + kOffO, elems * 2, (b - kAttnBlocks) * 32 + lane, (G - kAttnBlocks) * 32, 16 * 1024);
         }
       }

@@ -154,7 +154,7 @@ class MegakernelEngine(Engine):
     """One persistent-kernel launch per token. See monolith.engine.Engine for the contract."""
 
     def __init__(self, ckpt, variant: str = "bf16-upstream", xray: bool = False, blocks: int | None = None,
-                 timeout_s: float = 1.0, device: str = "cuda"):
+                 timeout_s: float = 1.0, device: str = "cuda", l2_prefetch: int | None = None):
         if ckpt.shape.num_layers != C.NUM_LAYERS:
             raise MonolithError(f"the kernel is compiled for {C.NUM_LAYERS} layers; checkpoint has {ckpt.shape.num_layers}")
         self.ext = load_extension()
@@ -162,6 +162,9 @@ class MegakernelEngine(Engine):
         check_constants(self.k)
         self.spec = variant_spec(variant)
         self.variant, self.variant_id, self.xray = variant, int(self.spec["id"]), bool(xray)
+        self.l2_prefetch = int(self.spec.get("l2_prefetch", 2) if l2_prefetch is None else l2_prefetch)
+        if self.l2_prefetch not in (0, 1, 2):
+            raise MonolithError(f"l2_prefetch must be 0, 1 or 2, got {self.l2_prefetch}")
         self.device = torch.device(device)
         props = torch.cuda.get_device_properties(self.device)
         self.sm_count = props.multi_processor_count
@@ -194,6 +197,7 @@ class MegakernelEngine(Engine):
         self._scratch_tokens = torch.zeros(C.CONTEXT_CAP + 1, dtype=torch.int32, device=dev)
         attrs = dict(self.ext.attributes(self.variant_id, self.xray))
         self.info = {"variant": variant, "xray": self.xray, "blocks": self.blocks, "threads": THREADS,
+                     "l2_prefetch": self.l2_prefetch,
                      "sm_count": self.sm_count, "coresident_limit": fit, "kernel_attributes": attrs,
                      "build": self.ext.build_info, "context_cap": C.CONTEXT_CAP,
                      "grid_barriers_per_layer": self.spec["grid_barriers_per_layer"],
@@ -209,7 +213,8 @@ class MegakernelEngine(Engine):
         self.ext.launch(self.variant_id, self.blocks, self.xray, self.w.data_ptr(), self.norms.data_ptr(),
                         self.embed.data_ptr(), self.final_norm.data_ptr(), self.rope.data_ptr(), self.kv.data_ptr(),
                         self.scr.data_ptr(), self.logits_buf.data_ptr(), self.sync.data_ptr(), in_ptr, out_ptr, xray_ptr,
-                        self.timeout_cycles, stop[0], stop[1], torch.cuda.current_stream(self.device).cuda_stream)
+                        self.timeout_cycles, stop[0], stop[1], self.l2_prefetch,
+                        torch.cuda.current_stream(self.device).cuda_stream)
 
     def _sync_state(self) -> dict:
         s = self.sync.cpu().tolist()
