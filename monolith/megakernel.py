@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from datetime import UTC, datetime
 
@@ -162,7 +163,12 @@ class MegakernelEngine(Engine):
         check_constants(self.k)
         self.spec = variant_spec(variant)
         self.variant, self.variant_id, self.xray = variant, int(self.spec["id"]), bool(xray)
-        self.l2_prefetch = int(self.spec.get("l2_prefetch", 2) if l2_prefetch is None else l2_prefetch)
+        # Launch parameter like the block count: explicit argument, else MONOLITH_L2_PREFETCH (how
+        # scripts/gpu.sh applies the winner of its A/B), else the variant's default. Recorded in info.
+        env = os.environ.get("MONOLITH_L2_PREFETCH")
+        if l2_prefetch is None:
+            l2_prefetch = int(env) if env else int(self.spec.get("l2_prefetch", 2))
+        self.l2_prefetch = int(l2_prefetch)
         if self.l2_prefetch not in (0, 1, 2):
             raise MonolithError(f"l2_prefetch must be 0, 1 or 2, got {self.l2_prefetch}")
         self.device = torch.device(device)
