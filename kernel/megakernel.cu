@@ -335,6 +335,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
     if (b < kAttnBlocks && b % kHeadsPerKV == 0 && tid == 0 && pos > 0) {
       for (int l = (L == 0 ? 0 : L + 1); l <= L + 1 && l < kNumLayers; ++l) prefetch_kv_history(p.kv, l, b / kHeadsPerKV, pos);
     }
+    if (p.l2_prefetch == 3 && b >= kAttnBlocks && warp == 0) {
+      // mode 3: the next phases' weights are requested before this layer's qkv GEMV, so the
+      // burst drains while the qkv phase runs (its own weights came from the previous layer's)
+      const int64_t elems = (L + 1 < kNumLayers ? kLayerElems + kOffO : kLayerElems) - kOffO;
+      prefetch_l2_range(W + kOffO, elems * 2, (b - kAttnBlocks) * 32 + lane, (G - kAttnBlocks) * 32, 16 * 1024);
+    }
     if (L == 0) {
       rmsnorm_to_smem<true>(emb_row, N + kNormInLn, s_x, s_red);
       // Seed the residual stream with the embedding row (this block's slice; read after barrier 1).
@@ -507,7 +513,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
         // prefetches run on after this phase ends, so DRAM keeps streaming through the next
         // barriers while the GEMVs read from L2.
         const int64_t elems = (p.l2_prefetch >= 2 && L + 1 < kNumLayers ? kLayerElems + kOffO : kLayerElems) - kOffO;
-        if (warp == 0 && p.l2_prefetch > 0) {
+        if (warp == 0 && (p.l2_prefetch == 1 || p.l2_prefetch == 2)) {
           prefetch_l2_range(W + kOffO, elems * 2, (b - kAttnBlocks) * 32 + lane, (G - kAttnBlocks) * 32, 16 * 1024);
         }
       }

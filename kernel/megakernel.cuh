@@ -32,7 +32,8 @@ struct StepParams {
   int stop_phase;              // StopPhase; kStopNever for a normal step
   int l2_prefetch;             // during attention the other blocks bulk-prefetch into L2:
                                // 0 nothing, 1 this layer's O, gate/up, down (23 MB),
-                               // 2 those and the next layer's qkv (31.5 MB)
+                               // 2 those and the next layer's qkv (31.5 MB),
+                               // 3 the same 31.5 MB but issued at the start of the qkv phase
 };
 
 #define MONOLITH_DECLARE_BUILD(ns)                                                                 \

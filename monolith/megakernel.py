@@ -169,8 +169,8 @@ class MegakernelEngine(Engine):
         if l2_prefetch is None:
             l2_prefetch = int(env) if env else int(self.spec.get("l2_prefetch", 2))
         self.l2_prefetch = int(l2_prefetch)
-        if self.l2_prefetch not in (0, 1, 2):
-            raise MonolithError(f"l2_prefetch must be 0, 1 or 2, got {self.l2_prefetch}")
+        if self.l2_prefetch not in (0, 1, 2, 3):
+            raise MonolithError(f"l2_prefetch must be 0, 1, 2 or 3, got {self.l2_prefetch}")
         self.device = torch.device(device)
         props = torch.cuda.get_device_properties(self.device)
         self.sm_count = props.multi_processor_count
