@@ -1,7 +1,10 @@
-"""Development timing of the megakernel (NOT a headline number: no gate, no environment record;
-headline numbers come only from `monolith bench`). Prints tok/s for a few launch shapes.
-usage: python scripts/dev_bench.py [--blocks 132,128,...] [--tokens 256] [--position 0]"""
+"""Development timing of the megakernel: launch-shape and L2-prefetch sweeps. Not a headline
+number (headline numbers come only from `monolith bench`, which gates every engine first); run
+it after tests/test_kernel_gpu.py passed on the same build (scripts/gpu.sh does).
+usage: python scripts/dev_bench.py [--blocks 132,128,...] [--l2-prefetch 0,1,2,3] [--out FILE.json]"""
 import argparse
+import json
+from datetime import UTC, datetime
 
 import torch
 
@@ -15,11 +18,14 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--xray", action="store_true")
-    ap.add_argument("--l2-prefetch", default="", help="comma list of l2_prefetch modes to try (0,1,2)")
+    ap.add_argument("--l2-prefetch", default="", help="comma list of l2_prefetch modes to try (0,1,2,3)")
+    ap.add_argument("--out", default="", help="write the rows (and the environment) as JSON")
+    ap.add_argument("--best-env", default="", help="write MONOLITH_L2_PREFETCH=<fastest mode> to this file")
     a = ap.parse_args()
     ckpt = load_checkpoint(ensure_checkpoint(None, progress=False))
     shapes = [int(b) for b in a.blocks.split(",") if b] or [None]
     modes = [int(m) for m in a.l2_prefetch.split(",") if m] or [None]
+    rows = []
     for blocks, mode in [(b, m) for b in shapes for m in modes]:
         mk = MegakernelEngine(ckpt, blocks=blocks, xray=a.xray, l2_prefetch=mode)
         times = []
@@ -38,8 +44,26 @@ def main() -> None:
         print(f"[dev] blocks={mk.blocks} l2_prefetch={mk.l2_prefetch} xray={a.xray} tok/s median {a.tokens / med:.0f} "
               f"(min {a.tokens / times[-1]:.0f}, max {a.tokens / times[0]:.0f}) us/token {med / a.tokens * 1e6:.1f} "
               f"eff BW {bpt * a.tokens / med / 1e12:.2f} TB/s regs {mk.info['kernel_attributes']['num_regs']}")
+        rows.append({"blocks": mk.blocks, "l2_prefetch": mk.l2_prefetch, "xray": a.xray,
+                     "tok_s": {"median": a.tokens / med, "min": a.tokens / times[-1], "max": a.tokens / times[0]},
+                     "us_per_token": med / a.tokens * 1e6, "eff_bw_tbs": bpt * a.tokens / med / 1e12})
         del mk
         torch.cuda.empty_cache()
+
+
+    if a.out:
+        from monolith.envinfo import collect
+
+        doc = {"schema": "monolith-devbench/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
+               "note": "dev timing: CUDA events around a 256-token decode after a 2-token prompt, median of 5 "
+                       "after 1 warm-up; same build as the GPU tests that passed in this run; not a headline",
+               "env": collect(), "weights": ckpt.describe(), "rows": rows}
+        with open(a.out, "w") as f:
+            json.dump(doc, f, indent=1)
+    if a.best_env and rows:
+        best = max(rows, key=lambda r: r["tok_s"]["median"])
+        with open(a.best_env, "w") as f:
+            f.write(f"MONOLITH_L2_PREFETCH={best['l2_prefetch']}\n")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [devbench] [m1] [xray] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [ab] [sweep] [devbench] [m1] [xray] [all]
+# MONOLITH_L2_PREFETCH (if set, or chosen by `ab`) is the megakernel's L2-prefetch launch parameter.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/monolith-out}
@@ -39,6 +40,15 @@ if want sanitize; then
   run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/gpu/sanitize_step.py
   run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 python3 tests/gpu/sanitize_step.py
 fi
+if want ab; then  # which attention-time L2 prefetch mode is fastest on this GPU (launch parameter)
+  run l2-prefetch-ab python3 scripts/dev_bench.py --blocks 132 --l2-prefetch 0,1,2,3 \
+    --out results/m1_l2_prefetch_ab.json --best-env "$OUT/l2_best.env"
+  [ -f "$OUT/l2_best.env" ] && export "$(cat "$OUT/l2_best.env")" && echo "using $(cat "$OUT/l2_best.env")"
+fi
+if want sweep; then
+  run launch-sweep python3 scripts/dev_bench.py --blocks "${BLOCKS:-132,128,120,116,100,96,80,66,48,33}" \
+    --out results/m1_launch_sweep.json
+fi
 if want devbench; then
   run devbench python3 scripts/dev_bench.py --blocks "${BLOCKS:-132,128,116,96,66}"
   run devbench-xray python3 scripts/dev_bench.py --blocks 132 --xray
@@ -46,4 +56,4 @@ fi
 want m1 && run m1 python3 -m monolith m1
 want xray && run xray python3 -m monolith m2
 tar czf "$OUT/results.tgz" results build/*/*.log 2>/dev/null || tar czf "$OUT/results.tgz" results
-echo; echo "==== summary"; printf '%s\n' "${summary[@]}"; grep -h "^\[dev\]" "$OUT/log.txt" || true
+echo; echo "==== summary (MONOLITH_L2_PREFETCH=${MONOLITH_L2_PREFETCH:-default})"; printf '%s\n' "${summary[@]}"; grep -h "^\[dev\]" "$OUT/log.txt" || true
