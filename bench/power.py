@@ -30,7 +30,7 @@ class PowerSampler:
             self.error = "nvidia-smi not found"
             return self
         cmd = ["nvidia-smi", f"--id={self.index}", "--query-gpu=power.draw", "--format=csv,noheader,nounits",
-               f"-lms={self.interval_ms}"]
+               "-lms", str(self.interval_ms)]
         try:
             self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         except OSError as e:

@@ -126,7 +126,11 @@ def run_suite(cfg: SuiteConfig) -> dict:
         doc["rows"].append(measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg, budget, bw))
 
     if cfg.quality:
-        attach_quality(doc, cfg, ckpt, tok)
+        left = cfg.max_total_s - (time.perf_counter() - t0) if cfg.max_total_s else None
+        if left is not None and left < 30:
+            doc["protocol"]["quality_skipped"] = f"session time cap: {left:.0f} s left"
+        else:
+            attach_quality(doc, cfg, ckpt, tok)
     doc["env_after"] = envinfo.collect(cfg.device)
     doc["protocol"]["wall_s"] = round(time.perf_counter() - t0, 1)
     return doc
@@ -143,6 +147,12 @@ def measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg: SuiteCon
         return row
     row["info"] = _jsonable(dict(eng.info or {}))
     row["build_s"] = round(time.perf_counter() - ta, 1)
+    if eng.info.get("compiled") is False:  # hf-compile fell back to eager: its speed would be mislabelled
+        row["reason"] = "torch.compile failed: " + "; ".join(eng.info.get("compile_errors", []))[:400]
+        row["status"] = "failed"
+        eng = None
+        _free()
+        return row
     try:
         clock = Clock(eng.device)
         est = warmup(eng, bench_prompts[0], cfg.bench.warmup_tokens, clock)
@@ -162,8 +172,14 @@ def measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg: SuiteCon
         row["gate"] = verdict
         log(f"  gate {'PASSED' if verdict['passed'] else 'FAILED'}: {verdict['divergences']} divergence(s), "
             f"{verdict['divergences_disallowed']} disallowed; deterministic={verdict['deterministic']}")
+        if name.startswith("mutant-"):
+            row["expected"] = "gate fails (negative control)"
+            row["control_ok"] = not verdict["passed"]
         if not verdict["passed"]:
             row.update(status="failed", reason="correctness gate failed: " + "; ".join(verdict["reasons"][:3]))
+            return row
+        if name.startswith("mutant-"):
+            row.update(status="failed", reason="NEGATIVE CONTROL PASSED THE GATE: the gate is too weak")
             return row
         bcfg = BenchConfig(**{**cfg.bench.__dict__, "budget_s": budget})
         row.update(bench_engine(eng, bench_prompts, bcfg, sweep_seq=seq, bw_tbs=bw, tok_s_est=est, log=log,

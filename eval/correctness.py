@@ -22,10 +22,12 @@ import torch
 
 from monolith.engine import Engine
 
-# Logits. Justified in notes/harness.md: above bf16 rounding of logits near |10| (spacing
-# 0.0625) plus accumulated bf16 activation error, far below the margins that a real bug
-# (wrong RoPE theta, wrong norm) flips at.
-TOLERANCE = 0.1
+# Logits. Measured (notes/harness.md): the correct bf16 reference vs this fp32 oracle on the
+# 28-layer synthetic checkpoint moves the top-2 margin by median 0.32, p99 1.12, max 1.29
+# logits (logits reach ~32, where one bf16 step is 0.125), and flipped tokens at oracle
+# margins up to 0.49. 0.1 would fail every correct bf16 engine; 2.0 leaves a third of all
+# steps strictly checked, which a wrong RoPE theta (logit errors of several units) flips.
+TOLERANCE = 2.0
 MAX_LISTED = 64  # divergences listed in full in the verdict (all are counted)
 
 

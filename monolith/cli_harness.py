@@ -8,7 +8,7 @@ import typer
 
 from monolith import REPO_ROOT
 
-M1_ENGINES = "reference,reference-graph,hf-eager,hf-static,hf-compile,megakernel-bf16-upstream,llamacpp,vllm"
+M1_ENGINES = "reference,reference-graph,mutant-rope10k,hf-eager,hf-static,hf-compile,megakernel-bf16-upstream,llamacpp,vllm"
 
 
 def _device(device: str | None) -> str:

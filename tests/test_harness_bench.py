@@ -62,7 +62,7 @@ def test_bench_refuses_speed_on_failed_gate(monkeypatch, flip, ok):
     class Ck:
         shape = bytemodel.QWEN3_0_6B
 
-    cfg = suite.SuiteConfig(engines=["reference"], device="cpu", bench=decode.BenchConfig(
+    cfg = suite.SuiteConfig(engines=["reference"], device="cpu", tolerance=0.1, bench=decode.BenchConfig(
         runs=3, tokens=8, prompts=2, warmup_tokens=4, sweep_positions=(4,), sweep_window=2, sweep_reps=2, power=False))
     row = suite.measure("reference", registry.spec("reference"), Ck(), None, prompts, list(range(1, 30)),
                         _oracle(prompts, 12), cfg, None, 4.53)

@@ -4,6 +4,7 @@ from monolith.eval import correctness as C
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
 N = 24
+TOL = 0.1  # the rules are tolerance-agnostic; the fakes' "large" margins are >= 1
 
 
 def oracle():
@@ -18,7 +19,7 @@ def test_oracle_records_margins_and_near_ties():
 
 
 def test_exact_engine_passes():
-    v = C.gate(FakeEngine(), oracle())
+    v = C.gate(FakeEngine(), oracle(), tolerance=TOL)
     assert v["passed"] and v["divergences"] == 0 and v["deterministic"]
     assert v["free_running_exact"] == 3 and v["steps_compared"] == 3 * N
 
@@ -27,14 +28,14 @@ def test_divergence_at_near_tie_is_allowed_and_comparison_continues():
     # flips every near-tie: several per prompt, all must be seen (teacher forcing restarts
     # from the oracle's token after each one)
     eng = FakeEngine(flip=swap_top2_when(lambda pos, m: m < 0.05))
-    v = C.gate(eng, oracle())
+    v = C.gate(eng, oracle(), tolerance=TOL)
     assert v["passed"], v["reasons"]
     assert v["divergences"] >= 3 and v["divergences_disallowed"] == 0
     per_prompt = {}
     for d in v["divergence_list"]:
         per_prompt.setdefault(d["prompt"], []).append(d["step"])
     assert any(len(s) > 1 for s in per_prompt.values())  # later steps still compared
-    assert all(d["allowed"] and d["margin"] < C.TOLERANCE for d in v["divergence_list"])
+    assert all(d["allowed"] and d["margin"] < TOL for d in v["divergence_list"])
 
 
 def test_divergence_at_large_margin_fails():
@@ -42,25 +43,25 @@ def test_divergence_at_large_margin_fails():
     target = next(i for i, m in enumerate(o.runs[1].margins) if m > 0.5 and i > 2)
     plen = len(PROMPTS[1])
     eng = FakeEngine(flip=swap_top2_when(lambda pos, m: pos == plen + target - 1 and m > 0.5))
-    v = C.gate(eng, o)
+    v = C.gate(eng, o, tolerance=TOL)
     assert not v["passed"]
     assert v["divergences_disallowed"] >= 1
     bad = [d for d in v["divergence_list"] if not d["allowed"]]
     assert any(d["prompt"] == 1 and d["step"] == target for d in bad)
-    assert all(d["margin"] >= C.TOLERANCE for d in bad)
+    assert all(d["margin"] >= TOL for d in bad)
     assert "teacher-forced divergence" in v["reasons"][0]
 
 
 def test_decode_path_bug_caught_by_free_running():
     # teacher-forced path exact, decode path flips a large-margin step
     eng = FakeEngine(decode_flip=swap_top2_when(lambda pos, m: pos == 9 and m > 0.5))
-    v = C.gate(eng, oracle())
+    v = C.gate(eng, oracle(), tolerance=TOL)
     assert v["divergences"] == 0
     assert not v["passed"] and any("free-running" in r for r in v["reasons"])
 
 
 def test_nondeterminism_caught():
-    v = C.gate(FakeEngine(nondeterministic=True), oracle(), det_prompts=1, det_repeats=3)
+    v = C.gate(FakeEngine(nondeterministic=True), oracle(), det_prompts=1, det_repeats=3, tolerance=TOL)
     assert not v["deterministic"] and not v["passed"]
     assert any("bitwise identical" in r for r in v["reasons"])
 
@@ -69,3 +70,7 @@ def test_tolerance_is_recorded_and_tunable():
     eng = FakeEngine(flip=swap_top2_when(lambda pos, m: m < 0.05))
     assert not C.gate(eng, oracle(), tolerance=0.001)["passed"]
     assert C.gate(eng, oracle(), tolerance=0.05)["tolerance"] == 0.05
+
+
+def test_default_tolerance_is_the_measured_one():
+    assert C.TOLERANCE == 2.0  # notes/harness.md: bf16 vs fp32 margin error max 1.29 on the synthetic

@@ -24,7 +24,7 @@ class GraphEngine(Engine):
     name = "reference-graph"
 
     def __init__(self, ckpt, device="cuda", dtype=torch.bfloat16, compute_dtype=None,
-                 context_cap: int = GRAPH_CONTEXT_CAP):
+                 context_cap: int = GRAPH_CONTEXT_CAP, mutate=None):
         from monolith.reference import ReferenceEngine
 
         self.device = torch.device(device)
@@ -32,6 +32,8 @@ class GraphEngine(Engine):
             raise MonolithError("reference-graph needs a CUDA device (it captures a CUDA graph)")
         self.ref = ReferenceEngine(ckpt, device=self.device, dtype=dtype, compute_dtype=compute_dtype,
                                    context_cap=context_cap, graph_safe=True)
+        if mutate is not None:  # negative controls: a deliberately wrong model, before capture
+            mutate(self.ref)
         self.context_cap = context_cap
         self.tok_in = torch.zeros(1, dtype=torch.long, device=self.device)
         self.position = 0

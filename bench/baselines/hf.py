@@ -57,17 +57,25 @@ class HFEngine(Engine):
 
     def _compile(self, steps: int) -> None:
         t0 = time.perf_counter()
-        try:
-            self._step_fn = torch.compile(self.model.forward, mode="reduce-overhead", fullgraph=True)
-            # compile + cudagraph record happen on the first few decode calls
-            first = self.prefill([1, 2, 3])
-            self.decode(first, steps)
-            self._sync()
-            self.info.update(compiled=True, compile_warmup_s=round(time.perf_counter() - t0, 2))
-        except Exception as e:  # noqa: BLE001  (record and fall back: the row says so)
+        errors = []
+        # fullgraph first (one graph, one cudagraph); with graph breaks if HF code needs them
+        for fullgraph in (True, False):
+            try:
+                torch._dynamo.reset()
+                self._step_fn = torch.compile(self.model.forward, mode="reduce-overhead", fullgraph=fullgraph)
+                first = self.prefill([1, 2, 3])  # compile + cudagraph record happen on the first decode calls
+                self.decode(first, steps)
+                self._sync()
+                self.info.update(compiled=True, fullgraph=fullgraph, compile_warmup_s=round(time.perf_counter() - t0, 2))
+                break
+            except Exception as e:  # noqa: BLE001  (record and fall back: the row says so)
+                errors.append(f"fullgraph={fullgraph}: {type(e).__name__}: {str(e)[:300]}")
+                self.reset()
+        else:
             self._step_fn = self.model.forward
-            self.info.update(compiled=False, compile_error=f"{type(e).__name__}: {str(e)[:300]}",
-                             compile_warmup_s=round(time.perf_counter() - t0, 2))
+            self.info.update(compiled=False, compile_warmup_s=round(time.perf_counter() - t0, 2))
+        if errors:
+            self.info["compile_errors"] = errors
         self.reset()
 
     def _sync(self) -> None:

@@ -25,6 +25,7 @@ SPECS = {s.name: s for s in [
     Spec("hf-static", "HF transformers, static cache"),
     Spec("hf-compile", "HF transformers, static cache + torch.compile reduce-overhead", needs_cuda=True),
     Spec("megakernel-bf16-upstream", "monolith megakernel, bf16-upstream design", needs_cuda=True),
+    Spec("mutant-rope10k", "negative control: reference with RoPE theta 10,000 (must FAIL the gate)"),
     Spec("llamacpp", "llama.cpp llama-bench tg (BF16, Q8_0)", kind="external"),
     Spec("vllm", "vLLM bf16, CUDA graphs, batch 1", kind="external"),
 ]}
@@ -53,6 +54,8 @@ def build(name: str, ckpt, device: str | torch.device):
     if name == "reference-graph":
         from monolith.bench.baselines.graphs import GraphEngine
         return GraphEngine(ckpt, device=dev)
+    if name == "mutant-rope10k":
+        return _mutant_rope(ckpt, dev, 10_000.0)
     if name.startswith("hf-"):
         from monolith.bench.baselines.hf import HFEngine
         return HFEngine(ckpt.path, mode=name.removeprefix("hf-"), device=dev)
@@ -81,4 +84,25 @@ def oracle(ckpt, device):
             print(f"oracle: CUDA graph capture failed ({err}); using the eager fp32 reference")
     e = ReferenceEngine(ckpt, device=dev, compute_dtype=torch.float32)
     e.name = "reference-fp32"
+    return e
+
+
+def _mutant_rope(ckpt, dev, theta: float):
+    """The bug a public megakernel shipped (MISSION §2): RoPE theta 10,000 instead of 1,000,000.
+    The gate must fail it; m1 runs it as a negative control so the results show that it does."""
+    from monolith.reference import ReferenceEngine, rope_tables
+
+    def mutate(ref):
+        cos, sin = rope_tables(theta, ref.shape.head_dim, ref.context_cap)
+        ref.cos, ref.sin = cos.to(ref.cos.device, ref.cos.dtype), sin.to(ref.sin.device, ref.sin.dtype)
+        ref.info["mutation"] = f"rope_theta={theta:g}"
+
+    if dev.type == "cuda":
+        from monolith.bench.baselines.graphs import GraphEngine
+        e = GraphEngine(ckpt, device=dev, mutate=mutate)
+    else:
+        e = ReferenceEngine(ckpt, device=dev)
+        mutate(e)
+        e.info = {**e.info, "mutation": f"rope_theta={theta:g}"}
+    e.name = "mutant-rope10k"
     return e

@@ -1,0 +1,62 @@
+"""CPU smokes on the 2-layer synthetic checkpoint: HF baselines agree with the reference, and
+the gate + bench protocol runs end to end on the reference (perf_counter timing: not headline)."""
+import pytest
+import torch
+from monolith.bench import decode, suite
+from monolith.bench.baselines import registry
+from monolith.eval import correctness
+
+PROMPT = [9707, 1879, 11, 374]
+
+
+@pytest.fixture(scope="module")
+def ref2(ckpt2):
+    from monolith.reference import ReferenceEngine
+    return ReferenceEngine(ckpt2, context_cap=64)
+
+
+def test_hf_engines_match_reference(ckpt2, ref2):
+    from monolith.bench.baselines.hf import HFEngine
+
+    ref2.reset()
+    f = ref2.prefill(PROMPT)
+    want = [f, *ref2.decode(f, 3).tolist()]
+    for mode in ("eager", "static"):
+        hf = HFEngine(ckpt2.path, mode=mode, context_cap=16)
+        for _ in range(1 if mode == "eager" else 2):  # second pass checks reset() of the static cache
+            hf.reset()
+            g = hf.prefill(PROMPT)
+            assert [g, *hf.decode(g, 3).tolist()] == want
+            assert hf.position == len(PROMPT) + 3
+        hf.reset()
+        hf.prefill(PROMPT)
+        assert hf.teacher_forced(want[:-1]).tolist() == want[1:]
+        assert hf.bytes_per_token(10) == ref2.bytes_per_token(10)
+        del hf
+
+
+def test_gate_and_bench_on_reference_cpu(ckpt2, ref2, monkeypatch):
+    from monolith.reference import ReferenceEngine
+
+    monkeypatch.setattr(registry, "build", lambda name, ck, dev: ref2)
+    orc = ReferenceEngine(ckpt2, compute_dtype=torch.float32, context_cap=64)
+    oset = correctness.oracle_runs(orc, [PROMPT[:2]], 3)
+    cfg = suite.SuiteConfig(engines=["reference"], device="cpu", det_repeats=2, bench=decode.BenchConfig(
+        runs=2, tokens=2, prompts=1, warmup_tokens=1, sweep_positions=(3,), sweep_window=1, sweep_reps=1, power=False))
+    row = suite.measure("reference", registry.spec("reference"), ckpt2, None, [PROMPT[:2]], PROMPT, oset, cfg, None, 4.53)
+    assert row["gate"]["passed"], row["gate"]["reasons"]
+    assert row["status"] == "ok" and row["timer"] == "perf_counter (CPU)"
+    assert row["tok_s"]["median"] > 0 and row["sweep"]["3"]["status"] == "ok"
+    # 2-layer byte model: weights + KV of the decoded positions
+    assert 370e6 < row["bytes_per_token"] < 380e6
+
+
+def test_cli_help_lists_harness_commands():
+    from typer.testing import CliRunner
+
+    from monolith.cli import app
+
+    r = CliRunner().invoke(app, ["--help"])
+    for cmd in ("bench", "eval", "m1", "reproduce"):
+        assert cmd in r.output
+    assert CliRunner().invoke(app, ["eval", "quality", "--help"]).exit_code == 0
