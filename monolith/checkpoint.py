@@ -228,4 +228,7 @@ def ensure_checkpoint(path=None, *, progress: bool = True) -> Path:
     if p.exists() and any(p.iterdir()):
         raise MonolithError(f"default checkpoint dir {p} exists but is incomplete; remove it to regenerate")
     shutil.rmtree(p, ignore_errors=True)
+    if progress:
+        import sys
+        print(f"writing the synthetic checkpoint (seed 0) to {p} ...", file=sys.stderr)
     return write_synthetic(p, seed=0, num_layers=QWEN3_0_6B.num_layers, progress=progress)

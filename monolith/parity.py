@@ -4,6 +4,10 @@ HF decodes each prompt greedily with its KV cache (the reference sequence); the 
 teacher-forced on HF's sequence, so after a divergence the comparison continues from HF's token.
 A divergence is explained only when HF's top-2 logit margin at that position is below
 --margin-tol (a near-tie that bf16 rounding may flip); any other divergence fails the check.
+Default 0.5: on CPU, 28 layers, HF bf16 sdpa vs HF bf16 eager vs HF fp32 already differ by
+0.7-1.2 in the largest |logit| difference per step (bf16 noise), while the reference in fp32
+matches HF fp32 to < 1e-3 and the bf16 reference matches HF bf16 *eager* bitwise on the
+first positions (notes/foundation.md).
 
 GPU:  python -m monolith.parity --device cuda --out $OUT/m0_ref_vs_hf.json
 CPU smoke test:  python -m monolith.parity --device cpu --layers 2 --prompts 2 --tokens 8
@@ -39,23 +43,26 @@ def _env(device: torch.device) -> dict:
 
 
 @torch.inference_mode()
-def hf_greedy(hf, prompt_ids: list[int], n: int, device) -> tuple[list[int], list[float]]:
-    """HF's own incremental greedy decode: tokens and the top-2 margin of each prediction."""
+def hf_greedy(hf, prompt_ids: list[int], n: int, device) -> tuple[list[int], list[float], torch.Tensor]:
+    """HF's own incremental greedy decode: tokens, the top-2 margin of each prediction, logits [n, vocab]."""
     out = hf(input_ids=torch.tensor([prompt_ids], device=device), use_cache=True)
-    toks, margins = [], []
+    toks, margins, rows = [], [], []
     for i in range(n):
         logits = out.logits[0, -1].float()
-        top = torch.topk(logits, 2)
-        toks.append(int(top.indices[0]))
-        margins.append(float(top.values[0] - top.values[1]))
+        rows.append(logits)
+        top = torch.topk(logits, 2).values
+        # argmax (first index among exact ties, like HF generate and our engines), not topk's
+        # index: bf16 logits tie exactly at the top for several % of steps.
+        toks.append(int(torch.argmax(logits)))
+        margins.append(float(top[0] - top[1]))
         if i + 1 < n:
             out = hf(input_ids=torch.tensor([[toks[-1]]], device=device), past_key_values=out.past_key_values,
                      use_cache=True)
-    return toks, margins
+    return toks, margins, torch.stack(rows)
 
 
 def run(model: Path | None, device: str, layers: int | None, n_prompts: int, n_tokens: int, margin_tol: float,
-        dtype: str, compute: str, out: Path, progress: bool = True) -> dict:
+        dtype: str, compute: str, out: Path, progress: bool = True, attn: str = "sdpa") -> dict:
     from rich.progress import Progress
     from transformers import Qwen3ForCausalLM
 
@@ -78,20 +85,21 @@ def run(model: Path | None, device: str, layers: int | None, n_prompts: int, n_t
         raise MonolithError(f"--layers {layers} but {path} has {ck.shape.num_layers} layers")
     tok = load_tokenizer(path)
     wdt = DTYPES[dtype]
-    hf = Qwen3ForCausalLM.from_pretrained(path, dtype=wdt).to(dev).eval()
+    hf = Qwen3ForCausalLM.from_pretrained(path, dtype=wdt, attn_implementation=attn).to(dev).eval()
     ref = ReferenceEngine(ck, device=dev, dtype=wdt, compute_dtype=DTYPES[compute] if compute else None,
                           context_cap=256)
     texts = P.load("bench")[:n_prompts]
-    rows, same, total, divs = [], 0, 0, []
+    rows, same, total, divs, logit_diffs = [], 0, 0, [], []
     with Progress(disable=not progress) as bar:
         task = bar.add_task("parity", total=len(texts))
         for pi, text in enumerate(texts):
             ids = tok.encode(text)
-            hf_toks, margins = hf_greedy(hf, ids, n_tokens, dev)
+            hf_toks, margins, hf_logits = hf_greedy(hf, ids, n_tokens, dev)
             ref.reset()
             # logits after the last prompt token, then after each HF token (teacher forcing)
             ref_logits = ref.logits(ids + hf_toks[:-1])[len(ids) - 1:]
             ref_toks = ref_logits.argmax(-1).tolist()
+            logit_diffs += (ref_logits - hf_logits).abs().max(-1).values.tolist()  # same inputs at every step
             d = []
             for i, (a, b) in enumerate(zip(hf_toks, ref_toks, strict=True)):
                 if a != b:
@@ -117,7 +125,9 @@ def run(model: Path | None, device: str, layers: int | None, n_prompts: int, n_t
                      "margin_tol": margin_tol, "layers": ck.shape.num_layers},
         "summary": {"identical_rate": same / total, "tokens": total, "divergences": len(divs),
                     "unexplained": len(unexplained), "passed": not unexplained,
-                    "hf_margin_median": float(all_m.median()), "hf_margin_p10": float(all_m.quantile(0.1))},
+                    "hf_margin_median": float(all_m.median()), "hf_margin_p10": float(all_m.quantile(0.1)),
+                    "max_abs_logit_diff": max(logit_diffs),
+                    "median_max_abs_logit_diff": float(torch.tensor(logit_diffs).median())},
         "divergences": divs,
         "rows": rows,
     }
@@ -136,7 +146,9 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=None, help="reduced depth (writes a temporary synthetic checkpoint)")
     ap.add_argument("--prompts", type=int, default=20, help="first N bench prompts (default 20)")
     ap.add_argument("--tokens", type=int, default=64, help="greedy tokens per prompt (default 64)")
-    ap.add_argument("--margin-tol", type=float, default=0.25,
+    ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"],
+                    help="HF attention implementation (sdpa = HF's default; eager = the math the reference mirrors)")
+    ap.add_argument("--margin-tol", type=float, default=0.5,
                     help="divergences are explained only where HF's top-2 margin is below this (logits)")
     ap.add_argument("--dtype", default="bf16", choices=list(DTYPES), help="weights dtype for both (default bf16)")
     ap.add_argument("--compute", default=None, choices=list(DTYPES), help="reference compute dtype (default = --dtype)")
@@ -145,11 +157,12 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     try:
         doc = run(a.model, a.device, a.layers, a.prompts, a.tokens, a.margin_tol, a.dtype, a.compute, a.out,
-                  progress=not a.no_progress)
+                  progress=not a.no_progress, attn=a.attn)
     except MonolithError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     s = doc["summary"]
+    print(f"max |logit ref - hf| per step: median {s['median_max_abs_logit_diff']:.4f}, max {s['max_abs_logit_diff']:.4f}")
     print(f"identical {s['identical_rate']:.4f} of {s['tokens']} tokens; {s['divergences']} divergences, "
           f"{s['unexplained']} above margin tol {a.margin_tol} -> {'PASS' if s['passed'] else 'FAIL'}; wrote {a.out}")
     for d in doc["divergences"]:

@@ -21,6 +21,7 @@ deterministic and independent of generation order.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import zlib
 from pathlib import Path
@@ -165,6 +166,7 @@ def write_synthetic(out, seed: int = 0, num_layers: int = QWEN3_0_6B.num_layers,
     try:
         tensors = generate_tensors(shape, seed, progress)
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        os.chmod(tmp / "model.safetensors", 0o644)  # safetensors creates it 0600; others read it too
         (tmp / "config.json").write_text(json.dumps(hf_config(shape, seed), indent=2) + "\n")
         tok = packaged_tokenizer_json()
         if tok is not None:
