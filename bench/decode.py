@@ -51,8 +51,8 @@ class BenchConfig:
         d = asdict(self)
         d["sweep_positions"] = list(self.sweep_positions)
         d["headline"] = not self.quick
-        d["run_definition"] = (f"per run: for each prompt, reset + prefill (untimed), then CUDA events around one "
-                               f"decode of {self.tokens} tokens; run time = sum over prompts")
+        d["run_definition"] = (f"per run: for each prompt, reset + prefill (untimed), then CUDA events (perf_counter on CPU) "
+                               f"around one decode of {self.tokens} tokens; run time = sum over prompts")
         d["statistic"] = f"median of {self.runs} runs, with min and max"
         return d
 

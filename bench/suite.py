@@ -182,6 +182,9 @@ def measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg: SuiteCon
             row.update(status="failed", reason="NEGATIVE CONTROL PASSED THE GATE: the gate is too weak")
             return row
         bcfg = BenchConfig(**{**cfg.bench.__dict__, "budget_s": budget})
+        if budget and est < 200:  # slow engine: one sweep window per position (the row records sweep_reps)
+            bcfg.sweep_reps = 1
+            row["sweep_reps"] = 1
         row.update(bench_engine(eng, bench_prompts, bcfg, sweep_seq=seq, bw_tbs=bw, tok_s_est=est, log=log,
                                 byte_model=bytemodel.ByteModel.bf16(ckpt.shape)))
         row["status"] = "ok"
@@ -202,7 +205,8 @@ def measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg: SuiteCon
 
 def write_timeline(eng, spec, prompt, cfg: SuiteConfig, tok, ckpt) -> None:
     tl = timeline(eng, prompt, cfg.timeline_tokens, tok)
-    tl.update(label=spec.label, gpu=envinfo.collect(cfg.device).get("gpu"), weights=ckpt.describe())
+    tl.update(label=spec.label, gpu=envinfo.collect(cfg.device).get("gpu"), weights=ckpt.describe(),
+              prompt=tok.decode(prompt) if tok is not None else None)
     out = Path(cfg.timelines_dir) / f"{eng.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(tl) + "\n")

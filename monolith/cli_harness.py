@@ -8,7 +8,9 @@ import typer
 
 from monolith import REPO_ROOT
 
-M1_ENGINES = "reference,reference-graph,mutant-rope10k,hf-eager,hf-static,hf-compile,megakernel-bf16-upstream,llamacpp,vllm"
+# Most important first: budgets shrink for later engines when the session runs long.
+M1_ENGINES = ("megakernel-bf16-upstream,reference-graph,reference,mutant-rope10k,hf-compile,hf-static,hf-eager,"
+              "llamacpp,vllm")
 
 
 def _device(device: str | None) -> str:

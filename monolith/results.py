@@ -85,11 +85,15 @@ def render_md(doc: dict) -> str:
     ]
     for r in doc.get("rows", []):
         ts, us = r.get("tok_s") or {}, r.get("us_per_token") or {}
-        notes = "; ".join(x for x in [r.get("reason") or "", r.get("reduced") or "",
+        control = ""
+        if "control_ok" in r:
+            control = "negative control: failed as it must" if r["control_ok"] else "NEGATIVE CONTROL PASSED"
+        notes = "; ".join(x for x in [control, r.get("reason") or "", r.get("reduced") or "",
                                       "experimental" if r.get("experimental") else ""] if x)
+        span = f"{_f(ts.get('min'))}–{_f(ts.get('max'))}" if ts else "–"
         lines.append(
             f"| {r.get('label') or r['engine']} | {r.get('status')} | {_gate(r)} | {_f(ts.get('median'))} | "
-            f"{_f(ts.get('min'))}–{_f(ts.get('max'))} | {_f(us.get('median'))} | {_f(r.get('predicted_us_per_token'))} | "
+            f"{span} | {_f(us.get('median'))} | {_f(r.get('predicted_us_per_token'))} | "
             f"{_f(r['bytes_per_token'] / 1e6 if r.get('bytes_per_token') else None)} | "
             f"{_f(r.get('eff_bw_tbs'), '{:.2f}')} | {_f(r.get('tok_per_joule'), '{:.2f}')} | {notes.replace('|', '/')} |")
     sweeps = [r for r in doc.get("rows", []) if r.get("sweep")]

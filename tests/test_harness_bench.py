@@ -94,6 +94,7 @@ def test_results_json_and_markdown(tmp_path):
     assert back["schema"] == results.SCHEMA and back["rows"][0]["nan"] is None
     text = md.read_text()
     assert "Not headline" in text and "| graph | ok | pass (2 div, 20×256) | 500.0 | 490.0–510.0 |" in text
+    assert "| vLLM | not run | – | – | – |" in text
     assert "FAIL" in text and "vllm not importable" in text and "520.0" in text and "Quality" in text
     old = {"created": "x", "rows": [dict(results.base_row("llamacpp-bf16", "l"), status="ok")]}
     merged = results.merge_rows({"rows": [ok]}, old)
