@@ -349,8 +349,9 @@ class MegakernelEngine(Engine):
 
         The traced step is the last of `window` + 1 back-to-back launches timed with CUDA events,
         so it runs in the steady state of a decode loop, and meta["token_time_us"] is the mean
-        per-token time of that window (what the trace span is compared with). Every launch of
-        an X-ray engine writes the same slots, so the buffer ends up holding the last one."""
+        per-token time of that window (what the trace span is compared with). The buffer is
+        cleared just before the traced launch (the block that finishes last, and so records the
+        argmax phase, changes from launch to launch)."""
         if not self.xray:
             raise MonolithError("record_xray needs MegakernelEngine(..., xray=True)")
         if not (len(prompt_tokens) <= position < C.CONTEXT_CAP):
@@ -367,6 +368,8 @@ class MegakernelEngine(Engine):
         torch.cuda.synchronize(self.device)
         e0.record()
         for i in range(window + 1):
+            if i == window:  # stream-ordered: clears slots an earlier launch's last block filled
+                self.xray_buf.zero_()
             self._launch(buf.data_ptr() + 4 * i, buf.data_ptr() + 4 * (i + 1))
         e1.record()
         self.position += window + 1

@@ -151,7 +151,10 @@ def main(argv=None) -> int:
     ap.add_argument("--attn", default="eager", choices=["sdpa", "eager"],
                     help="HF attention implementation: eager (default) = the math the reference mirrors, so a "
                          "divergence points at a bug; sdpa = HF's default, differs by bf16 noise")
-    ap.add_argument("--margin-tol", type=float, default=0.5,
+    # 2.0 = the harness's bf16 gate tolerance. On the H200 the reference and HF eager differ by up
+    # to 1.19 logits per step (results/m0_ref_vs_hf.json), so a margin can move by ~2.4 from
+    # rounding alone; the 0.5 first chosen from CPU runs (bitwise identical there) was too tight.
+    ap.add_argument("--margin-tol", type=float, default=2.0,
                     help="divergences are explained only where HF's top-2 margin is below this (logits)")
     ap.add_argument("--dtype", default="bf16", choices=list(DTYPES), help="weights dtype for both (default bf16)")
     ap.add_argument("--compute", default=None, choices=list(DTYPES), help="reference compute dtype (default = --dtype)")
