@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [ab] [sweep] [devbench] [m1] [xray] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [ab] [sweep] [devbench] [m1] [xray] [overhead] [all]
 # MONOLITH_L2_PREFETCH (if set, or chosen by `ab`) is the megakernel's L2-prefetch launch parameter.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,5 +55,8 @@ if want devbench; then
 fi
 want m1 && run m1 python3 -m monolith m1
 want xray && run xray python3 -m monolith m2
+# M2 overhead check through the harness: plain and X-ray builds gated and timed in one session
+want overhead && run overhead python3 -m monolith bench --engine megakernel-bf16-upstream,megakernel-bf16-upstream-xray \
+  --out results/m2_xray_overhead_harness.json
 tar czf "$OUT/results.tgz" results build/*/*.log 2>/dev/null || tar czf "$OUT/results.tgz" results
 echo; echo "==== summary (MONOLITH_L2_PREFETCH=${MONOLITH_L2_PREFETCH:-default})"; printf '%s\n' "${summary[@]}"; grep -h "^\[dev\]" "$OUT/log.txt" || true

@@ -131,3 +131,10 @@ def test_xray_record_layout_is_40_bytes():
 def test_no_gpu_is_a_clear_error():
     with pytest.raises(MonolithError, match="needs a CUDA GPU"):
         mk.load_extension()
+
+
+def test_harness_names_the_xray_build():
+    from monolith.bench.baselines import registry
+
+    s = registry.spec("megakernel-bf16-upstream-xray")
+    assert s.needs_cuda and "X-ray" in s.label

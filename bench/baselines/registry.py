@@ -25,6 +25,8 @@ SPECS = {s.name: s for s in [
     Spec("hf-static", "HF transformers, static cache"),
     Spec("hf-compile", "HF transformers, static cache + torch.compile reduce-overhead", needs_cuda=True),
     Spec("megakernel-bf16-upstream", "monolith megakernel, bf16-upstream design", needs_cuda=True),
+    Spec("megakernel-bf16-upstream-xray", "monolith megakernel, bf16-upstream, X-ray build (recording every token)",
+         needs_cuda=True),
     Spec("mutant-rope10k", "negative control: reference with RoPE theta 10,000 (must FAIL the gate)"),
     Spec("llamacpp", "llama.cpp llama-bench tg (BF16, Q8_0)", kind="external"),
     Spec("vllm", "vLLM bf16, CUDA graphs, batch 1", kind="external"),
@@ -64,7 +66,9 @@ def build(name: str, ckpt, device: str | torch.device):
             from monolith.megakernel import MegakernelEngine
         except ImportError as e:
             raise MonolithError(f"monolith.megakernel is not importable: {e}") from e
-        return MegakernelEngine(ckpt, variant=name.removeprefix("megakernel-"))
+        v = name.removeprefix("megakernel-")
+        xray = v.endswith("-xray")  # the instrumented build of a variant, for the overhead check (M2)
+        return MegakernelEngine(ckpt, variant=v.removesuffix("-xray"), xray=xray)
     raise MonolithError(f"no builder for {name}")
 
 
