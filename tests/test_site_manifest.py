@@ -98,3 +98,17 @@ def test_byte_model_orders_schemes():
     assert b > f > n > 0
     assert bytes_per_token("synthetic-bf16-upstream", 0)[0] < b  # KV cache counted
     assert bytes_per_token("mystery", 0) is None
+
+
+def test_synthetic_trace_date_does_not_stamp_measured_data(tmp_path):
+    # The synthetic sample carries a fixed placeholder date (2026-12-01): an older measured
+    # results file must still give the manifest its own date, not the placeholder.
+    res, tr = tmp_path / "results", tmp_path / "web" / "public" / "traces"
+    res.mkdir(parents=True)
+    tr.mkdir(parents=True)
+    (res / "m1.json").write_text(json.dumps({"schema": "monolith-results/1", "created": "2026-11-30T00:54:00+00:00",
+                                             "rows": [{"engine": "x", "status": "not run", "reason": "r"}]}))
+    _trace(tr, "sample.json.gz", "synthetic-bf16-upstream")
+    assert build_site_data(tmp_path, out_dir=tmp_path / "o")["created"] == "2026-11-30T00:54:00+00:00"
+    (res / "m1.json").unlink()
+    assert build_site_data(tmp_path, out_dir=tmp_path / "o")["created"] == "2026-12-01T00:00:00Z"  # nothing else dated

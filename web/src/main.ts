@@ -14,7 +14,8 @@ function protocolList(m: Manifest): HTMLElement | null {
   if (!f) return null;
   const dl = h("dl", { class: "protocol" });
   for (const [k, v] of Object.entries(f.protocol)) dl.append(h("dt", { text: k }), h("dd", { text: typeof v === "string" ? v : JSON.stringify(v) }));
-  return h("div", {}, h("p", {}, "Protocol as recorded in ", h("code", { text: f.file }), ":"), dl);
+  // Collapsed: the harness records a few dozen keys; the prose above is the summary.
+  return h("details", { class: "protocol-wrap" }, h("summary", {}, "Protocol as recorded in ", h("code", { text: f.file })), dl);
 }
 
 async function main() {

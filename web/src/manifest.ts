@@ -29,15 +29,37 @@ export interface RaceEntry {
 
 export interface Stat { median: number; min: number; max: number; runs?: number[] }
 
+/** The correctness gate of one row (monolith/results.py; only `passed` is always there). */
+export interface Gate {
+  passed: boolean | null;
+  reasons?: string[];
+  tolerance?: number;         // logits: a divergence is allowed where the oracle's top-2 margin is below it
+  prompts?: number;
+  tokens_per_prompt?: number;
+  divergences?: number;
+  divergences_disallowed?: number;
+  oracle?: { engine?: string; [k: string]: unknown };
+  [k: string]: unknown;
+}
+
+/** One sweep point, keyed by its starting position as a string ("16", "128", …). */
+export interface SweepPoint { status: string; reason?: string | null; tok_s?: Stat | null; us_per_token?: number | null; [k: string]: unknown }
+export type Sweep = Record<string, SweepPoint>;
+
 export interface ResultRow {
   engine: string;
   label: string;
   status: "ok" | "not run" | "failed";
   reason?: string | null;
   experimental?: boolean;
-  gate?: { passed: boolean; [k: string]: unknown } | null;
+  gate?: Gate | null;
   tok_s?: Stat | null;
   us_per_token?: Stat | null;
+  sweep?: Sweep | null;
+  reduced?: string | null;    // why a run used fewer prompts than the protocol
+  control_ok?: boolean;       // negative controls only: true when the gate failed, as it must
+  expected?: string;
+  from_earlier_run?: string;
   predicted_us_per_token?: number | null;
   bytes_per_token?: number | null;
   eff_bw_tbs?: number | null;
@@ -86,6 +108,7 @@ export interface Timeline {
   weights?: unknown;
   prompt?: string;
   prompt_tokens?: number;
+  method?: string;            // how t_us was timed (per-call events: not the headline numbers)
   tokens: number[];
   pieces: string[];
   t_us: number[];

@@ -58,6 +58,8 @@ export async function mountRace(root: HTMLElement, m: Manifest): Promise<void> {
       h("div", { class: "track" }, bar), h("pre", { class: "stream" }, text)));
     lanes.push({ entry, tl: r.value, shown: 0, text, count, rate, bar });
   });
+  const methods = [...new Set(lanes.map((l) => l.tl.method).filter((x): x is string => typeof x === "string" && x.length > 0))];
+  if (methods.length) note.append(` Timing: ${methods.join("; ")}. Headline tok/s: see Results.`);
   const endUs = Math.max(0, ...lanes.map((l) => l.tl.t_us[l.tl.t_us.length - 1] ?? 0));
 
   let playing = false, simUs = 0, lastWall = 0, raf = 0;
