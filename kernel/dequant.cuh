@@ -99,6 +99,7 @@ __device__ __forceinline__ float e4m3_to_float(uint8_t b) {
   return __low2float(e4m3x2_to_half2(uint16_t(b)));
 }
 
+// tour:begin dequant
 // acc + dot(8 E4M3 weights in w, activations a0 = x[0..3], a1 = x[4..7]), fp32 FMAs.
 // The per-row scale is applied once per row by the caller, not here.
 __device__ __forceinline__ float dot8_e4m3(uint2 w, float4 a0, float4 a1, float acc) {
@@ -112,6 +113,7 @@ __device__ __forceinline__ float dot8_e4m3(uint2 w, float4 a0, float4 a1, float 
   f = __half22float2(p3); acc = fmaf(f.x, a1.z, acc); acc = fmaf(f.y, a1.w, acc);
   return acc;
 }
+// tour:end dequant
 
 // ---------------------------------------------------------------------------------------------
 // E2M1 (NVFP4 elements)

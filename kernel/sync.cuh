@@ -56,6 +56,7 @@ __device__ __forceinline__ void raise_error(SyncState* s, uint32_t code, uint32_
   if (atomicCAS(&s->error, 0u, code) == 0u) s->error_info = info;
 }
 
+// tour:begin counter-wait
 // Thread-level bounded wait until *p >= target (wrap-safe). Returns false on timeout or when
 // another block has already raised an error; the caller then leaves the kernel.
 __device__ __forceinline__ bool spin_until_geq(SyncState* s, const uint32_t* p, uint32_t target, long long timeout_cycles,
@@ -72,6 +73,7 @@ __device__ __forceinline__ bool spin_until_geq(SyncState* s, const uint32_t* p, 
     }
   }
 }
+// tour:end counter-wait
 
 // Grid barrier: one release-add per block, thread 0 spins with acquire loads. `generation`
 // counts the barriers this launch has passed, so the target is generation * gridDim.

@@ -31,11 +31,15 @@ TOUR = (
     ("gemv", "The GEMV inner loop",
      "Every load of several rows is issued before the first FMA: the bytes in flight per SM are what reach the roofline.", False),
     ("dequant", "The dequant inner loop",
-     "16 bytes of packed weights become fp32 FMAs in registers: no dequantized copy ever touches memory.", True),
+     "8 fp8 (e4m3) weights become fp32 FMAs in registers through the hardware cvt: no dequantized copy ever "
+     "touches memory. probes/cvt.cu checks it for all 256 codes; the fp8 kernel variant that will use it is "
+     "not built yet.", True),
     ("flagwait", "The flag wait",
      "The second query head of a KV pair waits only for the block that wrote its K/V, not for the whole grid.", False),
     ("counter-wait", "The counter wait",
-     "A consumer spins only on the tile counters it reads (release/acquire), not on a grid-wide barrier.", True),
+     "Every wait in the kernel (grid barrier, K/V flag, attention-done counter) is this acquire spin, bounded "
+     "by clock64: past its budget it records which wait failed and every block leaves, so the host reports an "
+     "error instead of a hung GPU.", True),
     ("grid-barrier", "The grid barrier",
      "One release-add per block and an acquire spin: paid several times per layer, it is most of what FP8 saves.", False),
     ("xray-stamp", "The X-ray stamp",
