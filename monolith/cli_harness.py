@@ -9,7 +9,9 @@ import typer
 from monolith import REPO_ROOT
 
 # Most important first: budgets shrink for later engines when the session runs long.
-M1_ENGINES = ("megakernel-bf16-upstream,reference-graph,reference,mutant-rope10k,hf-compile,hf-static,hf-eager,"
+# Order = priority under the session cap. The first M1 run (2026-11-30) spent its cap before the
+# HF rows: the eager PyTorch reference (23 tok/s) is the least informative peer, so it runs last.
+M1_ENGINES = ("megakernel-bf16-upstream,reference-graph,mutant-rope10k,hf-static,hf-compile,hf-eager,reference,"
               "llamacpp,vllm")
 
 
