@@ -11,10 +11,11 @@
 //   -- grid barrier 1 --
 //   attn     blocks 0..15, one per q head: QK-norm, RoPE, K/V append, attention over the cache;
 //            the even head of each KV pair appends K/V and raises a flag the odd head waits on
-//            (flag sync 1); meanwhile every other block prefetches this layer's O, gate/up and
-//            down weights and the next layer's qkv into L2 (bulk prefetch)
+//            (flag sync 1); meanwhile the other blocks may bulk-prefetch the next phases'
+//            weights into L2 (launch parameter l2_prefetch; off by default: it measured slower,
+//            see kernel/variants.json)
 //   -- flag sync 2: all blocks wait until the 16 heads are done --
-//   oproj    O-projection rows + residual add
+//   oproj    O-projection rows + residual add, on the 116 blocks that did no attention
 //   -- grid barrier 2 --
 //   gateup   redundant post-attention RMSNorm, gate/up row pairs, SiLU(gate) * up
 //   -- grid barrier 3 --
@@ -47,15 +48,16 @@ struct VariantCfg;
 
 template <>
 struct VariantCfg<kVariantBf16Upstream> {
-  static constexpr bool kL2PrefetchDuringAttention = true;
+  static constexpr bool kL2PrefetchDuringAttention = true;  // compiled in; used when l2_prefetch is 1 or 2
   static constexpr int kRowsPerIterQKV = 2;     // rows a warp streams at once (8 x 16 B per lane)
   static constexpr int kRowsPerIterHead = 4;    // LM head: 1152 rows per block, 16 loads per lane
   static constexpr int kUnitsPerIterO = 2;      // O: 9 rows x 2 chunks on the 116 non-attention blocks
   static constexpr int kUnitsPerIterDown = 2;   // down: 8 rows x 3 chunks = 24 units
   static constexpr int kRowsPerIterGateUp = 4;  // 2 gate/up pairs per warp: 46 rows in one round
   static constexpr int kVUnroll = 8;            // attention V rows in flight per warp
-  static constexpr int kHeadPrefetchDistance = 2;  // LM head: L2 prefetch 2 iterations ahead (17 MB per
-                                                   // iteration in flight grid-wide: 4 thrashed the L2)
+  static constexpr int kHeadPrefetchDistance = 2;  // LM head: L2 prefetch 2 iterations ahead; each
+                                                   // iteration is 17 MB grid-wide, so 4 would ask for
+                                                   // more than the 60 MB L2 holds
 };
 
 __device__ __forceinline__ int64_t part_begin(int64_t n, int parts, int i) { return n * i / parts; }
