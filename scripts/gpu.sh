@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [ab] [sweep] [devbench] [m1] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [ab] [sweep] [devbench] [m1] [m1rest] [xray] [overhead] [all]
 # MONOLITH_L2_PREFETCH (if set, or chosen by `ab`) is the megakernel's L2-prefetch launch parameter.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +54,12 @@ if want devbench; then
   run devbench-xray python3 scripts/dev_bench.py --blocks 132 --xray
 fi
 want m1 && run m1 python3 -m monolith m1
+# M1 rows the first session's cap cut (HF static/eager/compile) and the quality sanity (HF vs reference)
+if want m1rest; then
+  run m1-rest python3 -m monolith m1 --engines hf-static,hf-compile,hf-eager --merge --max-total 420
+  run quality-sanity python3 -m monolith eval quality --engine hf-static --ref reference-graph \
+    --out results/m1_quality_hf_vs_reference.json
+fi
 want xray && run xray python3 -m monolith m2
 # M2 overhead check through the harness: plain and X-ray builds gated and timed in one session
 want overhead && run overhead python3 -m monolith bench --engine megakernel-bf16-upstream,megakernel-bf16-upstream-xray \
