@@ -4,6 +4,7 @@
 #   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [ab] [sweep] [devbench] [m1] [m1rest] [xray] [overhead] [all]
 # MONOLITH_L2_PREFETCH (if set, or chosen by `ab`) is the megakernel's L2-prefetch launch parameter.
 set -uo pipefail
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/monolith-out}
 mkdir -p "$OUT" results
