@@ -35,27 +35,9 @@ Run:
 #include <string>
 #include <vector>
 
-static bool g_json = false;
-
-#define CUDA_CHECK(call)                                                                       \
-  do {                                                                                         \
-    cudaError_t err_ = (call);                                                                 \
-    if (err_ != cudaSuccess) {                                                                 \
-      fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(err_), __FILE__,       \
-              __LINE__, cudaGetErrorString(err_));                                             \
-      if (g_json) printf("{\"probe\": \"bandwidth\", \"ok\": false, \"error\": \"%s\"}\n",     \
-                         cudaGetErrorName(err_));                                              \
-      exit(1);                                                                                 \
-    }                                                                                          \
-  } while (0)
-
-__device__ __forceinline__ uint4 ld_nc_na(const uint4* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
+#define PROBE_NAME "bandwidth"
+#include "probe_common.cuh"
+#include "../kernel/loads.cuh"  // the probe streams with the megakernel's own weight load
 
 __device__ __forceinline__ uint64_t sum4(uint4 v) {
   return uint64_t(v.x) + uint64_t(v.y) + uint64_t(v.z) + uint64_t(v.w);
@@ -77,11 +59,11 @@ __global__ void __launch_bounds__(1024, 1) read_interleaved(const uint4* __restr
   for (; i + (LOADS - 1) * stride < n; i += LOADS * stride) {
     uint4 v[LOADS];
 #pragma unroll
-    for (int k = 0; k < LOADS; ++k) v[k] = ld_nc_na(buf + i + k * stride);
+    for (int k = 0; k < LOADS; ++k) v[k] = monolith::ld_weights_16B(buf + i + k * stride);
 #pragma unroll
     for (int k = 0; k < LOADS; ++k) acc += sum4(v[k]);
   }
-  for (; i < n; i += stride) acc += sum4(ld_nc_na(buf + i));
+  for (; i < n; i += stride) acc += sum4(monolith::ld_weights_16B(buf + i));
   reduce_and_add(acc, out);
 }
 
@@ -97,11 +79,11 @@ __global__ void __launch_bounds__(1024, 1) read_chunked(const uint4* __restrict_
   for (; i + (LOADS - 1) * stride < hi; i += LOADS * stride) {
     uint4 v[LOADS];
 #pragma unroll
-    for (int k = 0; k < LOADS; ++k) v[k] = ld_nc_na(buf + i + k * stride);
+    for (int k = 0; k < LOADS; ++k) v[k] = monolith::ld_weights_16B(buf + i + k * stride);
 #pragma unroll
     for (int k = 0; k < LOADS; ++k) acc += sum4(v[k]);
   }
-  for (; i < hi; i += stride) acc += sum4(ld_nc_na(buf + i));
+  for (; i < hi; i += stride) acc += sum4(monolith::ld_weights_16B(buf + i));
   reduce_and_add(acc, out);
 }
 

@@ -31,25 +31,8 @@ Run:
 #include <string>
 #include <vector>
 
-static bool g_json = false;
-
-#define CUDA_CHECK(call)                                                                       \
-  do {                                                                                         \
-    cudaError_t err_ = (call);                                                                 \
-    if (err_ != cudaSuccess) {                                                                 \
-      fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(err_), __FILE__,       \
-              __LINE__, cudaGetErrorString(err_));                                             \
-      if (g_json) printf("{\"probe\": \"barrier\", \"ok\": false, \"error\": \"%s\"}\n",       \
-                         cudaGetErrorName(err_));                                              \
-      exit(1);                                                                                 \
-    }                                                                                          \
-  } while (0)
-
-__device__ __forceinline__ uint64_t globaltimer() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+#define PROBE_NAME "barrier"
+#include "probe_common.cuh"
 
 struct BarrierCtl {
   unsigned int count;   // arrivals, monotonic within one launch

@@ -35,19 +35,8 @@ Run:
 
 #include "../kernel/dequant.cuh"
 
-#define CUDA_CHECK(call)                                                                       \
-  do {                                                                                         \
-    cudaError_t err_ = (call);                                                                 \
-    if (err_ != cudaSuccess) {                                                                 \
-      fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(err_), __FILE__,       \
-              __LINE__, cudaGetErrorString(err_));                                             \
-      if (g_json) printf("{\"probe\": \"cvt\", \"ok\": false, \"error\": \"%s\"}\n",           \
-                         cudaGetErrorName(err_));                                              \
-      exit(1);                                                                                 \
-    }                                                                                          \
-  } while (0)
-
-static bool g_json = false;
+#define PROBE_NAME "cvt"
+#include "probe_common.cuh"
 
 // ------------------------------- CPU reference (independent of dequant.cuh) -----------------
 // Decoded from the format definition with fp64 arithmetic; f16 bits produced by a generic exact

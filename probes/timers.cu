@@ -28,25 +28,9 @@ Run:
 #include <cstring>
 #include <vector>
 
-static bool g_json = false;
+#define PROBE_NAME "timers"
+#include "probe_common.cuh"
 
-#define CUDA_CHECK(call)                                                                       \
-  do {                                                                                         \
-    cudaError_t err_ = (call);                                                                 \
-    if (err_ != cudaSuccess) {                                                                 \
-      fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(err_), __FILE__,       \
-              __LINE__, cudaGetErrorString(err_));                                             \
-      if (g_json) printf("{\"probe\": \"timers\", \"ok\": false, \"error\": \"%s\"}\n",        \
-                         cudaGetErrorName(err_));                                              \
-      exit(1);                                                                                 \
-    }                                                                                          \
-  } while (0)
-
-__device__ __forceinline__ uint64_t globaltimer() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 __device__ __forceinline__ uint64_t clk64() {
   uint64_t c;
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
