@@ -53,8 +53,6 @@ __device__ __forceinline__ float dot8_bf16(const uint4 w, const float4 a0, const
   return acc;
 }
 
-__device__ __forceinline__ float bf16_to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -48,7 +48,6 @@ struct VariantCfg;
 
 template <>
 struct VariantCfg<kVariantBf16Upstream> {
-  static constexpr bool kL2PrefetchDuringAttention = true;  // compiled in; used when l2_prefetch is 1 or 2
   static constexpr int kRowsPerIterQKV = 2;     // rows a warp streams at once (8 x 16 B per lane)
   static constexpr int kRowsPerIterHead = 4;    // LM head: 1152 rows per block, 16 loads per lane
   static constexpr int kUnitsPerIterO = 2;      // O: 9 rows x 2 chunks on the 116 non-attention blocks
@@ -273,6 +272,16 @@ __device__ __forceinline__ void prefetch_kv_history(const uint16_t* kv, int laye
   prefetch_l2_bulk(kv + base + int64_t(kNumKVHeads) * kContextCap * kHeadDim, uint32_t(pos) * kHeadDim * 2);
 }
 
+// The next phases' weights of layer L (its O, gate/up and down, then, when with_next_qkv, the
+// next layer's qkv: one contiguous range of the packed buffer) asked into L2 by warp 0 of each of
+// the G - 16 non-attention blocks. Weights never depend on activations, so they can be asked for
+// early; whether that pays is the l2_prefetch A/B (results/m1_l2_prefetch_ab.json).
+__device__ __forceinline__ void prefetch_next_phases(const uint16_t* W, int L, bool with_next_qkv, int b, int G) {
+  const int64_t elems = (with_next_qkv && L + 1 < kNumLayers ? kLayerElems + kOffO : kLayerElems) - kOffO;
+  const int lane = threadIdx.x & 31;
+  prefetch_l2_range(W + kOffO, elems * 2, (b - kAttnBlocks) * 32 + lane, (G - kAttnBlocks) * 32, 16 * 1024);
+}
+
 // ---- the step kernel ----------------------------------------------------------------------
 template <int kVariant>
 __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
@@ -338,10 +347,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
       for (int l = (L == 0 ? 0 : L + 1); l <= L + 1 && l < kNumLayers; ++l) prefetch_kv_history(p.kv, l, b / kHeadsPerKV, pos);
     }
     if (p.l2_prefetch == 3 && b >= kAttnBlocks && warp == 0) {
-      // mode 3: the next phases' weights are requested before this layer's qkv GEMV, so the
-      // burst drains while the qkv phase runs (its own weights came from the previous layer's)
-      const int64_t elems = (L + 1 < kNumLayers ? kLayerElems + kOffO : kLayerElems) - kOffO;
-      prefetch_l2_range(W + kOffO, elems * 2, (b - kAttnBlocks) * 32 + lane, (G - kAttnBlocks) * 32, 16 * 1024);
+      // mode 3: requested before this layer's qkv GEMV, so the burst drains while qkv runs
+      prefetch_next_phases(W, L, true, b, G);
     }
     if (L == 0) {
       rmsnorm_to_smem<true>(emb_row, N + kNormInLn, s_x, s_red);
@@ -508,17 +515,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
       }
       XRAY_END(attn, L);
     } else {
-      if constexpr (Cfg::kL2PrefetchDuringAttention) {
-        // The weights of the next phases (this layer's oproj, gateup and down, then the next
-        // layer's qkv: one contiguous 31.5 MB range of the packed buffer) do not depend on
-        // activations: start pulling them into L2 while 16 blocks do attention. The bulk
-        // prefetches run on after this phase ends, so DRAM keeps streaming through the next
-        // barriers while the GEMVs read from L2.
-        const int64_t elems = (p.l2_prefetch >= 2 && L + 1 < kNumLayers ? kLayerElems + kOffO : kLayerElems) - kOffO;
-        if (warp == 0 && (p.l2_prefetch == 1 || p.l2_prefetch == 2)) {
-          prefetch_l2_range(W + kOffO, elems * 2, (b - kAttnBlocks) * 32 + lane, (G - kAttnBlocks) * 32, 16 * 1024);
-        }
-      }
+      // modes 1 and 2: upstream's productive wait, while 16 blocks do attention (23 / 31.5 MB)
+      if (warp == 0 && (p.l2_prefetch == 1 || p.l2_prefetch == 2)) prefetch_next_phases(W, L, p.l2_prefetch == 2, b, G);
       XRAY_END(prefetch, L);
     }
     RowRegs<kUo> pre_o;

@@ -138,15 +138,19 @@ def load_extension(verbose: bool = False):
     return _EXT
 
 
-def check_constants(k: dict) -> None:
-    """The compiled kernel's layout must be exactly the one this module packs for."""
-    expect = {"hidden": C.HIDDEN, "intermediate": C.INTERMEDIATE, "num_layers": C.NUM_LAYERS, "vocab": C.VOCAB,
+def expected_constants() -> dict:
+    """The layout this module packs for, as the extension's constants() names it."""
+    return {"hidden": C.HIDDEN, "intermediate": C.INTERMEDIATE, "num_layers": C.NUM_LAYERS, "vocab": C.VOCAB,
               "num_q_heads": C.NUM_Q_HEADS, "num_kv_heads": C.NUM_KV_HEADS, "head_dim": C.HEAD_DIM,
               "context_cap": C.CONTEXT_CAP, "threads": THREADS, "layer_elems": LAYER_ELEMS, "off_qkv": OFF_QKV,
               "off_o": OFF_O, "off_gateup": OFF_GATEUP, "off_down": OFF_DOWN, "norm_layer_elems": NORM_LAYER_ELEMS,
               "norm_in_ln": NORM_IN_LN, "norm_post_ln": NORM_POST_LN, "norm_q": NORM_Q, "norm_k": NORM_K,
               "xray_event_bytes": XRAY_EVENT_DTYPE.itemsize}
-    bad = {name: (v, k.get(name)) for name, v in expect.items() if k.get(name) != v}
+
+
+def check_constants(k: dict) -> None:
+    """The compiled kernel's layout must be exactly the one this module packs for."""
+    bad = {name: (v, k.get(name)) for name, v in expected_constants().items() if k.get(name) != v}
     if bad:
         raise MonolithError(f"kernel/config.cuh and monolith/config.py disagree (python, kernel): {bad}")
 
