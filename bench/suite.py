@@ -41,7 +41,8 @@ class SuiteConfig:
     timelines_dir: Path | None = None
     timeline_tokens: int = 256
     llamacpp_json: Path | None = None
-    quality: dict | None = None            # {"engine", "ref", "positions", "prompts", "text"}
+    # one or several {"engine", "ref", "positions", "prompts", "text", "free_running", "sanity"}
+    quality: dict | list[dict] | None = None
     title: str = "monolith decode benchmark"
 
 
@@ -125,12 +126,13 @@ def run_suite(cfg: SuiteConfig) -> dict:
             continue
         doc["rows"].append(measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg, budget, bw))
 
-    if cfg.quality:
+    for q in ([cfg.quality] if isinstance(cfg.quality, dict) else cfg.quality or []):
         left = cfg.max_total_s - (time.perf_counter() - t0) if cfg.max_total_s else None
         if left is not None and left < 30:
-            doc["protocol"]["quality_skipped"] = f"session time cap: {left:.0f} s left"
+            doc["protocol"].setdefault("quality_skipped", []).append(
+                f"{q['engine']} vs {q.get('ref', 'reference')}: session time cap, {left:.0f} s left")
         else:
-            attach_quality(doc, cfg, ckpt, tok)
+            attach_quality(doc, q, cfg.device, ckpt, tok)
     doc["env_after"] = envinfo.collect(cfg.device)
     doc["protocol"]["wall_s"] = round(time.perf_counter() - t0, 1)
     return doc
@@ -225,10 +227,9 @@ def external_rows(name: str, cfg: SuiteConfig, ckpt) -> list[dict]:
     raise ValueError(name)
 
 
-def attach_quality(doc: dict, cfg: SuiteConfig, ckpt, tok) -> None:
+def attach_quality(doc: dict, q: dict, device, ckpt, tok) -> None:
     from monolith.eval import quality
 
-    q = cfg.quality
     name, ref_name = q["engine"], q.get("ref", "reference")
     log(f"quality: {name} against {ref_name} ({q.get('positions')} positions, {q.get('prompts')} prompts)")
     row = next((r for r in doc["rows"] if r["engine"] == name), None)
@@ -237,12 +238,13 @@ def attach_quality(doc: dict, cfg: SuiteConfig, ckpt, tok) -> None:
         row["reason"] = "quality only"
         doc["rows"].append(row)
     try:
-        ref = registry.build(ref_name, ckpt, cfg.device)
-        eng = ref if name == ref_name else registry.build(name, ckpt, cfg.device)
+        ref = registry.build(ref_name, ckpt, device)
+        eng = ref if name == ref_name else registry.build(name, ckpt, device)
         text = quality.text_tokens(tok, q.get("text"))
         qp = prompt_tokens("quality", tok)[:q.get("prompts", 100)]
         res = quality.evaluate(ref, eng, text, qp, positions=q.get("positions", quality.KL_POSITIONS),
-                               context=q.get("context", quality.CONTEXT), stride=q.get("stride", quality.STRIDE))
+                               context=q.get("context", quality.CONTEXT), stride=q.get("stride", quality.STRIDE),
+                               free_running=q.get("free_running", True))
         res["sanity"] = bool(q.get("sanity"))
         row["quality"] = res
         log(f"  ppl {res['ppl']:.3f} (ref {res['ref_ppl']:.3f}), agreement {res['agreement']:.2%}, KL {res['kl']:.2e}")

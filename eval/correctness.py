@@ -123,8 +123,10 @@ def gate(engine: Engine, oracle: OracleSet, *, tolerance: float = TOLERANCE, det
         if pi < det_prompts:
             reps = [seq] + [free_run(engine, run.prompt, n) for _ in range(det_repeats - 1)]
             same = all(r == reps[0] for r in reps)
+            diffs = [first_mismatch(reps[0], r) for r in reps[1:]]  # per repeat: who differs, and where
             det.append({"prompt": pi, "repeats": det_repeats, "identical": same,
-                        "first_difference": None if same else next(first_mismatch(reps[0], r) for r in reps if r != reps[0])})
+                        "first_difference": None if same else min(d for d in diffs if d is not None),
+                        "first_difference_per_repeat": diffs})
             if not same:
                 reasons.append(f"prompt {pi}: {det_repeats} repeated decodes are not bitwise identical")
         if progress:

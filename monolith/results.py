@@ -28,6 +28,9 @@ def merge_rows(doc: dict, old: dict) -> dict:
     kept = [r for r in old.get("rows", []) if r["engine"] not in have]
     for r in kept:
         r.setdefault("from_earlier_run", old.get("created"))
+        r.setdefault("earlier_run_env", old.get("env"))  # the file's env is this run's; keep theirs beside them
+        r.setdefault("earlier_run_protocol", {k: v for k, v in (old.get("protocol") or {}).items()
+                                               if k in ("max_total_s", "engine_budget_s", "wall_s", "tolerance_logits")})
     doc["rows"] = kept + doc["rows"]
     return doc
 
@@ -43,9 +46,92 @@ def _clean(o):
     return o
 
 
+STATUSES = ("ok", "not run", "failed")
+_NUM = (int, float)
+
+
+def _stats_problems(st, what: str) -> list[str]:
+    if not isinstance(st, dict):
+        return [f"{what} is not an object"]
+    vals = [st.get(k) for k in ("median", "min", "max")]
+    if not all(isinstance(v, _NUM) and not isinstance(v, bool) and v > 0 for v in vals):
+        return [f"{what} needs positive numbers median/min/max, got {vals}"]
+    med, lo, hi = vals
+    out = [] if lo <= med <= hi else [f"{what}: min {lo} <= median {med} <= max {hi} does not hold"]
+    runs = st.get("runs")
+    if runs:
+        import statistics
+        if abs(statistics.median(runs) - med) > 1e-6 * med or min(runs) != lo or max(runs) != hi:
+            out.append(f"{what}: median/min/max do not match its runs")
+    return out
+
+
+def validate(doc) -> list[str]:
+    """Every problem with a results document (empty list: valid). The contract is
+    notes/CONTRACTS.md; the one rule that matters most: a speed only beside a passed gate."""
+    if not isinstance(doc, dict):
+        return ["document is not a JSON object"]
+    errs = []
+    if doc.get("schema") != SCHEMA:
+        errs.append(f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}")
+    for key, typ in (("created", str), ("env", dict), ("weights", dict), ("protocol", dict), ("rows", list)):
+        if not isinstance(doc.get(key), typ):
+            errs.append(f"{key!r} missing or not a {typ.__name__}")
+    for i, r in enumerate(doc.get("rows") or []):
+        where = f"row {i} ({r.get('engine') if isinstance(r, dict) else '?'})"
+        if not isinstance(r, dict):
+            errs.append(f"{where} is not an object")
+            continue
+        missing = [k for k in base_row("", "") if k not in r]
+        if missing:
+            errs.append(f"{where}: missing keys {missing}")
+        status = r.get("status")
+        if status not in STATUSES:
+            errs.append(f"{where}: status {status!r} not one of {STATUSES}")
+        gate = r.get("gate")
+        if status == "ok":
+            errs += _stats_problems(r.get("tok_s"), f"{where}: tok_s")
+            if isinstance(gate, dict) and gate.get("applicable", True) and gate.get("passed") is not True:
+                errs.append(f"{where}: reports a speed but its correctness gate did not pass")
+            if gate is None:
+                errs.append(f"{where}: reports a speed with no gate verdict (external rows carry not_gated)")
+        else:
+            if r.get("tok_s") is not None:
+                errs.append(f"{where}: status {status!r} but a tok_s is reported")
+            if not (isinstance(r.get("reason"), str) and r["reason"].strip()):
+                errs.append(f"{where}: status {status!r} needs a reason")
+        for pos, sw in (r.get("sweep") or {}).items():
+            if not str(pos).isdigit() or not isinstance(sw, dict) or sw.get("status") not in STATUSES:
+                errs.append(f"{where}: sweep entry {pos!r} malformed")
+            elif sw["status"] == "ok":
+                st = sw.get("tok_s") or {}
+                med, lo, hi = st.get("median"), st.get("min", st.get("median")), st.get("max", st.get("median"))
+                if not (isinstance(med, _NUM) and med > 0 and lo <= med <= hi):
+                    errs.append(f"{where}: sweep {pos} tok_s needs a positive median within its min/max, got {st}")
+        q = r.get("quality")
+        if q is not None and not isinstance(q, dict):
+            errs.append(f"{where}: quality is not an object")
+        elif q and "error" not in q:
+            a, kl = q.get("agreement"), q.get("kl")
+            if a is not None and not 0.0 <= a <= 1.0:
+                errs.append(f"{where}: quality agreement {a} outside [0, 1]")
+            if kl is not None and kl < -1e-6:
+                errs.append(f"{where}: quality KL {kl} is negative")
+    return errs
+
+
 def write(doc: dict, path: str | Path) -> tuple[Path, Path]:
+    """Validate, then write JSON + Markdown. An invalid document is still kept (as
+    <name>.invalid.json, so a long GPU run loses nothing) and the call fails naming the problems."""
+    from monolith.errors import MonolithError
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    errs = validate(_clean(doc))
+    if errs:
+        bad = path.with_suffix(".invalid.json")
+        bad.write_text(json.dumps(_clean(doc), indent=1) + "\n")
+        raise MonolithError(f"results document for {path.name} is invalid (kept as {bad}):\n  " + "\n  ".join(errs))
     path.write_text(json.dumps(_clean(doc), indent=1) + "\n")
     md = path.with_suffix(".md")
     md.write_text(render_md(doc))
@@ -110,12 +196,19 @@ def render_md(doc: dict) -> str:
     qual = [r for r in doc.get("rows", []) if r.get("quality")]
     if qual:
         lines += ["", "Quality (against the bf16 reference, same weights):", "",
-                  "| engine | ppl | ref ppl | agreement | KL |", "|---|---:|---:|---:|---:|"]
+                  "| engine | reference | ppl | ref ppl | agreement | KL | positions |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
         for r in qual:
             q = r["quality"]
-            lines.append(f"| {r.get('label') or r['engine']} | {_f(q.get('ppl'), '{:.3f}')} | "
+            if q.get("error"):
+                lines.append(f"| {r.get('label') or r['engine']} | failed: {q['error']} | | | | | |")
+                continue
+            lines.append(f"| {r.get('label') or r['engine']}{' (sanity)' if q.get('sanity') else ''} | "
+                         f"{q.get('reference', '')} | {_f(q.get('ppl'), '{:.3f}')} | "
                          f"{_f(q.get('ref_ppl'), '{:.3f}')} | {_f(q.get('agreement'), '{:.2%}')} | "
-                         f"{_f(q.get('kl'), '{:.2e}')} |")
+                         f"{_f(q.get('kl'), '{:.2e}')} | {q.get('kl_positions', '')} |")
+        lines.append("Perplexity here is of synthetic weights: meaningless as language modelling, "
+                     "only the ratio to the reference's counts.")
     lines += ["", "Protocol: " + json.dumps({k: v for k, v in proto.items() if k != "title"}, default=str), ""]
     return "\n".join(lines)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [ab] [sweep] [devbench] [m1] [m1rest] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [ab] [sweep] [devbench] [m1] [quality] [llamacpp] [m1rest] [xray] [overhead] [all]
 # MONOLITH_L2_PREFETCH (if set, or chosen by `ab`) is the megakernel's L2-prefetch launch parameter.
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
@@ -19,12 +19,18 @@ fi
 if [ -d .data ] && [ ! -e ../shared/data/wikitext-2-raw-v1-test.txt ]; then mkdir -p ../shared/data && cp .data/* ../shared/data/; fi
 stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(all)
 summary=()
+# whatever happens (a stage fails, the outer timeout fires), what was measured comes back
+pack() { tar czf "$OUT/results.tgz" results build/*/*.log 2>/dev/null || tar czf "$OUT/results.tgz" results; }
+trap 'pack; exit 124' TERM INT
 run() {  # run NAME CMD...: log, time, keep going on failure
   local name=$1; shift
   local t0=$SECONDS
   echo "=== [$name] $*" | tee -a "$OUT/log.txt"
-  "$@" 2>&1 | tee -a "$OUT/log.txt"
-  local rc=${PIPESTATUS[0]}
+  # in the background + wait: a TERM from an outer timeout interrupts `wait` at once (the trap
+  # packs the results), where a foreground pipeline would hold the trap until it ended
+  "$@" 2>&1 | tee -a "$OUT/log.txt" &
+  wait $!
+  local rc=$?
   summary+=("$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - t0)))")
   return "$rc"
 }
@@ -55,15 +61,33 @@ if want devbench; then
   run devbench-xray python3 scripts/dev_bench.py --blocks 132 --xray
 fi
 want m1 && run m1 python3 -m monolith m1
-# M1 rows the first session's cap cut (HF static/eager/compile) and the quality sanity (HF vs reference)
-if want m1rest; then
-  run m1-rest python3 -m monolith m1 --engines hf-static,hf-compile,hf-eager --merge --max-total 420
-  run quality-sanity python3 -m monolith eval quality --engine hf-static --ref reference-graph \
+# Quality, full protocol: our reference against HF transformers (the sanity check; HF's parallel
+# forward), and the megakernel against the reference
+if want quality; then
+  run quality-sanity python3 -m monolith eval quality --engine hf-parallel --ref reference-graph --no-free-running \
     --out results/m1_quality_hf_vs_reference.json
+  run quality-megakernel python3 -m monolith eval quality --engine megakernel-bf16-upstream --ref reference-graph \
+    --out results/m1_quality_megakernel.json
 fi
+# llama.cpp: prebuilt llama-bench + converter carried in .llamacpp (LLAMA_CPP_PACK), or built from an sdist
+if want llamacpp; then
+  NV=$(python3 -c "import os, nvidia; print(os.path.join(list(nvidia.__path__)[0], 'cu13', 'lib'))" 2>/dev/null)
+  export LD_LIBRARY_PATH="${NV:+$NV:}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if [ -x .llamacpp/bin/llama-bench ]; then
+    run llamacpp env LLAMA_BENCH=.llamacpp/bin/llama-bench WORK=/tmp/llamacpp \
+      bash bench/baselines/llamacpp.sh .llamacpp checkpoints/synth-seed0 results/llamacpp.json
+  else
+    run llamacpp env WORK=/tmp/llamacpp bash bench/baselines/llamacpp.sh "${LLAMA_CPP_SDIST:-}" \
+      checkpoints/synth-seed0 results/llamacpp.json
+  fi
+  tail -n 30 /tmp/llamacpp/llamacpp.log 2>/dev/null
+fi
+# M1 rows the first session's cap cut (HF static/eager/compile) + llama.cpp, merged into m1_baselines
+want m1rest && run m1-rest python3 -m monolith m1 --engines hf-static,hf-compile,hf-eager,llamacpp --merge \
+  --max-total "${M1_MAX_TOTAL:-330}"
 want xray && run xray python3 -m monolith m2
 # M2 overhead check through the harness: plain and X-ray builds gated and timed in one session
 want overhead && run overhead python3 -m monolith bench --engine megakernel-bf16-upstream,megakernel-bf16-upstream-xray \
   --out results/m2_xray_overhead_harness.json
-tar czf "$OUT/results.tgz" results build/*/*.log 2>/dev/null || tar czf "$OUT/results.tgz" results
+pack
 echo; echo "==== summary (MONOLITH_L2_PREFETCH=${MONOLITH_L2_PREFETCH:-default})"; printf '%s\n' "${summary[@]}"; grep -h "^\[dev\]" "$OUT/log.txt" || true

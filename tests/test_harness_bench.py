@@ -80,7 +80,7 @@ def test_results_json_and_markdown(tmp_path):
                           {"title": "t", "headline": False})
     ok = results.base_row("reference-graph", "graph")
     ok.update(status="ok", gate={"passed": True, "divergences": 2, "prompts": 20, "tokens_per_prompt": 256},
-              tok_s={"median": 500.0, "min": 490.0, "max": 510.0, "runs": [500.0]}, us_per_token={"median": 2000.0},
+              tok_s={"median": 500.0, "min": 490.0, "max": 510.0, "runs": [490.0, 500.0, 510.0]}, us_per_token={"median": 2000.0},
               predicted_us_per_token=300.0, bytes_per_token=1_200_000_000, eff_bw_tbs=0.6, tok_per_joule=1.5,
               sweep={"16": {"status": "ok", "tok_s": {"median": 520.0}}, "2048": {"status": "not run"}},
               quality={"ppl": 10.0, "ref_ppl": 10.0, "agreement": 1.0, "kl": 0.0})
@@ -128,3 +128,102 @@ def test_timeline_shape():
     tl = decode.timeline(FakeEngine(), [1, 2], 6)
     assert len(tl["tokens"]) == len(tl["t_us"]) == 6 and tl["t_us"] == sorted(tl["t_us"])
     assert torch.tensor(tl["tokens"]).dtype == torch.long
+
+
+def _valid_doc():
+    doc = results.new_doc({"gpu": "H200"}, {"kind": "synthetic"}, {"title": "t"})
+    ok = results.base_row("reference-graph", "graph")
+    ok.update(status="ok", gate={"passed": True}, tok_s={"median": 5.0, "min": 4.0, "max": 6.0, "runs": [4.0, 5.0, 6.0]},
+              sweep={"16": {"status": "ok", "tok_s": {"median": 5.0, "min": 5.0, "max": 5.0}}},
+              quality={"agreement": 0.99, "kl": 1e-4})
+    ext = results.base_row("llamacpp-bf16", "llama.cpp")
+    ext.update(status="ok", gate={"passed": None, "applicable": False}, tok_s={"median": 9.0, "min": 8.0, "max": 9.5})
+    skipped = dict(results.base_row("vllm", "vLLM"), reason="not installed")
+    doc["rows"] = [ok, ext, skipped]
+    return doc
+
+
+@pytest.mark.parametrize("breakage, needle", [
+    (lambda d: d.update(schema="other/1"), "schema"),
+    (lambda d: d.pop("env"), "'env'"),
+    (lambda d: d["rows"][0]["gate"].update(passed=False), "gate did not pass"),
+    (lambda d: d["rows"][0].update(gate=None), "no gate verdict"),
+    (lambda d: d["rows"][0]["tok_s"].update(min=5.5), "min 5.5 <= median"),
+    (lambda d: d["rows"][0]["tok_s"].update(runs=[4.0, 4.5, 6.0]), "do not match its runs"),
+    (lambda d: d["rows"][0].update(status="fast"), "status 'fast'"),
+    (lambda d: d["rows"][2].update(tok_s={"median": 1.0, "min": 1.0, "max": 1.0}), "but a tok_s is reported"),
+    (lambda d: d["rows"][2].update(reason=""), "needs a reason"),
+    (lambda d: d["rows"][0].pop("bytes_per_token"), "missing keys ['bytes_per_token']"),
+    (lambda d: d["rows"][0]["sweep"].update({"x": {}}), "sweep entry 'x'"),
+    (lambda d: d["rows"][0]["quality"].update(agreement=1.5), "outside [0, 1]"),
+    (lambda d: d["rows"][0]["quality"].update(kl=-0.1), "KL -0.1 is negative"),
+])
+def test_results_validation_catches(breakage, needle):
+    assert results.validate(_valid_doc()) == []
+    doc = _valid_doc()
+    breakage(doc)
+    errs = results.validate(doc)
+    assert any(needle in e for e in errs), errs
+
+
+def test_invalid_results_are_kept_and_refused(tmp_path):
+    from monolith.errors import MonolithError
+
+    doc = _valid_doc()
+    doc["rows"][0]["gate"]["passed"] = False
+    with pytest.raises(MonolithError, match="gate did not pass"):
+        results.write(doc, tmp_path / "m.json")
+    assert not (tmp_path / "m.json").exists()
+    assert json.loads((tmp_path / "m.invalid.json").read_text())["rows"][0]["engine"] == "reference-graph"
+
+
+def test_committed_results_validate():
+    from monolith import REPO_ROOT
+
+    files = [p for p in (REPO_ROOT / "results").glob("*.json")
+             if json.loads(p.read_text()).get("schema") == results.SCHEMA]
+    assert files, "no monolith-results/1 files committed"
+    for p in files:
+        assert results.validate(json.loads(p.read_text())) == [], p.name
+
+
+def test_llamacpp_script_end_to_end_with_fakes(tmp_path):
+    """llamacpp.sh's flow without a GPU: a packed dir (fake converter), a fake prebuilt
+    llama-bench printing llama-bench's JSON shape; the rows come out of its JSON. And the
+    not-run path: a missing sdist is a JSON row with the reason, exit status 0."""
+    import os
+    import subprocess
+
+    from monolith.bench.baselines import llamacpp
+
+    from monolith import REPO_ROOT
+
+    script = REPO_ROOT / "bench" / "baselines" / "llamacpp.sh"
+    out = tmp_path / "none.json"
+    r = subprocess.run(["bash", str(script), str(tmp_path / "missing.tar.gz"), str(tmp_path), str(out)],
+                       capture_output=True, text=True, env={**os.environ, "WORK": str(tmp_path / "w0")})
+    assert r.returncode == 0 and json.loads(out.read_text())["status"] == "not run"
+    assert "sdist not found" in llamacpp.rows_from_json(out)[0]["reason"]
+
+    pack = tmp_path / "pack"
+    (pack / "bin").mkdir(parents=True)
+    (pack / "convert_hf_to_gguf.py").write_text(
+        "import sys\nout = sys.argv[sys.argv.index('--outfile') + 1]\nopen(out, 'w').write('gguf')\n")
+    (pack / "BUILD-INFO.txt").write_text("llama-cpp-python 9.9; built elsewhere\n")
+    bench = pack / "bin" / "llama-bench"
+    bench.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo "version: 1 (abc)"; exit 0; fi\n'
+                     'echo \'[{"n_prompt": 0, "n_gen": 256, "avg_ts": 500.0, "samples_ts": [490.0, 500.0, 505.0],'
+                     ' "model_size": 1000000000}]\'\n')
+    bench.chmod(0o755)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    out = tmp_path / "l.json"
+    r = subprocess.run(["bash", str(script), str(pack), str(ckpt), str(out)], capture_output=True, text=True,
+                       env={**os.environ, "WORK": str(tmp_path / "w1"), "LLAMA_BENCH": str(bench)})
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["status"] == "ok" and "prebuilt: llama-cpp-python 9.9" in doc["version"]
+    rows = llamacpp.rows_from_json(out)
+    assert [x["engine"] for x in rows] == ["llamacpp-bf16", "llamacpp-q8_0"]
+    assert rows[0]["tok_s"] == {"median": 500.0, "min": 490.0, "max": 505.0, "runs": [490.0, 500.0, 505.0]}
+    assert rows[0]["eff_bw_tbs"] == pytest.approx(0.5) and rows[0]["predicted_us_per_token"] > 0

@@ -35,6 +35,27 @@ def test_hf_engines_match_reference(ckpt2, ref2):
         del hf
 
 
+def test_hf_parallel_logits_match_step_logits(ckpt2, ref2):
+    """hf-parallel's one-forward logits agree with the per-step path (same HF model) and with
+    the reference's argmax; its position advances like the step path's."""
+    from monolith.bench.baselines.hf import HFEngine
+
+    seq = PROMPT + [11, 374, 9707, 1879]
+    step = HFEngine(ckpt2.path, mode="eager")
+    par = HFEngine(ckpt2.path, mode="parallel")
+    a, b = step.logits(seq), par.logits(seq)
+    assert a.shape == b.shape == (len(seq), step.model.config.vocab_size)
+    assert par.position == step.position == len(seq)
+    assert (a - b).abs().max().item() < 0.05 * a.abs().max().item()
+    assert a.argmax(-1).tolist() == b.argmax(-1).tolist()
+    ref2.reset()
+    assert ref2.logits(seq).argmax(-1).tolist() == b.argmax(-1).tolist()
+    par.reset()
+    par.prefill(PROMPT)
+    assert par.teacher_forced(seq[len(PROMPT):]).tolist() == b.argmax(-1)[len(PROMPT):].tolist()
+    assert par.info["logits_path"].startswith("one parallel")
+
+
 def test_gate_and_bench_on_reference_cpu(ckpt2, ref2, monkeypatch):
     from monolith.reference import ReferenceEngine
 

@@ -64,6 +64,10 @@ def test_nondeterminism_caught():
     v = C.gate(FakeEngine(nondeterministic=True), oracle(), det_prompts=1, det_repeats=3, tolerance=TOL)
     assert not v["deterministic"] and not v["passed"]
     assert any("bitwise identical" in r for r in v["reasons"])
+    # the fake flips on every second decode call: repeat 1 differs, repeat 2 matches the first run
+    d = v["determinism"][0]
+    assert d["first_difference_per_repeat"][0] is not None and d["first_difference_per_repeat"][1] is None
+    assert d["first_difference"] == d["first_difference_per_repeat"][0]
 
 
 def test_tolerance_is_recorded_and_tunable():

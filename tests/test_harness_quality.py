@@ -75,3 +75,16 @@ def test_fake_engine_quality_numbers():
     flipper = FakeEngine(flip=swap_top2_when(lambda pos, m: m < 0.05))
     b = Q.agreement(ref, flipper, [[1, 2], [3]], n=16)
     assert 0.5 < b["agreement"] < 1.0
+
+
+def test_agreement_without_free_running_never_decodes():
+    class NoDecode(FakeEngine):
+        def decode(self, first, n):  # the measure must not call it
+            raise AssertionError("decode called with free_running=False")
+
+    ref = FakeEngine()
+    a = Q.agreement(ref, NoDecode(), [[1, 2], [3]], n=16, free_running=False)
+    assert a["agreement"] == 1.0 and a["free_running_prefix_frac"] is None
+    flipper = FakeEngine(flip=swap_top2_when(lambda pos, m: m < 0.05))
+    b = Q.agreement(ref, flipper, [[1, 2], [3]], n=16, free_running=False)
+    assert 0.5 < b["agreement"] < 1.0

@@ -56,5 +56,7 @@ def rows_from_json(path: str | Path | None = None) -> list[dict]:
             # llama.cpp streams its whole file per token (+ KV, small at tg256)
             row["bytes_per_token"] = int(t["model_size"])
             row["eff_bw_tbs"] = int(t["model_size"]) * med / 1e12
+            from monolith.bench.bytemodel import load_bw_tbs  # the same time model as every other row
+            row["predicted_us_per_token"] = int(t["model_size"]) / (load_bw_tbs()[0] * 1e12) * 1e6
         rows.append(row)
     return rows

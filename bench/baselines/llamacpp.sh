@@ -7,7 +7,16 @@
 #
 # usage: bench/baselines/llamacpp.sh SDIST_OR_DIR [CHECKPOINT_DIR] [OUT_JSON]
 #   env: LLAMA_CPP_SDIST (instead of arg 1), MONOLITH_CKPT, WORK (default build/llamacpp),
-#        JOBS (default nproc), N_GEN (256), REPS (5), CUDA_ARCH (90a)
+#        JOBS (default nproc), N_GEN (256), REPS (5), CUDA_ARCH (90a),
+#        CMAKE_EXTRA (more cmake flags, e.g. -DCUDAToolkit_ROOT=... -G Ninja),
+#        PACK=DIR   build only, then copy llama-bench + the converter into DIR (small enough to
+#                   carry to a GPU machine whose session time is too short for the build),
+#        LLAMA_BENCH=PATH  use that prebuilt llama-bench (e.g. DIR/bin/llama-bench from PACK);
+#                   arg 1 may then be the packed DIR (it holds convert_hf_to_gguf.py).
+# Build flags: static libraries, CUDA for one architecture, no tests/examples/server, no VMM
+# (the CUDA VMM pool needs libcuda at link time, which a driverless build machine lacks; the
+# pool is an allocator choice, not on the per-token path), no NCCL, no -march=native (the
+# binary may run on another host's CPU).
 set -uo pipefail
 
 SRC_IN="${1:-${LLAMA_CPP_SDIST:-}}"
@@ -65,27 +74,48 @@ else
 fi
 if [ -f "$ROOT/vendor/llama.cpp/CMakeLists.txt" ]; then
   LL="$ROOT/vendor/llama.cpp"
-elif [ -f "$ROOT/CMakeLists.txt" ] && [ -f "$ROOT/convert_hf_to_gguf.py" ]; then
+elif [ -f "$ROOT/convert_hf_to_gguf.py" ] && { [ -f "$ROOT/CMakeLists.txt" ] || [ -n "${LLAMA_BENCH:-}" ]; }; then
   LL="$ROOT"
 else
   not_run "no vendor/llama.cpp (with CMakeLists.txt) inside $SRC_IN"
 fi
-PKG_VERSION="$(sed -n 's/^Version: //p' "$ROOT/PKG-INFO" 2>/dev/null | head -n 1)"
+PKG_VERSION="$(sed -n 's/^Version: //p' "$ROOT/PKG-INFO" "$LL/PKG-INFO" 2>/dev/null | head -n 1)"
+CMAKE_FLAGS=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF
+  -DBUILD_SHARED_LIBS=OFF -DGGML_CUDA_NO_VMM=ON -DGGML_CUDA_NCCL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF)
 
-# 2. toolchain
-for tool in cmake nvcc c++; do
-  command -v "$tool" >/dev/null 2>&1 || not_run "$tool not found on PATH (needed to build llama.cpp with CUDA)"
-done
+if [ -n "${LLAMA_BENCH:-}" ]; then
+  # 2-3. prebuilt (PACK mode elsewhere): say where it came from
+  BENCH="$LLAMA_BENCH"
+  [ -x "$BENCH" ] || not_run "LLAMA_BENCH=$BENCH is not an executable"
+  BUILT="prebuilt: $(tr '\n' ' ' <"$(dirname "$BENCH")/../BUILD-INFO.txt" 2>/dev/null || echo 'no BUILD-INFO.txt')"
+else
+  # 2. toolchain
+  for tool in cmake nvcc c++; do
+    command -v "$tool" >/dev/null 2>&1 || not_run "$tool not found on PATH (needed to build llama.cpp with CUDA)"
+  done
+  # 3. build (only llama-bench; CUDA for this one architecture keeps the build short)
+  BUILD="$WORK/build"
+  T0=$SECONDS
+  # shellcheck disable=SC2086  # CMAKE_EXTRA is a list of flags
+  cmake -S "$LL" -B "$BUILD" "${CMAKE_FLAGS[@]}" ${CMAKE_EXTRA:-} >>"$LOG" 2>&1 || not_run "cmake configure failed: $(log_tail)"
+  cmake --build "$BUILD" -j "$JOBS" --target llama-bench >>"$LOG" 2>&1 || not_run "build failed: $(log_tail)"
+  BENCH="$BUILD/bin/llama-bench"
+  [ -x "$BENCH" ] || not_run "llama-bench not built at $BENCH"
+  BUILT="built here in $((SECONDS - T0)) s with $JOBS jobs; flags: ${CMAKE_FLAGS[*]} ${CMAKE_EXTRA:-}"
+  if [ -n "${PACK:-}" ]; then
+    rm -rf "$PACK" && mkdir -p "$PACK/bin" || exit 1
+    cp "$BENCH" "$PACK/bin/" && strip "$PACK/bin/llama-bench" 2>/dev/null
+    cp -r "$LL/convert_hf_to_gguf.py" "$LL/conversion" "$LL/gguf-py" "$PACK/" || exit 1
+    [ -f "$ROOT/PKG-INFO" ] && cp "$ROOT/PKG-INFO" "$PACK/"
+    printf 'llama-cpp-python %s; %s; on %s (%s)\n' "${PKG_VERSION:-unknown}" "$BUILT" "$(hostname)" \
+      "$(nvcc --version | tail -n 1)" >"$PACK/BUILD-INFO.txt"
+    echo "llamacpp: packed into $PACK ($(du -sh "$PACK" | cut -f1))"
+    exit 0
+  fi
+fi
 [ -d "$CKPT" ] || not_run "checkpoint directory not found: $CKPT"
-
-# 3. build (only llama-bench; CUDA for this one architecture keeps the build short)
-BUILD="$WORK/build"
-cmake -S "$LL" -B "$BUILD" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" -DCMAKE_BUILD_TYPE=Release \
-  -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF >>"$LOG" 2>&1 || not_run "cmake configure failed: $(log_tail)"
-cmake --build "$BUILD" -j "$JOBS" --target llama-bench >>"$LOG" 2>&1 || not_run "build failed: $(log_tail)"
-BENCH="$BUILD/bin/llama-bench"
-[ -x "$BENCH" ] || not_run "llama-bench not built at $BENCH"
-VERSION="llama-cpp-python ${PKG_VERSION:-unknown}; $("$BENCH" --version 2>&1 | head -n 2 | tr '\n' ' ')"
+VERSION="llama-cpp-python ${PKG_VERSION:-unknown}; $("$BENCH" --version 2>&1 | head -n 2 | tr '\n' ' '); $BUILT"
 
 # 4. convert the same checkpoint (gguf-py from the same source tree)
 FILES=()

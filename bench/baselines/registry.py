@@ -24,6 +24,7 @@ SPECS = {s.name: s for s in [
     Spec("hf-eager", "HF transformers, eager (DynamicCache)"),
     Spec("hf-static", "HF transformers, static cache"),
     Spec("hf-compile", "HF transformers, static cache + torch.compile reduce-overhead", needs_cuda=True),
+    Spec("hf-parallel", "HF transformers, eager; logits from one parallel forward (quality work)"),
     Spec("megakernel-bf16-upstream", "monolith megakernel, bf16-upstream design", needs_cuda=True),
     Spec("megakernel-bf16-upstream-xray", "monolith megakernel, bf16-upstream, X-ray build (recording every token)",
          needs_cuda=True),

@@ -108,6 +108,9 @@ export function mountTable(root: HTMLElement, m: Manifest): void {
     root.append(cap, h("div", { class: "table-wrap" }, h("table", { class: "results" }, head, body)));
     const sw = sweepTable(f.rows);
     if (sw) root.append(sw);
-    if (typeof f.protocol?.quality_skipped === "string") root.append(h("p", { class: "note", text: `Quality (ppl, agreement, KL) not measured in this run: ${f.protocol.quality_skipped}.` }));
+    // a string (older files) or one entry per skipped quality measure
+    const qs = f.protocol?.quality_skipped;
+    const skipped = typeof qs === "string" ? [qs] : Array.isArray(qs) ? qs.filter((x): x is string => typeof x === "string") : [];
+    if (skipped.length) root.append(h("p", { class: "note", text: `Quality (ppl, agreement, KL) not measured in this run: ${skipped.join("; ")}.` }));
   }
 }
