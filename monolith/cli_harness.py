@@ -158,15 +158,18 @@ def register(app: typer.Typer) -> None:
         if out:
             Path(out).write_text(json.dumps(res, indent=1, default=str) + "\n")
 
-    def _m1(out_dir: Path, engines: str, model, device, quick, max_total, budget, llamacpp_json, merge, name):
+    def _m1(out_dir: Path, engines: str, model, device, quick, max_total, budget, llamacpp_json, merge, name,
+            with_quality=True):
         dev = _device(device)
         mk = "megakernel-bf16-upstream"
         ref = "reference-graph" if dev == "cuda" else "reference"
-        # The sanity check the issue asks for: our reference against HF transformers (HF's
-        # parallel path: seconds, not minutes), full protocol; then the kernel if it ran here.
-        quality = [{"engine": "hf-parallel", "ref": ref, "positions": 256 if quick else 10_000,
-                    "prompts": 4 if quick else 100, "free_running": False, "sanity": True}]
-        if mk in engines.split(","):
+        # The sanity check: our reference against HF transformers, both in fp32 on the bf16
+        # weights, so it checks the implementation and not bf16 rounding, which these synthetic
+        # weights amplify (bf16 against bf16 agrees ~90 %: results/m1_quality_hf_vs_reference_bf16.json).
+        # HF's parallel path takes seconds, not minutes. Then the kernel if it ran here.
+        quality = [{"engine": "hf-parallel-fp32", "ref": "reference-fp32", "positions": 256 if quick else 10_000,
+                    "prompts": 4 if quick else 100, "free_running": False, "sanity": True}] if with_quality else []
+        if with_quality and mk in engines.split(","):
             quality.append({"engine": mk, "ref": ref, "positions": 256 if quick else 10_000,
                             "prompts": 4 if quick else 100})
         doc = _suite(engines, model, dev, out_dir / f"{name}.json", 5, 256, 20, quick, budget, max_total, 20, 256,
@@ -180,20 +183,22 @@ def register(app: typer.Typer) -> None:
         quick=typer.Option(False), max_total=typer.Option(450.0, help="whole-session cap in seconds"),
         budget=typer.Option(24.0, help="per-engine seconds for the gate and again for timed runs"),
         llamacpp_json=typer.Option(None), merge=typer.Option(False, help="merge into an existing m1_baselines.json"),
+        quality=typer.Option(True, help="quality sanity (reference vs HF, fp32) and the kernel's quality"),
     )
 
     @app.command()
     def m1(out_dir: Path = m1_opts["out_dir"], engines: str = m1_opts["engines"], model: str = m1_opts["model"],
            device: str = m1_opts["device"], quick: bool = m1_opts["quick"], max_total: float = m1_opts["max_total"],
            budget: float = m1_opts["budget"], llamacpp_json: Path = m1_opts["llamacpp_json"],
-           merge: bool = m1_opts["merge"]):
+           merge: bool = m1_opts["merge"], quality: bool = m1_opts["quality"]):
         """M1 end to end on a GPU: gate + baselines + megakernel + quality sanity -> results/m1_baselines.*"""
-        _m1(out_dir, engines, model, device, quick, max_total, budget, llamacpp_json, merge, "m1_baselines")
+        _m1(out_dir, engines, model, device, quick, max_total, budget, llamacpp_json, merge, "m1_baselines", quality)
 
     @app.command()
     def reproduce(out_dir: Path = m1_opts["out_dir"], engines: str = m1_opts["engines"], model: str = m1_opts["model"],
                   device: str = m1_opts["device"], quick: bool = m1_opts["quick"],
                   max_total: float = m1_opts["max_total"], budget: float = m1_opts["budget"],
-                  llamacpp_json: Path = m1_opts["llamacpp_json"], merge: bool = m1_opts["merge"]):
+                  llamacpp_json: Path = m1_opts["llamacpp_json"], merge: bool = m1_opts["merge"],
+                  quality: bool = m1_opts["quality"]):
         """Reproduce the upstream bf16 design next to the baselines (M1, same protocol as `m1`)."""
-        _m1(out_dir, engines, model, device, quick, max_total, budget, llamacpp_json, merge, "m1_baselines")
+        _m1(out_dir, engines, model, device, quick, max_total, budget, llamacpp_json, merge, "m1_baselines", quality)

@@ -25,7 +25,10 @@ def base_row(engine: str, label: str, experimental: bool = False) -> dict:
 def merge_rows(doc: dict, old: dict) -> dict:
     """Keep rows of `old` whose engine this run did not measure (for split GPU sessions)."""
     have = {r["engine"] for r in doc["rows"]}
-    kept = [r for r in old.get("rows", []) if r["engine"] not in have]
+    # an old "not run" placeholder (e.g. "llamacpp") gives way to the rows that replaced it ("llamacpp-bf16")
+    replaced = {r["engine"] for r in old.get("rows", [])
+                if r.get("status") == "not run" and any(h.startswith(r["engine"] + "-") for h in have)}
+    kept = [r for r in old.get("rows", []) if r["engine"] not in have | replaced]
     for r in kept:
         r.setdefault("from_earlier_run", old.get("created"))
         r.setdefault("earlier_run_env", old.get("env"))  # the file's env is this run's; keep theirs beside them

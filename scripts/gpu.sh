@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [ab] [sweep] [devbench] [m1] [quality] [llamacpp] [m1rest] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [ab] [sweep] [devbench] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 # MONOLITH_L2_PREFETCH (if set, or chosen by `ab`) is the megakernel's L2-prefetch launch parameter.
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
@@ -82,9 +82,11 @@ if want llamacpp; then
   fi
   tail -n 30 /tmp/llamacpp/llamacpp.log 2>/dev/null
 fi
-# M1 rows the first session's cap cut (HF static/eager/compile) + llama.cpp, merged into m1_baselines
-want m1rest && run m1-rest python3 -m monolith m1 --engines hf-static,hf-compile,hf-eager,llamacpp --merge \
-  --max-total "${M1_MAX_TOTAL:-330}"
+# M1 rows the first session's cap cut (HF static/eager/compile) + the quality sanity, merged into m1_baselines
+want m1rest && run m1-rest python3 -m monolith m1 --engines "${M1_ENGINES:-hf-static,hf-compile,hf-eager}" --merge \
+  --max-total "${M1_MAX_TOTAL:-360}"
+# llama.cpp rows (from the llamacpp stage's JSON) merged into m1_baselines
+want m1llama && run m1-llamacpp python3 -m monolith m1 --engines llamacpp --merge --no-quality
 want xray && run xray python3 -m monolith m2
 # M2 overhead check through the harness: plain and X-ray builds gated and timed in one session
 want overhead && run overhead python3 -m monolith bench --engine megakernel-bf16-upstream,megakernel-bf16-upstream-xray \

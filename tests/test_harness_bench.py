@@ -99,6 +99,11 @@ def test_results_json_and_markdown(tmp_path):
     old = {"created": "x", "rows": [dict(results.base_row("llamacpp-bf16", "l"), status="ok")]}
     merged = results.merge_rows({"rows": [ok]}, old)
     assert [r["engine"] for r in merged["rows"]] == ["llamacpp-bf16", "reference-graph"]
+    assert merged["rows"][0]["from_earlier_run"] == "x"
+    # a placeholder row gives way to the rows that replaced it; a measured "reference" stays
+    old = {"created": "y", "rows": [results.base_row("llamacpp", "l"), dict(results.base_row("reference", "r"), status="ok")]}
+    new = {"rows": [dict(results.base_row("llamacpp-bf16", "l"), status="ok"), dict(results.base_row("reference-graph", "g"))]}
+    assert [r["engine"] for r in results.merge_rows(new, old)["rows"]] == ["reference", "llamacpp-bf16", "reference-graph"]
 
 
 def test_llamacpp_rows(tmp_path):

@@ -81,3 +81,14 @@ def test_cli_help_lists_harness_commands():
     for cmd in ("bench", "eval", "m1", "reproduce"):
         assert cmd in r.output
     assert CliRunner().invoke(app, ["eval", "quality", "--help"]).exit_code == 0
+
+
+def test_fp32_sanity_pair_matches_tightly(ckpt2):
+    """The quality sanity's pair (HF fp32 parallel vs reference fp32 on the bf16 weights): same
+    math, so the logits agree to fp32 noise, far tighter than any bf16 pair."""
+    seq = PROMPT + [11, 374, 9707, 1879]
+    hf = registry.build("hf-parallel-fp32", ckpt2, "cpu")
+    ref = registry.build("reference-fp32", ckpt2, "cpu")
+    assert hf.name == "hf-parallel-fp32" and hf.info["compute_dtype"] == "float32"
+    a, b = hf.logits(seq), ref.logits(seq)
+    assert (a - b).abs().max().item() < 1e-3 * a.abs().max().item()

@@ -31,22 +31,25 @@ HF_CONTEXT_CAP = 2304  # static cache length: bench prompt + 256 and the sweep t
 
 class HFEngine(Engine):
     def __init__(self, ckpt_dir, mode: str = "eager", device="cpu", context_cap: int = HF_CONTEXT_CAP,
-                 compile_warmup_steps: int = 3):
+                 compile_warmup_steps: int = 3, compute_dtype: torch.dtype = torch.bfloat16):
         from transformers import Qwen3ForCausalLM
 
         if mode not in ("eager", "static", "compile", "parallel"):
             raise MonolithError(f"unknown HF mode {mode!r}")
-        self.name = f"hf-{mode}"
+        self.name = f"hf-{mode}" + {torch.bfloat16: "", torch.float32: "-fp32"}.get(compute_dtype, f"-{compute_dtype}")
         self.parallel = mode == "parallel"
         self.mode = "eager" if self.parallel else mode
         self.device = torch.device(device)
         self.context_cap = context_cap
         self.model = Qwen3ForCausalLM.from_pretrained(str(ckpt_dir), dtype=torch.bfloat16, local_files_only=True,
                                                       attn_implementation="sdpa").to(self.device).eval()
+        if compute_dtype != torch.bfloat16:  # bf16 weight values, wider compute (like the gate's oracle)
+            self.model = self.model.to(compute_dtype)
         self.shape_layers = self.model.config.num_hidden_layers
         self._bytes = ByteModel.bf16(_shape(self.shape_layers))
         self.position = 0
         self.info = {"mode": mode, "attn_implementation": "sdpa", "dtype": "bfloat16",
+                     "compute_dtype": str(compute_dtype).removeprefix("torch."),
                      "logits_path": "one parallel forward per call" if self.parallel else "one decode step per token"}
         self.cache = None
         self._step_fn = self.model.forward

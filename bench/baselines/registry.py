@@ -25,6 +25,8 @@ SPECS = {s.name: s for s in [
     Spec("hf-static", "HF transformers, static cache"),
     Spec("hf-compile", "HF transformers, static cache + torch.compile reduce-overhead", needs_cuda=True),
     Spec("hf-parallel", "HF transformers, eager; logits from one parallel forward (quality work)"),
+    Spec("hf-parallel-fp32", "HF transformers, fp32 compute on the bf16 weights, parallel forward (quality sanity)"),
+    Spec("reference-fp32", "PyTorch reference, fp32 compute on the bf16 weights (the gate's oracle)"),
     Spec("megakernel-bf16-upstream", "monolith megakernel, bf16-upstream design", needs_cuda=True),
     Spec("megakernel-bf16-upstream-xray", "monolith megakernel, bf16-upstream, X-ray build (recording every token)",
          needs_cuda=True),
@@ -57,11 +59,14 @@ def build(name: str, ckpt, device: str | torch.device):
     if name == "reference-graph":
         from monolith.bench.baselines.graphs import GraphEngine
         return GraphEngine(ckpt, device=dev)
+    if name == "reference-fp32":
+        return oracle(ckpt, dev)
     if name == "mutant-rope10k":
         return _mutant_rope(ckpt, dev, 10_000.0)
     if name.startswith("hf-"):
         from monolith.bench.baselines.hf import HFEngine
-        return HFEngine(ckpt.path, mode=name.removeprefix("hf-"), device=dev)
+        mode, fp32 = name.removeprefix("hf-").removesuffix("-fp32"), name.endswith("-fp32")
+        return HFEngine(ckpt.path, mode=mode, device=dev, compute_dtype=torch.float32 if fp32 else torch.bfloat16)
     if name.startswith("megakernel-"):
         try:
             from monolith.megakernel import MegakernelEngine
