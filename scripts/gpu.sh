@@ -73,7 +73,10 @@ fi
 if want llamacpp; then
   NV=$(python3 -c "import os, nvidia; print(os.path.join(list(nvidia.__path__)[0], 'cu13', 'lib'))" 2>/dev/null)
   export LD_LIBRARY_PATH="${NV:+$NV:}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # the pack travels compressed (carry limit); PACK mode of llamacpp.sh made it
+  [ -f .llamacpp/pack.tar.xz ] && [ ! -x .llamacpp/bin/llama-bench ] && tar xJf .llamacpp/pack.tar.xz -C .llamacpp
   if [ -x .llamacpp/bin/llama-bench ]; then
+    ldd .llamacpp/bin/llama-bench | grep -E "cublas|cudart|not found"
     run llamacpp env LLAMA_BENCH=.llamacpp/bin/llama-bench WORK=/tmp/llamacpp \
       bash bench/baselines/llamacpp.sh .llamacpp checkpoints/synth-seed0 results/llamacpp.json
   else
@@ -84,7 +87,7 @@ if want llamacpp; then
 fi
 # M1 rows the first session's cap cut (HF static/eager/compile) + the quality sanity, merged into m1_baselines
 want m1rest && run m1-rest python3 -m monolith m1 --engines "${M1_ENGINES:-hf-static,hf-compile,hf-eager}" --merge \
-  --max-total "${M1_MAX_TOTAL:-360}"
+  --max-total "${M1_MAX_TOTAL:-360}" ${M1_EXTRA:-}
 # llama.cpp rows (from the llamacpp stage's JSON) merged into m1_baselines
 want m1llama && run m1-llamacpp python3 -m monolith m1 --engines llamacpp --merge --no-quality
 want xray && run xray python3 -m monolith m2

@@ -92,3 +92,19 @@ def test_fp32_sanity_pair_matches_tightly(ckpt2):
     assert hf.name == "hf-parallel-fp32" and hf.info["compute_dtype"] == "float32"
     a, b = hf.logits(seq), ref.logits(seq)
     assert (a - b).abs().max().item() < 1e-3 * a.abs().max().item()
+
+
+def test_deterministic_variant_restores_global_state(ckpt2):
+    """hf-static-det turns torch's deterministic algorithms on around its own forwards only."""
+    before = torch.are_deterministic_algorithms_enabled()
+    hf = registry.build("hf-static-det", ckpt2, "cpu")
+    assert hf.name == "hf-static-det" and hf.info["deterministic_algorithms"] and hf.mode == "static"
+    seen = []
+    orig = hf.model.forward
+    hf.model.forward = lambda *a, **k: (seen.append(torch.are_deterministic_algorithms_enabled()), orig(*a, **k))[1]
+    hf._step_fn = hf.model.forward
+    hf.reset()
+    g = hf.prefill(PROMPT)
+    hf.decode(g, 2)
+    assert seen == [True, True, True]
+    assert torch.are_deterministic_algorithms_enabled() == before

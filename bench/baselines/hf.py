@@ -31,13 +31,20 @@ HF_CONTEXT_CAP = 2304  # static cache length: bench prompt + 256 and the sweep t
 
 class HFEngine(Engine):
     def __init__(self, ckpt_dir, mode: str = "eager", device="cpu", context_cap: int = HF_CONTEXT_CAP,
-                 compile_warmup_steps: int = 3, compute_dtype: torch.dtype = torch.bfloat16):
+                 compile_warmup_steps: int = 3, compute_dtype: torch.dtype = torch.bfloat16,
+                 deterministic: bool = False):
         from transformers import Qwen3ForCausalLM
 
         if mode not in ("eager", "static", "compile", "parallel"):
             raise MonolithError(f"unknown HF mode {mode!r}")
         self.name = f"hf-{mode}" + {torch.bfloat16: "", torch.float32: "-fp32"}.get(compute_dtype, f"-{compute_dtype}")
         self.parallel = mode == "parallel"
+        # torch's deterministic-algorithms switch, on around every forward of this engine only
+        # (it is process-global): the hypothesis being tested is that the static cache's
+        # nondeterminism comes from SDPA's split-KV attention over the 2,304-slot cache.
+        self.deterministic = deterministic
+        if deterministic:
+            self.name += "-det"
         self.mode = "eager" if self.parallel else mode
         self.device = torch.device(device)
         self.context_cap = context_cap
@@ -49,7 +56,7 @@ class HFEngine(Engine):
         self._bytes = ByteModel.bf16(_shape(self.shape_layers))
         self.position = 0
         self.info = {"mode": mode, "attn_implementation": "sdpa", "dtype": "bfloat16",
-                     "compute_dtype": str(compute_dtype).removeprefix("torch."),
+                     "compute_dtype": str(compute_dtype).removeprefix("torch."), "deterministic_algorithms": deterministic,
                      "logits_path": "one parallel forward per call" if self.parallel else "one decode step per token"}
         self.cache = None
         self._step_fn = self.model.forward
@@ -114,7 +121,8 @@ class HFEngine(Engine):
         fn = self._step_fn if step else self.model.forward
         if step and self.mode == "compile":
             torch.compiler.cudagraph_mark_step_begin()
-        out = fn(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        with _deterministic(self.deterministic):
+            out = fn(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
 
     @torch.inference_mode()
@@ -173,6 +181,23 @@ class HFEngine(Engine):
         # Necessary bytes (weights + KV up to position), not what a static cache actually
         # reads, so effective bandwidth compares engines on the same work.
         return self._bytes.bytes_per_token(position)
+
+
+class _deterministic:
+    """torch.use_deterministic_algorithms(True, warn_only=True) inside, the previous state after."""
+
+    def __init__(self, on: bool):
+        self.on = on
+
+    def __enter__(self):
+        if self.on:
+            self.prev = (torch.are_deterministic_algorithms_enabled(),
+                         torch.is_deterministic_algorithms_warn_only_enabled())
+            torch.use_deterministic_algorithms(True, warn_only=True)
+
+    def __exit__(self, *exc):
+        if self.on:
+            torch.use_deterministic_algorithms(self.prev[0], warn_only=self.prev[1])
 
 
 def _shape(num_layers: int):

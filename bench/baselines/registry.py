@@ -24,6 +24,9 @@ SPECS = {s.name: s for s in [
     Spec("hf-eager", "HF transformers, eager (DynamicCache)"),
     Spec("hf-static", "HF transformers, static cache"),
     Spec("hf-compile", "HF transformers, static cache + torch.compile reduce-overhead", needs_cuda=True),
+    Spec("hf-static-det", "HF transformers, static cache, torch deterministic algorithms on"),
+    Spec("hf-compile-det", "HF transformers, static cache + torch.compile reduce-overhead, deterministic algorithms on",
+         needs_cuda=True),
     Spec("hf-parallel", "HF transformers, eager; logits from one parallel forward (quality work)"),
     Spec("hf-parallel-fp32", "HF transformers, fp32 compute on the bf16 weights, parallel forward (quality sanity)"),
     Spec("reference-fp32", "PyTorch reference, fp32 compute on the bf16 weights (the gate's oracle)"),
@@ -65,8 +68,10 @@ def build(name: str, ckpt, device: str | torch.device):
         return _mutant_rope(ckpt, dev, 10_000.0)
     if name.startswith("hf-"):
         from monolith.bench.baselines.hf import HFEngine
-        mode, fp32 = name.removeprefix("hf-").removesuffix("-fp32"), name.endswith("-fp32")
-        return HFEngine(ckpt.path, mode=mode, device=dev, compute_dtype=torch.float32 if fp32 else torch.bfloat16)
+        mode, fp32, det = name.removeprefix("hf-"), name.endswith("-fp32"), name.endswith("-det")
+        mode = mode.removesuffix("-fp32").removesuffix("-det")
+        return HFEngine(ckpt.path, mode=mode, device=dev, compute_dtype=torch.float32 if fp32 else torch.bfloat16,
+                        deterministic=det)
     if name.startswith("megakernel-"):
         try:
             from monolith.megakernel import MegakernelEngine
