@@ -198,7 +198,7 @@ def render_md(doc: dict) -> str:
             lines.append(f"| {r.get('label') or r['engine']} | " + " | ".join(cells) + " |")
     qual = [r for r in doc.get("rows", []) if r.get("quality")]
     if qual:
-        lines += ["", "Quality (against the bf16 reference, same weights):", "",
+        lines += ["", "Quality (against the reference named in each row, same weights):", "",
                   "| engine | reference | ppl | ref ppl | agreement | KL | positions |",
                   "|---|---|---:|---:|---:|---:|---:|"]
         for r in qual:
@@ -206,7 +206,8 @@ def render_md(doc: dict) -> str:
             if q.get("error"):
                 lines.append(f"| {r.get('label') or r['engine']} | failed: {q['error']} | | | | | |")
                 continue
-            lines.append(f"| {r.get('label') or r['engine']}{' (sanity)' if q.get('sanity') else ''} | "
+            sanity = " (sanity)" if q.get("sanity") and "sanity" not in (r.get("label") or "") else ""
+            lines.append(f"| {r.get('label') or r['engine']}{sanity} | "
                          f"{q.get('reference', '')} | {_f(q.get('ppl'), '{:.3f}')} | "
                          f"{_f(q.get('ref_ppl'), '{:.3f}')} | {_f(q.get('agreement'), '{:.2%}')} | "
                          f"{_f(q.get('kl'), '{:.2e}')} | {q.get('kl_positions', '')} |")
@@ -221,3 +222,30 @@ def _weights_desc(w: dict) -> str:
     if w.get("sha256"):
         parts.append(f"sha256 {str(w['sha256'])[:12]}…")
     return ", ".join(parts)
+
+
+def main(argv=None) -> int:
+    """`python -m monolith.results FILE...`: validate results files and re-render their Markdown
+    tables from the JSON (after a renderer change; the numbers are never touched)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m monolith.results", description=main.__doc__)
+    ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("--render", action="store_true", help="rewrite FILE.md from FILE (valid files only)")
+    a = ap.parse_args(argv)
+    bad = 0
+    for p in a.files:
+        doc = json.loads(p.read_text())
+        if doc.get("schema") != SCHEMA:
+            print(f"{p}: skipped (schema {doc.get('schema')!r})")
+            continue
+        errs = validate(doc)
+        bad += bool(errs)
+        print(f"{p}: {'valid' if not errs else 'INVALID'}" + "".join(f"\n  {e}" for e in errs))
+        if a.render and not errs:
+            p.with_suffix(".md").write_text(render_md(doc))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

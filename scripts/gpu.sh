@@ -5,7 +5,7 @@
 # MONOLITH_L2_PREFETCH (if set, or chosen by `ab`) is the megakernel's L2-prefetch launch parameter.
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/monolith-out}
 mkdir -p "$OUT" results
 export PYTHONUNBUFFERED=1
@@ -86,6 +86,7 @@ if want llamacpp; then
   tail -n 30 /tmp/llamacpp/llamacpp.log 2>/dev/null
 fi
 # M1 rows the first session's cap cut (HF static/eager/compile) + the quality sanity, merged into m1_baselines
+# shellcheck disable=SC2086  # M1_EXTRA is a list of flags
 want m1rest && run m1-rest python3 -m monolith m1 --engines "${M1_ENGINES:-hf-static,hf-compile,hf-eager}" --merge \
   --max-total "${M1_MAX_TOTAL:-360}" ${M1_EXTRA:-}
 # llama.cpp rows (from the llamacpp stage's JSON) merged into m1_baselines

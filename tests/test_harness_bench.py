@@ -232,3 +232,14 @@ def test_llamacpp_script_end_to_end_with_fakes(tmp_path):
     assert [x["engine"] for x in rows] == ["llamacpp-bf16", "llamacpp-q8_0"]
     assert rows[0]["tok_s"] == {"median": 500.0, "min": 490.0, "max": 505.0, "runs": [490.0, 500.0, 505.0]}
     assert rows[0]["eff_bw_tbs"] == pytest.approx(0.5) and rows[0]["predicted_us_per_token"] > 0
+
+
+def test_results_cli_validates_and_renders(tmp_path, capsys):
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(_valid_doc()))
+    broken = _valid_doc()
+    broken["rows"][0]["gate"]["passed"] = False
+    bad.write_text(json.dumps(broken))
+    assert results.main([str(good), "--render"]) == 0 and "| graph | ok |" in (tmp_path / "good.md").read_text()
+    assert results.main([str(good), str(bad), "--render"]) == 1
+    assert not (tmp_path / "bad.md").exists() and "gate did not pass" in capsys.readouterr().out
