@@ -211,6 +211,7 @@ def render_md(doc: dict) -> str:
                          f"{q.get('reference', '')} | {_f(q.get('ppl'), '{:.3f}')} | "
                          f"{_f(q.get('ref_ppl'), '{:.3f}')} | {_f(q.get('agreement'), '{:.2%}')} | "
                          f"{_f(q.get('kl'), '{:.2e}')} | {q.get('kl_positions', '')} |")
+        lines.append("")  # a blank line ends the table (GFM would read the next line as a row)
         lines.append("Perplexity here is of synthetic weights: meaningless as language modelling, "
                      "only the ratio to the reference's counts.")
     lines += ["", "Protocol: " + json.dumps({k: v for k, v in proto.items() if k != "title"}, default=str), ""]
