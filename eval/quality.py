@@ -3,7 +3,9 @@
 - WikiText-2 perplexity: windows of `context` tokens every `stride` tokens (both recorded);
   the first window scores all its predictions, later ones only their last `stride` (the
   usual sliding-window rule; with context == stride the windows are disjoint). Logits come
-  from engine.logits (teacher-forced, one step per token, the decode path).
+  from engine.logits: teacher-forced, one step per token (the decode path) for every engine
+  except the quality-only `hf-parallel*`, which use HF's parallel forward and say so in
+  `engine_info.logits_path`.
 - Mean KL(ref || engine) of next-token distributions over the first `kl_positions`
   positions of those same windows (computed in the same pass).
 - Greedy agreement over the first 64 tokens of the quality prompts: the reference decodes

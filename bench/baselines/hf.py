@@ -9,7 +9,7 @@ Three modes, the ones people actually use:
 - hf-parallel: DynamicCache like hf-eager, but `logits` and `teacher_forced` run ONE forward
               over the whole token list (HF's own prefill path) instead of one step per token.
               For quality work only (the sanity check of our reference against HF: 10,000
-              positions at ~34 tok/s eager would take five minutes of GPU time); its decode
+              positions at ~31 tok/s eager would take five minutes of GPU time); its decode
               is hf-eager's. Its numbers are HF's parallel path, not its decode path, and the
               results say so (`info.logits_path`).
 
@@ -40,8 +40,9 @@ class HFEngine(Engine):
         self.name = f"hf-{mode}" + {torch.bfloat16: "", torch.float32: "-fp32"}.get(compute_dtype, f"-{compute_dtype}")
         self.parallel = mode == "parallel"
         # torch's deterministic-algorithms switch, on around every forward of this engine only
-        # (it is process-global): the hypothesis being tested is that the static cache's
-        # nondeterminism comes from SDPA's split-KV attention over the 2,304-slot cache.
+        # (it is process-global). It tested one hypothesis for the static cache's run-to-run
+        # differences (SDPA splitting the 2,304-slot key range): on the H200 the -det engines
+        # stayed nondeterministic, so that is not (or not only) the cause. NOTES.md, M1.
         self.deterministic = deterministic
         if deterministic:
             self.name += "-det"
