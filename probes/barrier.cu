@@ -46,25 +46,9 @@ __device__ __forceinline__ bool grid_barrier(BarrierCtl* ctl, unsigned int targe
   __shared__ int s_ok;
   __syncthreads();  // the whole block's work is done before thread 0 arrives
   if (threadIdx.x == 0) {
-    int ok = 1;
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(&ctl->count) : "memory");
-    const uint64_t deadline = globaltimer() + timeout_ns;
-    unsigned int spins = 0;
-    for (;;) {
-      unsigned int v;
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(&ctl->count) : "memory");
-      if (int(v - target) >= 0) break;
-      if ((++spins & 63u) == 0) {  // check the clock and the abort flag now and then, not every spin
-        if (*(volatile unsigned int*)&ctl->abort) { ok = 0; break; }
-        if (globaltimer() > deadline) {
-          atomicCAS(&ctl->timed_out_at, 0u, index + 1);
-          atomicExch(&ctl->abort, 1u);
-          ok = 0;
-          break;
-        }
-      }
-    }
-    s_ok = ok;
+    const int r = probe_arrive_and_wait(&ctl->count, &ctl->abort, target, timeout_ns);
+    if (r == 2) atomicCAS(&ctl->timed_out_at, 0u, index + 1);
+    s_ok = r == 0;
   }
   __syncthreads();
   return s_ok != 0;

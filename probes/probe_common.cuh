@@ -30,3 +30,27 @@ __device__ __forceinline__ uint64_t globaltimer() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+
+// One thread's bounded wait for a grid counter (the arrive/wait half of a grid barrier; the
+// probes that need one share it). Arrives with a release add, spins on acquire loads until
+// `*count` reaches `target` (wrap-safe), and looks at the clock and the abort flag only every 64
+// spins. Returns 0 when released, 1 when another block aborted, 2 when `timeout_ns` passed
+// (it then sets the abort flag so every other block stops too).
+__device__ __forceinline__ int probe_arrive_and_wait(unsigned int* count, unsigned int* abort, unsigned int target,
+                                                     uint64_t timeout_ns) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
+  const uint64_t deadline = globaltimer() + timeout_ns;
+  unsigned int spins = 0;
+  for (;;) {
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
+    if (int(v - target) >= 0) return 0;
+    if ((++spins & 63u) == 0) {
+      if (*(volatile unsigned int*)abort) return 1;
+      if (globaltimer() > deadline) {
+        atomicExch(abort, 1u);
+        return 2;
+      }
+    }
+  }
+}

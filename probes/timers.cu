@@ -73,26 +73,14 @@ __global__ void k_clock_rate(uint64_t interval_ns, double* rate, uint32_t* sm) {
   sm[blockIdx.x] = smid();
 }
 
-// 3. cross-SM stamps after barrier releases (bounded spin, same barrier as probes/barrier.cu)
+// 3. cross-SM stamps after barrier releases (bounded spin: probe_common.cuh's probe_arrive_and_wait, as in probes/barrier.cu)
 struct Ctl { unsigned int count, abort; };
 
 __global__ void k_cross(Ctl* ctl, int rounds, uint64_t timeout_ns, uint64_t* g, uint64_t* c, uint32_t* sm) {
   if (threadIdx.x != 0) return;  // one thread per block; nothing else to wait for
   const unsigned int nb = gridDim.x;
   for (int r = 0; r < rounds; ++r) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(&ctl->count) : "memory");
-    const unsigned int target = nb * unsigned(r + 1);
-    const uint64_t deadline = globaltimer() + timeout_ns;
-    unsigned int spins = 0;
-    for (;;) {
-      unsigned int v;
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(&ctl->count) : "memory");
-      if (int(v - target) >= 0) break;
-      if ((++spins & 63u) == 0 && (*(volatile unsigned int*)&ctl->abort || globaltimer() > deadline)) {
-        atomicExch(&ctl->abort, 1u);
-        return;
-      }
-    }
+    if (probe_arrive_and_wait(&ctl->count, &ctl->abort, nb * unsigned(r + 1), timeout_ns) != 0) return;
     const uint64_t gt = globaltimer(), ct = clk64();
     g[size_t(r) * nb + blockIdx.x] = gt;
     c[size_t(r) * nb + blockIdx.x] = ct;
