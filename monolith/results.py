@@ -130,12 +130,14 @@ def write(doc: dict, path: str | Path) -> tuple[Path, Path]:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    errs = validate(_clean(doc))
+    clean = _clean(doc)
+    text = json.dumps(clean, indent=1) + "\n"
+    errs = validate(clean)
     if errs:
         bad = path.with_suffix(".invalid.json")
-        bad.write_text(json.dumps(_clean(doc), indent=1) + "\n")
+        bad.write_text(text)
         raise MonolithError(f"results document for {path.name} is invalid (kept as {bad}):\n  " + "\n  ".join(errs))
-    path.write_text(json.dumps(_clean(doc), indent=1) + "\n")
+    path.write_text(text)
     md = path.with_suffix(".md")
     md.write_text(render_md(doc))
     return path, md

@@ -61,11 +61,11 @@ if want devbench; then
   run devbench-xray python3 scripts/dev_bench.py --blocks 132 --xray
 fi
 want m1 && run m1 python3 -m monolith m1
-# Quality, full protocol: our reference against HF transformers (the sanity check; HF's parallel
-# forward), and the megakernel against the reference
+# Quality, full protocol, bf16 pairs: HF transformers (its parallel forward) and the megakernel,
+# each against the bf16 reference. (The fp32 sanity pair runs inside `monolith m1`.)
 if want quality; then
-  run quality-sanity python3 -m monolith eval quality --engine hf-parallel --ref reference-graph --no-free-running \
-    --out results/m1_quality_hf_vs_reference.json
+  run quality-hf-bf16 python3 -m monolith eval quality --engine hf-parallel --ref reference-graph --no-free-running \
+    --out results/m1_quality_hf_vs_reference_bf16.json
   run quality-megakernel python3 -m monolith eval quality --engine megakernel-bf16-upstream --ref reference-graph \
     --out results/m1_quality_megakernel.json
 fi

@@ -18,6 +18,7 @@ step's input, so no host sync per token (the same loop as our own engines).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -184,21 +185,18 @@ class HFEngine(Engine):
         return self._bytes.bytes_per_token(position)
 
 
-class _deterministic:
+@contextlib.contextmanager
+def _deterministic(on: bool):
     """torch.use_deterministic_algorithms(True, warn_only=True) inside, the previous state after."""
-
-    def __init__(self, on: bool):
-        self.on = on
-
-    def __enter__(self):
-        if self.on:
-            self.prev = (torch.are_deterministic_algorithms_enabled(),
-                         torch.is_deterministic_algorithms_warn_only_enabled())
-            torch.use_deterministic_algorithms(True, warn_only=True)
-
-    def __exit__(self, *exc):
-        if self.on:
-            torch.use_deterministic_algorithms(self.prev[0], warn_only=self.prev[1])
+    if not on:
+        yield
+        return
+    prev = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(prev[0], warn_only=prev[1])
 
 
 def _shape(num_layers: int):

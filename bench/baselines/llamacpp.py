@@ -34,6 +34,9 @@ def rows_from_json(path: str | Path | None = None) -> list[dict]:
         row.update(reason=doc.get("reason") or "llamacpp.sh did not run", version=doc.get("version"))
         return [row]
     rows = []
+    from monolith.bench.bytemodel import load_bw_tbs  # the same time model as every other row
+
+    bw_tbs = load_bw_tbs()[0]
     for kind, raw in (doc.get("results") or {}).items():
         row = results.base_row(f"llamacpp-{kind}", LABELS.get(kind, f"llama.cpp {kind}"))
         row.update(gate=not_gated("external engine: llama.cpp has no teacher-forced interface; not gated"),
@@ -56,7 +59,6 @@ def rows_from_json(path: str | Path | None = None) -> list[dict]:
             # llama.cpp streams its whole file per token (+ KV, small at tg256)
             row["bytes_per_token"] = int(t["model_size"])
             row["eff_bw_tbs"] = int(t["model_size"]) * med / 1e12
-            from monolith.bench.bytemodel import load_bw_tbs  # the same time model as every other row
-            row["predicted_us_per_token"] = int(t["model_size"]) / (load_bw_tbs()[0] * 1e12) * 1e6
+            row["predicted_us_per_token"] = int(t["model_size"]) / (bw_tbs * 1e12) * 1e6
         rows.append(row)
     return rows
