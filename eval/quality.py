@@ -146,3 +146,51 @@ def text_tokens(tokenizer, path: str | Path | None = None) -> list[int]:
     if not p.is_file():
         raise MonolithError(f"WikiText-2 text not found at {p} (pass --text PATH)")
     return tokenizer.encode(p.read_text(encoding="utf-8"))
+
+
+# ---- quantized weights against bf16 (issue 12, MISSION §5) -----------------------------------
+PPL_LIMIT = 1.02       # FP8 perplexity within +2 % of bf16's
+AGREEMENT_MIN = 0.90   # greedy agreement >= 90 %
+
+
+def quantized_gates(q: dict, floor: dict | None = None, *, ppl_limit: float = PPL_LIMIT,
+                    agreement_min: float = AGREEMENT_MIN) -> dict:
+    """Verdicts for a quantized engine's quality `q` (measured against the model itself: fp32 on
+    the original bf16 weights), next to the bf16 floor `floor` (a bf16 engine on the original
+    weights against the same reference: what rounding alone costs on these weights).
+
+    - fixed gates (MISSION §5): ppl_ratio <= ppl_limit and agreement >= agreement_min;
+    - floor gate: agreement >= the floor's agreement and ppl_ratio <= the floor's ppl_ratio
+      times ppl_limit (the same +2 %, on top of what bf16 rounding already costs)."""
+    ppl_ok = q["ppl_ratio"] <= ppl_limit
+    ag_ok = q["agreement"] >= agreement_min
+    out = {"ppl_ratio": q["ppl_ratio"], "ppl_limit": ppl_limit, "ppl_pass": ppl_ok,
+           "agreement": q["agreement"], "agreement_min": agreement_min, "agreement_pass": ag_ok,
+           "kl": q["kl"], "fixed_gates_pass": ppl_ok and ag_ok, "floor": None, "floor_gate_pass": None}
+    words = [f"fixed gates {'PASS' if ppl_ok and ag_ok else 'FAIL'} (ppl ratio {q['ppl_ratio']:.4f} "
+             f"{'<=' if ppl_ok else '>'} {ppl_limit}, agreement {q['agreement']:.2%} {'>=' if ag_ok else '<'} "
+             f"{agreement_min:.0%})"]
+    if floor is not None:
+        f_ag, f_ppl = floor["agreement"], floor["ppl_ratio"]
+        fl_ok = q["agreement"] >= f_ag and q["ppl_ratio"] <= f_ppl * ppl_limit
+        out["floor"] = {"engine": floor.get("engine"), "agreement": f_ag, "ppl_ratio": f_ppl, "kl": floor["kl"]}
+        out.update(agreement_minus_floor=q["agreement"] - f_ag,
+                   kl_over_floor=q["kl"] / floor["kl"] if floor["kl"] > 0 else None, floor_gate_pass=fl_ok)
+        words.append(f"against the bf16 floor {'PASS' if fl_ok else 'FAIL'} (agreement {q['agreement']:.2%} vs floor "
+                     f"{f_ag:.2%}, ppl ratio {q['ppl_ratio']:.4f} vs floor {f_ppl:.4f}, KL {q['kl']:.3g} vs floor "
+                     f"{floor['kl']:.3g})")
+    out["summary"] = "; ".join(words)
+    return out
+
+
+def compare_quantized(ref: Engine, eng: Engine, floor: Engine | None, text_tokens: list[int],
+                      prompts: list[list[int]], **kw) -> dict:
+    """`evaluate` for the quantized engine and, beside it, for the bf16 floor engine, both
+    against the same reference; plus `quantized_gates`. kw: evaluate's keyword arguments."""
+    res = {"engine": evaluate(ref, eng, text_tokens, prompts, **kw)}
+    res["engine"]["engine"] = getattr(eng, "name", "engine")
+    if floor is not None:
+        res["floor"] = evaluate(ref, floor, text_tokens, prompts, **kw)
+        res["floor"]["engine"] = getattr(floor, "name", "floor")
+    res["gates"] = quantized_gates(res["engine"], res.get("floor"))
+    return res

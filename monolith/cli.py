@@ -26,6 +26,7 @@ _AREAS = [
     "monolith.cli_harness",      # bench, eval, reproduce, m1
     "monolith.cli_xray",         # xray, export, m2
     "monolith.cli_pod",          # pod ...
+    "monolith.cli_quant",        # pack
 ]
 
 for _mod in _AREAS:

@@ -103,6 +103,8 @@ def register(app: typer.Typer) -> None:
         engine: str = typer.Option("reference"), model: str = typer.Option(None), device: str = typer.Option(None),
         prompts: int = typer.Option(20), tokens: int = typer.Option(256), tolerance: float = typer.Option(None),
         out: Path = typer.Option(None, help="write the verdict JSON here"),
+        fp8: Path = typer.Option(None, help="packed fp8 dir (`monolith pack`): oracle and engines get its dequantized "
+                                 "weights (fp32), so the gate checks the implementation, not the quantizer"),
     ):
         """The gate alone: fp32 oracle, teacher-forced + free-running + determinism."""
         from monolith.bench.baselines import registry
@@ -111,6 +113,9 @@ def register(app: typer.Typer) -> None:
 
         dev = _device(device)
         ckpt, tok = load_inputs(model)
+        if fp8 is not None:  # quant area: the fp8 gate's oracle is the fp32 reference on the dequantized weights
+            from monolith.quant.pack_fp8 import dequantized_checkpoint
+            ckpt = dequantized_checkpoint(fp8, ckpt)
         ps = prompt_tokens("bench", tok)[:prompts]
         orc = registry.oracle(ckpt, dev)
         oset = correctness.oracle_runs(orc, ps, tokens)
@@ -140,6 +145,11 @@ def register(app: typer.Typer) -> None:
         context: int = typer.Option(512), stride: int = typer.Option(512),
         free_running: bool = typer.Option(True, help="also free-run the engine for the common-prefix measure"),
         out: Path = typer.Option(None),
+        fp8: Path = typer.Option(None, help="packed fp8 dir (`monolith pack`): the engine runs on its dequantized "
+                                 "weights, the reference (default reference-fp32) on --model's bf16 weights"),
+        floor: str = typer.Option(None, help="with --fp8: bf16 engine measured beside it against the same reference "
+                                  "(default megakernel-bf16-upstream on cuda, reference on cpu; 'none' skips)"),
+        agree_tokens: int = typer.Option(64, help="greedy tokens per prompt for agreement"),
     ):
         """Perplexity, greedy agreement and KL against the bf16 reference (same weights)."""
         from monolith.bench.baselines import registry
@@ -147,12 +157,26 @@ def register(app: typer.Typer) -> None:
         from monolith.eval import quality
 
         dev = _device(device)
+        if fp8 is not None:  # quant area: quant/fp8_quality.py
+            from monolith.quant.fp8_quality import fp8_quality
+
+            ckpt, tok = load_inputs(model)
+            res = fp8_quality(ckpt, tok, fp8, dev, engine=None if engine == "reference-graph" else engine, ref=ref,
+                              floor=floor, text=text, positions=positions, prompts=prompts, context=context,
+                              stride=stride, agree_tokens=agree_tokens, free_running=free_running)
+            keys = ("ppl", "ref_ppl", "ppl_ratio", "agreement", "kl", "positions")
+            typer.echo(json.dumps({role: {k: res[role][k] for k in keys} for role in ("engine", "floor") if role in res}))
+            typer.echo(res["gates"]["summary"])
+            if out:
+                Path(out).write_text(json.dumps(res, indent=1, default=str) + "\n")
+            return
         ref = ref or ("reference-graph" if dev == "cuda" else "reference")
         ckpt, tok = load_inputs(model)
         r = registry.build(ref, ckpt, dev)
         e = r if engine == ref else registry.build(engine, ckpt, dev)
         res = quality.evaluate(r, e, quality.text_tokens(tok, text), prompt_tokens("quality", tok)[:prompts],
-                               positions=positions, context=context, stride=stride, free_running=free_running)
+                               positions=positions, context=context, stride=stride, free_running=free_running,
+                               agree_tokens=agree_tokens)
         res.update(engine=engine, weights=ckpt.describe())
         typer.echo(json.dumps({k: res[k] for k in ("ppl", "ref_ppl", "ppl_ratio", "agreement", "kl", "positions")}))
         if out:

@@ -85,19 +85,22 @@ def build(name: str, ckpt, device: str | torch.device):
 
 def oracle(ckpt, device):
     """The gate's oracle: bf16 weights, fp32 compute. On CUDA the same step in a CUDA graph
-    (identical ops, ~5x faster); falls back to eager if capture fails."""
+    (identical ops, ~5x faster); falls back to eager if capture fails. A checkpoint that
+    declares `weight_dtype` (the fp8 pack dequantized to fp32, quant/pack_fp8.py) keeps its
+    weights in that dtype: rounding them to bf16 would make the oracle a third model."""
     from monolith.reference import ReferenceEngine
 
     dev = torch.device(device)
+    wdt = getattr(ckpt, "weight_dtype", torch.bfloat16)
     if dev.type == "cuda":
         try:
             from monolith.bench.baselines.graphs import GraphEngine
-            e = GraphEngine(ckpt, device=dev, compute_dtype=torch.float32)
+            e = GraphEngine(ckpt, device=dev, dtype=wdt, compute_dtype=torch.float32)
             e.name = "reference-fp32 (CUDA graph)"
             return e
         except Exception as err:  # noqa: BLE001
             print(f"oracle: CUDA graph capture failed ({err}); using the eager fp32 reference")
-    e = ReferenceEngine(ckpt, device=dev, compute_dtype=torch.float32)
+    e = ReferenceEngine(ckpt, device=dev, dtype=wdt, compute_dtype=torch.float32)
     e.name = "reference-fp32"
     return e
 

@@ -1,0 +1,62 @@
+"""Quality of fp8 weights against bf16, with the bf16 floor beside it (issue 12, item 5).
+
+Three engines, one reference (MISSION §5: the reference is the model itself):
+- reference: `ref` on the ORIGINAL bf16 weights (default `reference-fp32`: fp32 compute);
+- engine:    `engine` on the fp8 weights, dequantized (default `reference-fp32`, i.e. what the
+             quantizer alone costs; the fp8 kernel variant, once it exists, is named here);
+- floor:     `floor` on the original bf16 weights (default the bf16 megakernel on CUDA, the bf16
+             reference on CPU): what bf16 rounding alone costs on these weights (~90 % agreement
+             on the synthetic checkpoint), so the fp8 figure is judged against it as well as
+             against the fixed gates (`monolith.eval.quality.quantized_gates`).
+
+`monolith eval quality --fp8 DIR` runs this; on CPU with a truncated checkpoint and a few
+positions it is the tests' fast path.
+"""
+from __future__ import annotations
+
+from monolith.errors import MonolithError
+
+
+def default_floor(device: str) -> str:
+    return "megakernel-bf16-upstream" if str(device).startswith("cuda") else "reference"
+
+
+def fp8_quality(ckpt, tok, packed, device: str, *, engine: str | None = None, ref: str | None = None,
+                floor: str | None = None, text=None, text_tokens: list[int] | None = None,
+                positions: int = 10_000, prompts: int = 100, context: int = 512, stride: int = 512,
+                agree_tokens: int = 64, free_running: bool = True, quality_prompts: list[list[int]] | None = None) -> dict:
+    """ckpt: the original (bf16) Checkpoint; packed: a packed fp8 dir or PackedFP8 made from it.
+    floor="none" skips the floor. Returns {"engine", "floor", "gates", "weights", "fp8_weights"}."""
+    import gc
+
+    from monolith.bench.baselines import registry
+    from monolith.eval import quality
+    from monolith.quant.pack_fp8 import dequantized_checkpoint
+
+    engine = engine or "reference-fp32"
+    ref = ref or "reference-fp32"
+    floor = default_floor(device) if floor is None else floor
+    if engine in ("reference", "reference-graph", "hf-eager", "hf-parallel"):
+        raise MonolithError(f"--engine {engine} computes in bf16 and would round the dequantized fp8 weights to bf16 "
+                            "first; use reference-fp32 (the quantizer alone) or an fp8 kernel variant")
+    dq = dequantized_checkpoint(packed, ckpt)
+    if text_tokens is None:
+        text_tokens = quality.text_tokens(tok, text)
+    if quality_prompts is None:
+        from monolith.bench.suite import prompt_tokens
+        quality_prompts = prompt_tokens("quality", tok)
+    qp = quality_prompts[:prompts]
+    kw = dict(positions=positions, context=context, stride=stride, agree_tokens=agree_tokens, free_running=free_running)
+    r = registry.build(ref, ckpt, device)
+    e = registry.build(engine, dq, device)
+    e.name = f"{engine} on fp8 weights ({dq.packed.meta['scheme']}, head {dq.packed.meta['head']})"
+    fl = None
+    if floor != "none":
+        fl = r if floor == ref else registry.build(floor, ckpt, device)
+    res = quality.compare_quantized(r, e, fl, text_tokens, qp, **kw)
+    res.update(weights=ckpt.describe(), fp8_weights=dq.describe(),
+               roles={"reference": f"{ref} on the original bf16 weights", "engine": e.name,
+                      "floor": None if fl is None else f"{floor} on the original bf16 weights"})
+    del r, e, fl, dq
+    gc.collect()
+    return res

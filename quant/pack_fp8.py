@@ -1,0 +1,395 @@
+"""FP8 (E4M3, one fp32 scale per output row) packer, loader and dequantizer (issue 12).
+
+`monolith pack --format fp8 --model DIR --out DIR` writes <out>/model.fp8.safetensors in the
+layout `rowmajor-v1` of quant/fp8_layout.py (read its docstring: it is the kernel's contract).
+
+- `quantize_rows(w)` -> (codes uint8, scales fp32): the one quantizer (symmetric, per row,
+  round to nearest even, clamp at +-448, zero rows and tiny rows never divide by zero).
+- `dequantize_rows(codes, scales)`: fp32(e4m3) * scale, the numbers the kernel multiplies.
+- `pack_fp8(model, out)`: vectorised torch on CPU, a few seconds for Qwen3-0.6B.
+- `load_packed_fp8(dir, model=...)`: refuses an unknown format/scheme/layout/version and a
+  source hash that differs from `model`'s model.safetensors.
+- `dequantized_checkpoint(dir, model)`: a Checkpoint whose tensors are the dequantized fp32
+  weights (norms exact in fp32): the fp8 gate's oracle and the fp8 side of the quality runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+from monolith.quant import fp8_layout as L
+
+from monolith import config as C
+from monolith.checkpoint import WEIGHTS_FILE, Checkpoint, load_checkpoint, validate_config
+from monolith.errors import MonolithError
+
+_CHUNK_ROWS = 16_384  # fp32 temporaries of a chunk: 64 MB at K = 1024
+
+
+# ---- the quantizer ----------------------------------------------------------------------------
+def row_scales(w: torch.Tensor) -> torch.Tensor:
+    """fp32 [rows]: amax / 448, 1.0 for an all-zero row, at least 2^-126 otherwise."""
+    amax = w.float().abs().amax(dim=1)
+    s = amax / L.E4M3_MAX
+    s = torch.where(s < L.MIN_SCALE, torch.full_like(s, L.MIN_SCALE), s)
+    return torch.where(amax == 0, torch.full_like(s, L.ZERO_ROW_SCALE), s)
+
+
+def quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w [rows, K] (bf16 or fp32, finite) -> codes uint8 [rows, K], scales fp32 [rows]."""
+    if w.dim() != 2:
+        raise MonolithError(f"quantize_rows needs a matrix, got shape {list(w.shape)}")
+    codes = torch.empty(w.shape, dtype=torch.uint8)
+    scales = torch.empty(w.shape[0], dtype=torch.float32)
+    for r0 in range(0, w.shape[0], _CHUNK_ROWS):
+        wf = w[r0:r0 + _CHUNK_ROWS].float()
+        if not torch.isfinite(wf).all():
+            bad = (~torch.isfinite(wf)).nonzero()[0].tolist()
+            raise MonolithError(f"non-finite weight {wf[bad[0], bad[1]].item()} at row {r0 + bad[0]}, column {bad[1]}:"
+                                " refusing to quantize")
+        s = row_scales(wf)
+        scales[r0:r0 + len(s)] = s
+        # Explicit clamp: saturate at +-448 whatever torch's own cast does past the range.
+        q = wf.div_(s[:, None]).clamp_(-L.E4M3_MAX, L.E4M3_MAX).to(torch.float8_e4m3fn)
+        codes[r0:r0 + len(s)] = q.view(torch.uint8)
+    return codes, scales
+
+
+def dequantize_rows(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """fp32 [rows, K] = fp32(e4m3(code)) * scale[row] (one fp32 multiply per weight)."""
+    return codes.view(torch.float8_e4m3fn).float() * scales.float()[:, None]
+
+
+def e4m3_values() -> torch.Tensor:
+    """fp32 [256]: the value of each code (NaN at 0x7F and 0xFF), through torch's float8 type."""
+    return torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+
+
+# ---- packing ----------------------------------------------------------------------------------
+def _layer_tensor(tensors: dict, i: int, suffix: str) -> torch.Tensor:
+    return tensors[f"model.layers.{i}.{suffix}"]
+
+
+def layer_rows(tensors: dict, i: int) -> dict[str, torch.Tensor]:
+    """Layer i's segments as bf16 row blocks in stream order (the bf16 packer's order)."""
+    t = lambda s: _layer_tensor(tensors, i, s)  # noqa: E731
+    return {
+        "qkv": torch.cat([t("self_attn.q_proj.weight"), t("self_attn.k_proj.weight"), t("self_attn.v_proj.weight")]),
+        "o": t("self_attn.o_proj.weight"),
+        "gateup": torch.stack([t("mlp.gate_proj.weight"), t("mlp.up_proj.weight")], dim=1).reshape(L.GATEUP_ROWS, C.HIDDEN),
+        "down": t("mlp.down_proj.weight"),
+    }
+
+
+def format_map(num_layers: int, head: str) -> dict[str, dict]:
+    """HF tensor name -> where and how it is stored (the metadata's `formats`)."""
+    out: dict[str, dict] = {}
+    if head == "fp8":
+        out["model.embed_tokens.weight"] = {"format": L.SCHEME, "tensor": L.T_EMBED_CODES, "layer": None,
+                                            "byte_offset": 0, "rows": C.VOCAB, "cols": C.HIDDEN,
+                                            "row_stride_bytes": C.HIDDEN, "scale_tensor": L.T_EMBED_SCALES,
+                                            "scale_offset": 0, "scale_stride": 1}
+    else:
+        out["model.embed_tokens.weight"] = {"format": "bf16", "tensor": L.T_EMBED_BF16, "layer": None,
+                                            "offset": 0, "shape": [C.VOCAB, C.HIDDEN]}
+    out["model.norm.weight"] = {"format": "bf16", "tensor": L.T_FINAL_NORM, "layer": None, "offset": 0,
+                                "shape": [C.HIDDEN]}
+    for i in range(num_layers):
+        for suffix, (seg, row0, step, rows, cols) in L.PROJECTIONS.items():
+            seg_k = L.SEGMENTS[seg][1]
+            out[f"model.layers.{i}.{suffix}"] = {
+                "format": L.SCHEME, "tensor": L.T_LAYER_CODES, "layer": i, "segment": seg,
+                "byte_offset": L.BYTE_OFFSETS[seg] + row0 * seg_k, "rows": rows, "cols": cols,
+                "row_stride_bytes": step * seg_k, "scale_tensor": L.T_LAYER_SCALES,
+                "scale_offset": L.SCALE_OFFSETS[seg] + row0, "scale_stride": step}
+        for suffix, (off, n) in L.NORM_FIELDS.items():
+            out[f"model.layers.{i}.{suffix}"] = {"format": "bf16", "tensor": L.T_NORMS, "layer": i, "offset": off,
+                                                 "shape": [n]}
+    return out
+
+
+def pack_tensors(tensors: dict[str, torch.Tensor], num_layers: int, head: str = "fp8",
+                 progress: bool = False) -> dict[str, torch.Tensor]:
+    """The packed tensors (no I/O): every projection and, with head='fp8', the embedding."""
+    from rich.progress import Progress
+
+    if head not in ("fp8", "bf16"):
+        raise MonolithError(f"--head must be fp8 or bf16, got {head!r}")
+    codes = torch.empty(num_layers, L.LAYER_BYTES, dtype=torch.uint8)
+    scales = torch.empty(num_layers, L.LAYER_SCALES, dtype=torch.float32)
+    norms = torch.empty(num_layers, L.NORM_LAYER_ELEMS, dtype=torch.bfloat16)
+    out = {L.T_LAYER_CODES: codes, L.T_LAYER_SCALES: scales, L.T_NORMS: norms,
+           L.T_FINAL_NORM: tensors["model.norm.weight"].to(torch.bfloat16).contiguous()}
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task(f"pack fp8 ({num_layers} layers + {'fp8' if head == 'fp8' else 'bf16'} head)",
+                            total=num_layers + 1)
+        for i in range(num_layers):
+            for seg, w in layer_rows(tensors, i).items():
+                c, s = quantize_rows(w)
+                b0, s0 = L.BYTE_OFFSETS[seg], L.SCALE_OFFSETS[seg]
+                codes[i, b0:b0 + c.numel()] = c.reshape(-1)
+                scales[i, s0:s0 + s.numel()] = s
+            for suffix, (off, n) in L.NORM_FIELDS.items():
+                norms[i, off:off + n] = _layer_tensor(tensors, i, suffix)
+            bar.advance(task)
+        emb = tensors["model.embed_tokens.weight"]
+        if head == "fp8":
+            out[L.T_EMBED_CODES], out[L.T_EMBED_SCALES] = quantize_rows(emb)
+        else:
+            out[L.T_EMBED_BF16] = emb.to(torch.bfloat16).contiguous()
+        bar.advance(task)
+    return out
+
+
+def pack_fp8(model, out, *, head: str = "fp8", progress: bool = True) -> dict:
+    """Pack checkpoint dir `model` into `out` (created; its model.fp8.safetensors replaced
+    atomically). Returns the metadata written."""
+    from safetensors.torch import save_file
+
+    t0 = time.perf_counter()
+    ckpt = model if isinstance(model, Checkpoint) else load_checkpoint(model, allow_reduced_depth=True)
+    t_load = time.perf_counter() - t0
+    packed = pack_tensors(ckpt.tensors, ckpt.shape.num_layers, head=head, progress=progress)
+    t_pack = time.perf_counter() - t0 - t_load
+    meta = {
+        "format": L.FORMAT, "scheme": L.SCHEME, "layout": L.LAYOUT, "layout_version": L.LAYOUT_VERSION,
+        "element": L.ELEMENT, "scale_dtype": L.SCALE_DTYPE, "rounding": "nearest-even after clamp to +-448",
+        "symmetric": True, "head": head, "num_layers": ckpt.shape.num_layers,
+        "source": {"sha256": ckpt.sha256(), "file": WEIGHTS_FILE, "path": str(ckpt.path),
+                   "weights": ckpt.describe()},
+        "config": ckpt.config,
+        "tensors": {k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)} for k, v in packed.items()},
+        "formats": format_map(ckpt.shape.num_layers, head),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "pack_seconds": round(t_pack, 2), "load_seconds": round(t_load, 2),
+    }
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / (L.FILE + ".tmp")
+    save_file(packed, str(tmp), metadata={L.META_KEY: json.dumps(meta)})
+    os.chmod(tmp, 0o644)
+    tmp.replace(out / L.FILE)
+    return meta
+
+
+# ---- loading ----------------------------------------------------------------------------------
+@dataclass
+class PackedFP8:
+    path: Path
+    meta: dict
+    tensors: dict[str, torch.Tensor]
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.meta["num_layers"])
+
+    @property
+    def source_sha256(self) -> str:
+        return self.meta["source"]["sha256"]
+
+    def matrix(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(codes uint8 [rows, cols], scales fp32 [rows]) of an fp8 matrix, read through the
+        format map (strided views into the packed buffers, no copy)."""
+        f = self.meta["formats"].get(name)
+        if f is None or f["format"] != L.SCHEME:
+            raise MonolithError(f"{name} is not an fp8 matrix in {self.path} (format {f and f['format']!r})")
+        buf = self.tensors[f["tensor"]]
+        buf = buf[f["layer"]] if f["layer"] is not None else buf.reshape(-1)
+        codes = buf.as_strided((f["rows"], f["cols"]), (f["row_stride_bytes"], 1),
+                               buf.storage_offset() + f["byte_offset"])
+        sbuf = self.tensors[f["scale_tensor"]]
+        sbuf = sbuf[f["layer"]] if f["layer"] is not None else sbuf
+        scales = sbuf.as_strided((f["rows"],), (f["scale_stride"],), sbuf.storage_offset() + f["scale_offset"])
+        return codes, scales
+
+    def dequantized(self, name: str) -> torch.Tensor:
+        """fp32 value of any stored tensor: fp8 matrices dequantized, bf16 tensors widened (exact)."""
+        f = self.meta["formats"][name]
+        if f["format"] == L.SCHEME:
+            return dequantize_rows(*self.matrix(name))
+        buf = self.tensors[f["tensor"]]
+        buf = buf[f["layer"]] if f["layer"] is not None else buf
+        n = 1
+        for d in f["shape"]:
+            n *= d
+        return buf.reshape(-1)[f["offset"]:f["offset"] + n].reshape(f["shape"]).float()
+
+    def dequantized_tensors(self) -> dict[str, torch.Tensor]:
+        """Checkpoint-like dict: every HF tensor name -> fp32 (what the kernel computes with)."""
+        return {name: self.dequantized(name) for name in self.meta["formats"]}
+
+    def bytes_per_token(self) -> int:
+        return L.bytes_per_token(self.num_layers, self.meta["head"])
+
+
+def _read_meta(file: Path) -> dict:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            raw = (f.metadata() or {}).get(L.META_KEY)
+    except Exception as e:  # noqa: BLE001  (any parse failure is the same user error)
+        raise MonolithError(f"{file}: not a valid safetensors file ({e})") from e
+    if raw is None:
+        raise MonolithError(f"{file}: no '{L.META_KEY}' metadata: not a monolith packed file")
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise MonolithError(f"{file}: '{L.META_KEY}' metadata is not JSON ({e})") from e
+
+
+def check_meta(meta: dict, where: str) -> None:
+    """Refuse anything this code does not know how to read, one line per refusal."""
+    known = {"format": L.FORMAT, "scheme": L.SCHEME, "layout": L.LAYOUT, "layout_version": L.LAYOUT_VERSION,
+             "element": L.ELEMENT, "scale_dtype": L.SCALE_DTYPE}
+    for key, want in known.items():
+        got = meta.get(key, "<missing>")
+        if got != want:
+            raise MonolithError(f"{where}: {key} {got!r} is not known (this monolith reads {key} {want!r}); "
+                                "re-pack with `monolith pack --format fp8`")
+    if meta.get("head") not in ("fp8", "bf16"):
+        raise MonolithError(f"{where}: head format {meta.get('head')!r} is not known (fp8 or bf16)")
+
+
+def _expected_shapes(n: int, head: str) -> dict[str, tuple[list[int], str]]:
+    out = {L.T_LAYER_CODES: ([n, L.LAYER_BYTES], "uint8"), L.T_LAYER_SCALES: ([n, L.LAYER_SCALES], "float32"),
+           L.T_NORMS: ([n, L.NORM_LAYER_ELEMS], "bfloat16"), L.T_FINAL_NORM: ([C.HIDDEN], "bfloat16")}
+    if head == "fp8":
+        out[L.T_EMBED_CODES] = ([C.VOCAB, C.HIDDEN], "uint8")
+        out[L.T_EMBED_SCALES] = ([C.VOCAB], "float32")
+    else:
+        out[L.T_EMBED_BF16] = ([C.VOCAB, C.HIDDEN], "bfloat16")
+    return out
+
+
+def sha256_file(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load_packed_fp8(path, *, model=None) -> PackedFP8:
+    """Read a packed dir (or its .safetensors file). With `model` (a checkpoint dir or a
+    Checkpoint), refuse a pack made from different weights."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    file = path / L.FILE if path.is_dir() else path
+    if not file.is_file():
+        raise MonolithError(f"packed fp8 weights not found: {file} (write them with "
+                            "`monolith pack --format fp8 --model DIR --out DIR`)")
+    meta = _read_meta(file)
+    check_meta(meta, str(file))
+    n = meta.get("num_layers")
+    validate_config(meta.get("config") or {}, allow_reduced_depth=True)
+    if not isinstance(n, int) or n != meta["config"].get("num_hidden_layers"):
+        raise MonolithError(f"{file}: num_layers {n!r} does not match its config")
+    if model is not None:
+        if isinstance(model, Checkpoint):
+            have, mpath = model.sha256(), model.path
+        else:
+            mpath = Path(model)
+            if not (mpath / WEIGHTS_FILE).is_file():
+                raise MonolithError(f"--model {mpath}: {WEIGHTS_FILE} not found")
+            have = sha256_file(mpath / WEIGHTS_FILE)
+        if have != meta["source"]["sha256"]:
+            raise MonolithError(f"{file} was packed from a different checkpoint (source sha256 "
+                                f"{meta['source']['sha256'][:12]}…, --model {mpath} has {have[:12]}…); re-pack it")
+    tensors = load_file(str(file))
+    want = _expected_shapes(n, meta["head"])
+    if set(tensors) != set(want):
+        raise MonolithError(f"{file}: tensors {sorted(tensors)} do not match layout {L.LAYOUT} ({sorted(want)})")
+    for k, (shape, dtype) in want.items():
+        t = tensors[k]
+        if list(t.shape) != shape or str(t.dtype).removeprefix("torch.") != dtype:
+            raise MonolithError(f"{file}: tensor {k} is {str(t.dtype).removeprefix('torch.')} {list(t.shape)}, "
+                                f"layout {L.LAYOUT} needs {dtype} {shape}")
+    if meta.get("formats") != format_map(n, meta["head"]):
+        raise MonolithError(f"{file}: its per-matrix format map differs from layout {L.LAYOUT}'s")
+    return PackedFP8(path=file.parent, meta=meta, tensors=tensors)
+
+
+# ---- the fp8 oracle's weights -----------------------------------------------------------------
+@dataclass
+class DequantizedCheckpoint(Checkpoint):
+    """A Checkpoint whose tensors are the packed fp8 weights dequantized to fp32. Engines that
+    honour `weight_dtype` (the reference, and so the gate's oracle) keep them in fp32: rounding
+    them to bf16 would compute a third model, neither the kernel's nor the original."""
+    packed: PackedFP8 | None = None
+    weight_dtype: torch.dtype = torch.float32
+    source: dict = field(default_factory=dict)
+
+    def sha256(self) -> str:
+        if self._sha256 is None:
+            self._sha256 = sha256_file(self.packed.path / L.FILE)
+        return self._sha256
+
+    def describe(self) -> dict:
+        m = self.packed.meta
+        return {"kind": "fp8-dequantized", "path": str(self.packed.path), "num_layers": self.shape.num_layers,
+                "sha256": self.sha256(), "scheme": m["scheme"], "layout": m["layout"], "head": m["head"],
+                "seed": self.source.get("seed"), "recipe": self.source.get("recipe"),
+                "source": self.source}
+
+
+def dequantized_checkpoint(packed, model) -> DequantizedCheckpoint:
+    """The fp8 model as a Checkpoint: config and tokenizer from `model` (whose hash must match
+    the pack's source), tensors = the packed weights dequantized (fp32)."""
+    src = model if isinstance(model, Checkpoint) else load_checkpoint(model, allow_reduced_depth=True)
+    pk = packed if isinstance(packed, PackedFP8) else load_packed_fp8(packed, model=src)
+    if isinstance(packed, PackedFP8) and pk.source_sha256 != src.sha256():
+        raise MonolithError(f"{pk.path} was packed from a different checkpoint than {src.path}; re-pack it")
+    return DequantizedCheckpoint(path=src.path, shape=src.shape, config=src.config,
+                                 tensors=pk.dequantized_tensors(), tokenizer_path=src.tokenizer_path,
+                                 packed=pk, source=src.describe())
+
+
+# ---- error statistics (NOTES.md numbers) ------------------------------------------------------
+def error_stats(ckpt: Checkpoint, packed: PackedFP8, outlier_cols: list[int] | None = None) -> dict:
+    """Per matrix type: relative MSE ||W - W_dq||^2 / ||W||^2 (over all layers), worst layer, the
+    share of weights quantized to zero and in E4M3's subnormal range; with `outlier_cols` (input
+    channels), the relative MSE on those columns and on the rest, separately."""
+    names = {"q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight", "v": "self_attn.v_proj.weight",
+             "o": "self_attn.o_proj.weight", "gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight",
+             "down": "mlp.down_proj.weight"}
+    out = {}
+    groups = {t: [f"model.layers.{i}.{s}" for i in range(packed.num_layers)] for t, s in names.items()}
+    if packed.meta["head"] == "fp8":
+        groups["embed"] = ["model.embed_tokens.weight"]
+    for t, tnames in groups.items():
+        err = ref = zero = sub = n = 0.0
+        per_layer = []
+        oc = {"err_out": 0.0, "ref_out": 0.0, "err_in": 0.0, "ref_in": 0.0}
+        for name in tnames:
+            w = ckpt.tensors[name].float()
+            codes, _ = packed.matrix(name)
+            dq = packed.dequantized(name)
+            e2 = (w - dq).square()
+            e, r = float(e2.sum(dtype=torch.float64)), float(w.square().sum(dtype=torch.float64))
+            per_layer.append(e / r)
+            err, ref, n = err + e, ref + r, n + w.numel()
+            exp_bits = (codes >> 3) & 0xF
+            zero += float(((codes & 0x7F) == 0).sum() - (w == 0).sum())
+            sub += float(((exp_bits == 0) & ((codes & 0x7) != 0)).sum())
+            if outlier_cols is not None and t in ("q", "k", "v", "gate", "up"):
+                m = torch.zeros(w.shape[1], dtype=torch.bool)
+                m[outlier_cols] = True
+                oc["err_out"] += float(e2[:, m].sum(dtype=torch.float64))
+                oc["ref_out"] += float(w[:, m].square().sum(dtype=torch.float64))
+                oc["err_in"] += float(e2[:, ~m].sum(dtype=torch.float64))
+                oc["ref_in"] += float(w[:, ~m].square().sum(dtype=torch.float64))
+        out[t] = {"rel_mse": err / ref, "rel_mse_worst_layer": max(per_layer), "flushed_to_zero_frac": zero / n,
+                  "subnormal_frac": sub / n, "weights": int(n)}
+        if oc["ref_out"]:
+            out[t]["rel_mse_outlier_cols"] = oc["err_out"] / oc["ref_out"]
+            out[t]["rel_mse_other_cols"] = oc["err_in"] / oc["ref_in"]
+    return out
