@@ -47,17 +47,23 @@ def quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     codes = torch.empty(w.shape, dtype=torch.uint8)
     scales = torch.empty(w.shape[0], dtype=torch.float32)
     for r0 in range(0, w.shape[0], _CHUNK_ROWS):
-        wf = w[r0:r0 + _CHUNK_ROWS].float()
+        wf = w[r0:r0 + _CHUNK_ROWS].to(torch.float32, copy=True)  # a copy even for fp32 input: divided in place
         if not torch.isfinite(wf).all():
             bad = (~torch.isfinite(wf)).nonzero()[0].tolist()
             raise MonolithError(f"non-finite weight {wf[bad[0], bad[1]].item()} at row {r0 + bad[0]}, column {bad[1]}:"
                                 " refusing to quantize")
         s = row_scales(wf)
         scales[r0:r0 + len(s)] = s
-        # Explicit clamp: saturate at +-448 whatever torch's own cast does past the range.
-        q = wf.div_(s[:, None]).clamp_(-L.E4M3_MAX, L.E4M3_MAX).to(torch.float8_e4m3fn)
-        codes[r0:r0 + len(s)] = q.view(torch.uint8)
+        codes[r0:r0 + len(s)] = encode_rows(wf, s, inplace=True)
     return codes, scales
+
+
+def encode_rows(wf: torch.Tensor, scales: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """codes uint8 = e4m3_rn(clamp(wf / scale[row], -448, 448)) for fp32 `wf` [rows, K]. The
+    explicit clamp saturates at +-448 whatever torch's own cast does past the range (older torch
+    versions give NaN there)."""
+    x = wf if inplace else wf.clone()
+    return x.div_(scales[:, None]).clamp_(-L.E4M3_MAX, L.E4M3_MAX).to(torch.float8_e4m3fn).view(torch.uint8)
 
 
 def dequantize_rows(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
