@@ -10,21 +10,18 @@ the grid can be co-resident (a persistent grid that cannot is a hang, so we refu
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import time
 from datetime import UTC, datetime
 
 import numpy as np
 import torch
 
-from monolith import REPO_ROOT
+from monolith import REPO_ROOT, kernel_spec
 from monolith import config as C
 from monolith.engine import Engine
 from monolith.errors import MonolithError
 
-KERNEL_DIR = REPO_ROOT / "kernel"
-VARIANTS = json.loads((KERNEL_DIR / "variants.json").read_text())
+KERNEL_DIR = kernel_spec.KERNEL_DIR
 
 # ---- packed layout: the same formulas as kernel/config.cuh (tests/test_kernel_host.py parses
 # the header and checks every number below against it) ------------------------------------------
@@ -44,17 +41,18 @@ XRAY_FIELDS = ["block", "smid", "phase", "layer", "g0", "g1", "c0", "c1"]
 # One XrayEvent (kernel/xray.cuh): u64 g0, g1, c0, c1; u16 phase, layer, block, smid.
 XRAY_EVENT_DTYPE = np.dtype([("g0", "<u8"), ("g1", "<u8"), ("c0", "<u8"), ("c1", "<u8"),
                              ("phase", "<u2"), ("layer", "<u2"), ("block", "<u2"), ("smid", "<u2")])
-ERRORS = {1: "grid barrier timed out", 2: "K/V flag wait timed out", 3: "attention-done wait timed out",
-          4: "token id out of range", 5: "position outside the KV cache", 6: "bad launch"}
-WAITS = {1: "barrier after qkv", 2: "flag kv", 3: "flag attention", 4: "barrier after oproj",
-         5: "barrier after gate/up", 6: "barrier after down"}
+# Error codes and their names are parsed from kernel/sync.cuh (monolith.kernel_spec.error_codes);
+# a wait that times out reports error_info = layer * 16 + wait id, the id being the literal the
+# kernel passes to that wait (`L * 16 + id`). Wait ids per variant, by name: a variant with its
+# own schedule adds its table here (tests check that every variant in variants.json has one).
+WAITS: dict[str, dict[int, str]] = {
+    "bf16-upstream": {1: "barrier after qkv", 2: "flag kv", 3: "flag attention", 4: "barrier after oproj",
+                      5: "barrier after gate/up", 6: "barrier after down"},
+}
 
 
 def variant_spec(name: str) -> dict:
-    for v in VARIANTS["variants"]:
-        if v["name"] == name:
-            return v
-    raise MonolithError(f"unknown kernel variant {name!r}; known: {[v['name'] for v in VARIANTS['variants']]}")
+    return kernel_spec.variant_spec(name)
 
 
 def pack_layer_weights(tensors: dict[str, torch.Tensor], num_layers: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,33 +107,38 @@ def _arch_flags() -> list[str]:
     raise MonolithError(f"monolith's kernel targets Hopper (sm_90a) and RTX 50-series (sm_120a); this GPU is sm_{major}{minor}")
 
 
-_EXT = None
+_EXT: dict[str, object] = {}
 
 
-def load_extension(verbose: bool = False):
-    """Build (once, cached by source hash and arch) and import the extension."""
-    global _EXT
-    if _EXT is not None:
-        return _EXT
+def load_extension(variant: str = "bf16-upstream", verbose: bool = False):
+    """Build (once, cached by source hash and flags) and import the extension for `variant`.
+
+    One extension holds every variant whose flags are the same (variants are template
+    instantiations selected at launch by id) plus its X-ray build (megakernel_xray.cu). Its nvcc
+    flags are kernel_spec.build_flags(variant) + the arch: exactly what scripts/compile_all.py
+    compiles in CI."""
     if not torch.cuda.is_available():
         raise MonolithError("the megakernel needs a CUDA GPU; none is visible (use --engine reference on CPU)")
     from torch.utils.cpp_extension import load
 
-    flags = _arch_flags()
-    sources = [KERNEL_DIR / "bindings.cpp", KERNEL_DIR / "megakernel.cu", KERNEL_DIR / "megakernel_xray.cu"]
-    h = hashlib.sha256(" ".join(flags).encode())
+    cuda_flags = [*kernel_spec.build_flags(variant), *_arch_flags()]
+    h = hashlib.sha256(" ".join(cuda_flags).encode())
     for f in sorted(KERNEL_DIR.glob("*")):
         if f.suffix in {".cu", ".cuh", ".cpp", ".def", ".h"}:
             h.update(f.name.encode() + f.read_bytes())
     tag = h.hexdigest()[:12]
+    if tag in _EXT:
+        return _EXT[tag]
+    plain, xray = kernel_spec.build_sources()
+    sources = [KERNEL_DIR / "bindings.cpp", plain, xray or KERNEL_DIR / "megakernel_xray.cu"]
     build_dir = REPO_ROOT / "build" / f"ext-{tag}"
     build_dir.mkdir(parents=True, exist_ok=True)
-    cuda_flags = ["-O3", "-std=c++17", "-lineinfo", *flags, *VARIANTS.get("extra_flags_nvcc", [])]
-    _EXT = load(name=f"monolith_mk_{tag}", sources=[str(s) for s in sources], extra_cuda_cflags=cuda_flags,
-                extra_cflags=["-O2", "-std=c++17"], extra_include_paths=[str(KERNEL_DIR)],
-                build_directory=str(build_dir), verbose=verbose)
-    _EXT.build_info = {"tag": tag, "nvcc_flags": cuda_flags, "build_dir": str(build_dir)}
-    return _EXT
+    ext = load(name=f"monolith_mk_{tag}", sources=[str(s) for s in sources], extra_cuda_cflags=cuda_flags,
+               extra_cflags=["-O2", "-std=c++17"], extra_include_paths=[str(KERNEL_DIR)],
+               build_directory=str(build_dir), verbose=verbose)
+    ext.build_info = {"tag": tag, "nvcc_flags": cuda_flags, "build_dir": str(build_dir)}
+    _EXT[tag] = ext
+    return ext
 
 
 def expected_constants() -> dict:
@@ -158,14 +161,16 @@ def check_constants(k: dict) -> None:
 class MegakernelEngine(Engine):
     """One persistent-kernel launch per token. See monolith.engine.Engine for the contract."""
 
+    context_cap, vocab_size = C.CONTEXT_CAP, C.VOCAB  # Engine checks both before any launch
+
     def __init__(self, ckpt, variant: str = "bf16-upstream", xray: bool = False, blocks: int | None = None,
                  timeout_s: float = 1.0, device: str = "cuda", l2_prefetch: int | None = None):
         if ckpt.shape.num_layers != C.NUM_LAYERS:
             raise MonolithError(f"the kernel is compiled for {C.NUM_LAYERS} layers; checkpoint has {ckpt.shape.num_layers}")
-        self.ext = load_extension()
+        self.spec = variant_spec(variant)
+        self.ext = load_extension(variant)
         self.k = dict(self.ext.constants())
         check_constants(self.k)
-        self.spec = variant_spec(variant)
         self.variant, self.variant_id, self.xray = variant, int(self.spec["id"]), bool(xray)
         # Launch parameter like the block count: explicit argument, else MONOLITH_L2_PREFETCH (how
         # scripts/gpu.sh applies the winner of its A/B), else the variant's default. Recorded in info.
@@ -241,32 +246,19 @@ class MegakernelEngine(Engine):
         torch.cuda.synchronize(self.device)
         st = self._sync_state()
         if st["error"]:
-            code, info = st["error"], st["error_info"]
-            where = f"layer {info // 16}, {WAITS.get(info % 16, 'wait ' + str(info % 16))}" if code in (1, 2, 3) else f"value {info}"
+            what = kernel_spec.describe_error(st["error"], st["error_info"], WAITS.get(self.variant, {}))
             self.reset()
-            raise MonolithError(f"megakernel step failed: {ERRORS.get(code, code)} ({where}); engine state reset")
+            raise MonolithError(f"megakernel step failed: {what}; engine state reset")
 
     def _set_position(self, pos: int) -> None:
         self.sync.zero_()
         self.sync[5] = pos
         self.position = pos
 
-    def _check_tokens(self, tokens: torch.Tensor) -> None:
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= C.VOCAB):
-            bad = tokens[(tokens < 0) | (tokens >= C.VOCAB)][0].item()
-            raise MonolithError(f"token id {bad} is outside the vocabulary [0, {C.VOCAB})")
-
-    def _check_room(self, n: int) -> None:
-        if self.position + n > C.CONTEXT_CAP:
-            raise MonolithError(f"position {self.position + n} is past the context cap of {C.CONTEXT_CAP} "
-                                f"(KV cache capacity); reset() or use a shorter sequence")
-
-    def _forced(self, tokens, want_logits: bool = False):
-        toks = torch.as_tensor(tokens, dtype=torch.int32).reshape(-1)
-        self._check_tokens(toks)
+    def _forced(self, tokens: torch.Tensor, want_logits: bool = False):
+        # tokens: int64, already range-checked by Engine.check_tokens, so the int32 cast is exact
+        toks = tokens.to(self.device, torch.int32)
         n = toks.numel()
-        self._check_room(n)
-        toks = toks.to(self.device)
         preds = torch.empty(n, dtype=torch.int32, device=self.device)
         out = torch.empty(n, C.VOCAB, dtype=torch.float32, device=self.device) if want_logits else None
         for i in range(n):
@@ -277,19 +269,15 @@ class MegakernelEngine(Engine):
         self.check()
         return preds.long(), out
 
-    # ---- Engine interface -----------------------------------------------------------------
+    # ---- Engine interface (Engine's public methods check ids and room, then call these) ---
     def reset(self) -> None:
         self._set_position(0)
 
-    def prefill(self, tokens: list[int]) -> int:
-        if len(tokens) == 0:
-            raise MonolithError("prefill needs at least one token")
+    def _prefill(self, tokens: torch.Tensor) -> int:
         preds, _ = self._forced(tokens)
         return int(preds[-1])
 
-    def decode(self, first_token: int, n: int) -> torch.Tensor:
-        self._check_tokens(torch.tensor([first_token]))
-        self._check_room(n)
+    def _decode(self, first_token: int, n: int) -> torch.Tensor:
         buf = torch.empty(n + 1, dtype=torch.int32, device=self.device)
         buf[0] = first_token
         base = buf.data_ptr()
@@ -299,10 +287,10 @@ class MegakernelEngine(Engine):
         self.check()
         return buf[1:].long()
 
-    def teacher_forced(self, tokens) -> torch.Tensor:
+    def _teacher_forced(self, tokens: torch.Tensor) -> torch.Tensor:
         return self._forced(tokens)[0]
 
-    def logits(self, tokens) -> torch.Tensor:
+    def _logits(self, tokens: torch.Tensor) -> torch.Tensor:
         return self._forced(tokens, want_logits=True)[1]
 
     def bytes_per_token(self, position: int) -> int:
@@ -312,8 +300,8 @@ class MegakernelEngine(Engine):
     def step_until(self, token: int, stop_layer: int, stop_phase: int) -> dict[str, torch.Tensor]:
         """Run one step that stops after (layer, phase) and return the intermediate buffers
         (phase diff against the reference). Does not advance the position."""
-        self._check_tokens(torch.tensor([token]))
-        self._check_room(1)
+        token = int(self.check_tokens([token])[0])
+        self.check_room(1)
         pos = self.position
         tok = torch.tensor([token], dtype=torch.int32, device=self.device)
         self.scr.fill_(float("nan"))  # poison: a buffer the kernel did not write stays NaN
@@ -403,10 +391,3 @@ def _sm_clock_mhz() -> float | None:
     except (OSError, ValueError, IndexError, subprocess.SubprocessError):
         return None
 
-
-def wall_time_tokens_per_s(engine: MegakernelEngine, first: int, n: int) -> float:
-    """Quick host-clock tok/s for `monolith generate` (the harness uses CUDA events instead)."""
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    engine.decode(first, n)
-    return n / (time.perf_counter() - t0)

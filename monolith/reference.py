@@ -63,6 +63,7 @@ class ReferenceEngine(Engine):
         self.dtype = dtype
         self.compute_dtype = compute_dtype or dtype
         self.context_cap = int(context_cap)
+        self.vocab_size = self.shape.vocab
         self.graph_safe = graph_safe
         cdt, dev, s = self.compute_dtype, self.device, self.shape
         # Weights rounded to `dtype` (bf16 = the checkpoint's own values), then held in the
@@ -129,24 +130,12 @@ class ReferenceEngine(Engine):
                    for k, v in cap.items()}
         return logits, cap
 
-    def _check_room(self, n: int) -> None:
-        if self.position + n > self.context_cap:
-            raise MonolithError(f"position {self.position + n - 1} is past the context cap {self.context_cap} "
-                                f"(KV cache holds positions 0..{self.context_cap - 1}); reset() first")
-
-    def _check_tokens(self, tokens) -> torch.Tensor:
-        t = torch.as_tensor(tokens, dtype=torch.long).reshape(-1)
-        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.shape.vocab):
-            bad = next(int(x) for x in t.tolist() if not 0 <= x < self.shape.vocab)
-            raise MonolithError(f"token id {bad} outside [0, {self.shape.vocab})")
-        return t.to(self.device)
-
     @torch.inference_mode()
     def step(self, token: int, capture: bool = False) -> tuple[torch.Tensor, dict | None]:
         """Feed one token at the current position: fp32 logits [vocab] and, if capture, the
         intermediates named in notes/CONTRACTS.md (fp32)."""
-        t = self._check_tokens([token])
-        self._check_room(1)
+        t = self.check_tokens([token]).to(self.device)
+        self.check_room(1)
         out = self._forward(t, capture)
         self.position += 1
         return out
@@ -164,21 +153,18 @@ class ReferenceEngine(Engine):
         self.pos_t.zero_()
         self.position = 0
 
+    # Engine's public methods check token ids and room, then call these with an int64 CPU tensor.
     @torch.inference_mode()
-    def prefill(self, tokens) -> int:
-        t = self._check_tokens(tokens)
-        if t.numel() == 0:
-            raise MonolithError("prefill needs at least one token")
-        self._check_room(t.numel())
+    def _prefill(self, tokens: torch.Tensor) -> int:
+        t = tokens.to(self.device)
         for j in range(t.numel()):
             logits, _ = self._forward(t[j:j + 1])
             self.position += 1
         return int(torch.argmax(logits))
 
     @torch.inference_mode()
-    def decode(self, first_token: int, n: int) -> torch.Tensor:
-        tok = self._check_tokens([first_token])
-        self._check_room(n)
+    def _decode(self, first_token: int, n: int) -> torch.Tensor:
+        tok = torch.tensor([first_token], dtype=torch.long, device=self.device)
         out = torch.empty(n, dtype=torch.long, device=self.device)
         for j in range(n):  # no host sync: the argmax stays a device tensor
             logits, _ = self._forward(tok)
@@ -188,9 +174,8 @@ class ReferenceEngine(Engine):
         return out
 
     @torch.inference_mode()
-    def logits(self, tokens) -> torch.Tensor:
-        t = self._check_tokens(tokens)
-        self._check_room(t.numel())
+    def _logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        t = tokens.to(self.device)
         out = torch.empty(t.numel(), self.shape.vocab, dtype=torch.float32, device=self.device)
         for j in range(t.numel()):
             out[j] = self._forward(t[j:j + 1])[0]
@@ -198,9 +183,8 @@ class ReferenceEngine(Engine):
         return out
 
     @torch.inference_mode()
-    def teacher_forced(self, tokens) -> torch.Tensor:
-        t = self._check_tokens(tokens)
-        self._check_room(t.numel())
+    def _teacher_forced(self, tokens: torch.Tensor) -> torch.Tensor:
+        t = tokens.to(self.device)
         out = torch.empty(t.numel(), dtype=torch.long, device=self.device)
         for j in range(t.numel()):
             out[j] = torch.argmax(self._forward(t[j:j + 1])[0])

@@ -69,6 +69,23 @@ def _stats_problems(st, what: str) -> list[str]:
     return out
 
 
+def _gate_problems(gate, where: str) -> list[str]:
+    """An `ok` row (one that reports a speed) needs a gate object that passed, or the explicit
+    not-gated object of an external engine (eval.correctness.not_gated). Nothing else counts:
+    not false, "FAIL", [], 0, null or an object without `passed: true`."""
+    if gate is None:
+        return [f"{where}: reports a speed with no gate verdict (external rows carry not_gated)"]
+    if not isinstance(gate, dict):
+        return [f"{where}: reports a speed but its gate is {gate!r}, not a gate object with passed: true"]
+    if gate.get("applicable", True) is False:
+        if gate.get("passed") is not None:
+            return [f"{where}: a not-applicable gate must have passed: null, got {gate.get('passed')!r}"]
+        return []
+    if gate.get("passed") is not True:
+        return [f"{where}: reports a speed but its correctness gate did not pass (passed: {gate.get('passed')!r})"]
+    return []
+
+
 def validate(doc) -> list[str]:
     """Every problem with a results document (empty list: valid). The contract is
     notes/CONTRACTS.md; the one rule that matters most: a speed only beside a passed gate."""
@@ -94,10 +111,7 @@ def validate(doc) -> list[str]:
         gate = r.get("gate")
         if status == "ok":
             errs += _stats_problems(r.get("tok_s"), f"{where}: tok_s")
-            if isinstance(gate, dict) and gate.get("applicable", True) and gate.get("passed") is not True:
-                errs.append(f"{where}: reports a speed but its correctness gate did not pass")
-            if gate is None:
-                errs.append(f"{where}: reports a speed with no gate verdict (external rows carry not_gated)")
+            errs += _gate_problems(gate, where)
         else:
             if r.get("tok_s") is not None:
                 errs.append(f"{where}: status {status!r} but a tok_s is reported")
@@ -238,11 +252,13 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     bad = 0
     for p in a.files:
-        doc = json.loads(p.read_text())
-        if doc.get("schema") != SCHEMA:
-            print(f"{p}: skipped (schema {doc.get('schema')!r})")
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            print(f"{p}: INVALID\n  cannot be read as JSON: {e}")
+            bad += 1
             continue
-        errs = validate(doc)
+        errs = validate(doc)  # a different schema is an error too: this checks results files only
         bad += bool(errs)
         print(f"{p}: {'valid' if not errs else 'INVALID'}" + "".join(f"\n  {e}" for e in errs))
         if a.render and not errs:

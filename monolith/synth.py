@@ -1,7 +1,8 @@
 """Write a synthetic Qwen3-0.6B checkpoint in the Hugging Face format (`monolith synth`).
 
 No machine this project is built on has the real weights, so every gate and quality number
-runs on these. They must look like a trained LM to the things we measure (MISSION §3):
+runs on these. They must look like a trained LM to the things we measure (NOTES.md, "Facts the code relies
+on"):
 - logits with a spread like a trained model (std ~3 across the vocabulary),
 - greedy output that does not echo the input token (a random tied-embedding model tends to
   predict the token it was just fed, and then every greedy gate passes vacuously),
@@ -23,19 +24,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import zlib
 from pathlib import Path
 
 import torch
 
 from monolith.config import QWEN3_0_6B, ModelShape
+from monolith.errors import MonolithError
 
 RECIPE_NAME = "tukeyh-v1"
 RECIPE = {
     "tail_h": 0.1,            # Tukey-h tail parameter (kurtosis ~ 6 at h=0.1)
     "row_scale_sigma": 0.25,  # log-normal sigma of per-output-row scale
     "embed_std": 0.1,         # gives logit std ~ sqrt(1024) * 0.1 = 3.2 after the final RMSNorm
-    "linear_std": 0.06,       # 3x the 0.02 default init: breaks the echo (MISSION §3)
+    "linear_std": 0.06,       # 3x the 0.02 default init: breaks the echo (notes/foundation.md)
     "outlier_channels": 6,    # hidden channels with large input columns, shared by all layers
     "outlier_gain": 5.0,
     "norm_std": 0.1,          # norm weights ~ |1 + N(0, 0.1)|
@@ -151,18 +154,43 @@ def packaged_tokenizer_json() -> Path | None:
     return None
 
 
-def write_synthetic(out, seed: int = 0, num_layers: int = QWEN3_0_6B.num_layers, progress: bool = True) -> Path:
-    """Write config.json + model.safetensors (+ tokenizer.json) to `out`, atomically, and
-    read it back through the loader (the same one every engine uses)."""
+CHECKPOINT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+
+
+def is_synthetic_checkpoint(d: Path) -> bool:
+    """A directory holding only a monolith synthetic checkpoint's files, whose config.json
+    says it is one (`monolith_synthetic`). Only such a directory is replaced without --force."""
+    try:
+        names = {p.name for p in d.iterdir()}
+        cfg = json.loads((d / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return names <= set(CHECKPOINT_FILES) and isinstance(cfg, dict) and "monolith_synthetic" in cfg
+
+
+def write_synthetic(out, seed: int = 0, num_layers: int = QWEN3_0_6B.num_layers, progress: bool = True,
+                    force: bool = False) -> Path:
+    """Write config.json + model.safetensors (+ tokenizer.json) into `out` and read them back
+    through the loader (the same one every engine uses) before they replace anything.
+
+    `out` may be absent, empty, or a monolith synthetic checkpoint (regenerated in place); any
+    other non-empty directory is refused unless `force`, and even then only the three files
+    above are replaced: nothing else in `out`, and nothing outside it, is ever deleted."""
     from safetensors.torch import save_file
 
     from monolith.checkpoint import load_checkpoint
 
-    out = Path(out)
+    out = Path(out).resolve()
+    if out.exists() and not out.is_dir():
+        raise MonolithError(f"--out {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not is_synthetic_checkpoint(out) and not force:
+        raise MonolithError(f"--out {out} is not empty and is not a monolith synthetic checkpoint; refusing to "
+                            "write into it (choose an empty or new directory, or pass --force to replace only "
+                            f"{', '.join(CHECKPOINT_FILES)} in it)")
     shape = ModelShape(num_layers=num_layers)
-    tmp = out.with_name(out.name + f".tmp{seed}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # A fresh private directory beside `out` (same filesystem, so each file moves atomically).
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.synth-", dir=out.parent))
     try:
         tensors = generate_tensors(shape, seed, progress)
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
@@ -173,13 +201,13 @@ def write_synthetic(out, seed: int = 0, num_layers: int = QWEN3_0_6B.num_layers,
             shutil.copyfile(tok, tmp / "tokenizer.json")
         del tensors
         load_checkpoint(tmp, allow_reduced_depth=num_layers != QWEN3_0_6B.num_layers)  # fail here, not later
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        out.mkdir(exist_ok=True)
+        for name in CHECKPOINT_FILES:
+            if (tmp / name).is_file():
+                os.replace(tmp / name, out / name)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # only ever the directory made above
     return out
-
 
 
 MEASURE_PROMPTS = ["Hello world", "The capital of France is", "def fibonacci(n):",

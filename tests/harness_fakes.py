@@ -25,6 +25,8 @@ class FakeEngine(Engine):
     """Runs `oracle_logits`; `flip(pos, logits)` lets a test perturb what the engine sees."""
 
     name = "fake"
+    vocab_size = V
+    context_cap = 100_000
 
     def __init__(self, flip=None, decode_flip=None, nondeterministic=False):
         self.flip, self.decode_flip, self.nondet = flip, decode_flip, nondeterministic
@@ -47,12 +49,12 @@ class FakeEngine(Engine):
             lg = self.decode_flip(pos, lg)
         return lg
 
-    def prefill(self, tokens):
-        for t in tokens:
+    def _prefill(self, tokens):
+        for t in tokens.tolist():
             lg = self._step(t)
         return int(torch.argmax(lg))
 
-    def decode(self, first_token, n):
+    def _decode(self, first_token, n):
         self.calls += 1
         out, tok = [], first_token
         for _ in range(n):
@@ -63,11 +65,11 @@ class FakeEngine(Engine):
             out.append(tok)
         return torch.tensor(out, dtype=torch.long)
 
-    def teacher_forced(self, tokens):
-        return torch.tensor([int(torch.argmax(self._step(t))) for t in tokens], dtype=torch.long)
+    def _teacher_forced(self, tokens):
+        return torch.tensor([int(torch.argmax(self._step(t))) for t in tokens.tolist()], dtype=torch.long)
 
-    def logits(self, tokens):
-        return torch.stack([self._step(t) for t in tokens])
+    def _logits(self, tokens):
+        return torch.stack([self._step(t) for t in tokens.tolist()])
 
     def bytes_per_token(self, position):
         return 1000 + 10 * position

@@ -162,6 +162,15 @@ def _valid_doc():
     (lambda d: d["rows"][0]["sweep"].update({"x": {}}), "sweep entry 'x'"),
     (lambda d: d["rows"][0]["quality"].update(agreement=1.5), "outside [0, 1]"),
     (lambda d: d["rows"][0]["quality"].update(kl=-0.1), "KL -0.1 is negative"),
+    # an ok row's gate must be an object that passed: none of these is one (issue 13, item 6)
+    (lambda d: d["rows"][0].update(gate=False), "its gate is False"),
+    (lambda d: d["rows"][0].update(gate="FAIL"), "its gate is 'FAIL'"),
+    (lambda d: d["rows"][0].update(gate=[]), "its gate is []"),
+    (lambda d: d["rows"][0].update(gate=0), "its gate is 0"),
+    (lambda d: d["rows"][0].update(gate={}), "gate did not pass (passed: None)"),
+    (lambda d: d["rows"][0].update(gate={"passed": "true"}), "gate did not pass (passed: 'true')"),
+    (lambda d: d["rows"][0].update(gate={"passed": 1}), "gate did not pass (passed: 1)"),
+    (lambda d: d["rows"][1].update(gate={"applicable": False, "passed": False}), "not-applicable gate must have passed: null"),
 ])
 def test_results_validation_catches(breakage, needle):
     assert results.validate(_valid_doc()) == []
@@ -243,3 +252,19 @@ def test_results_cli_validates_and_renders(tmp_path, capsys):
     assert results.main([str(good), "--render"]) == 0 and "| graph | ok |" in (tmp_path / "good.md").read_text()
     assert results.main([str(good), str(bad), "--render"]) == 1
     assert not (tmp_path / "bad.md").exists() and "gate did not pass" in capsys.readouterr().out
+
+
+def test_results_cli_fails_on_any_problem(tmp_path, capsys):
+    """A file of another schema, one that is not JSON and one that is missing each make the
+    check fail (it used to print "skipped" and exit 0 on a schema mismatch)."""
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_valid_doc()))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(dict(_valid_doc(), schema="monolith-results/0")))
+    junk = tmp_path / "junk.json"
+    junk.write_bytes(b"\xff{not json")
+    assert results.main([str(good)]) == 0
+    for p in (other, junk, tmp_path / "missing.json"):
+        assert results.main([str(good), str(p)]) == 1, p
+    out = capsys.readouterr().out
+    assert "schema is 'monolith-results/0'" in out and "cannot be read as JSON" in out

@@ -34,20 +34,21 @@ def test_windows_cover_every_token_once():
 
 class Uniform(Engine):
     name = "uniform"
+    vocab_size = V
 
     def reset(self):
         self.position = 0
 
-    def prefill(self, tokens):
+    def _prefill(self, tokens):
         return 0
 
-    def decode(self, first_token, n):
+    def _decode(self, first_token, n):
         return torch.zeros(n, dtype=torch.long)
 
-    def teacher_forced(self, tokens):
+    def _teacher_forced(self, tokens):
         return torch.zeros(len(tokens), dtype=torch.long)
 
-    def logits(self, tokens):
+    def _logits(self, tokens):
         return torch.zeros(len(tokens), V)
 
     def bytes_per_token(self, position):
@@ -79,7 +80,7 @@ def test_fake_engine_quality_numbers():
 
 def test_agreement_without_free_running_never_decodes():
     class NoDecode(FakeEngine):
-        def decode(self, first, n):  # the measure must not call it
+        def _decode(self, first, n):  # the measure must not call it
             raise AssertionError("decode called with free_running=False")
 
     ref = FakeEngine()

@@ -35,6 +35,7 @@ class GraphEngine(Engine):
         if mutate is not None:  # negative controls: a deliberately wrong model, before capture
             mutate(self.ref)
         self.context_cap = context_cap
+        self.vocab_size = self.ref.shape.vocab
         self.tok_in = torch.zeros(1, dtype=torch.long, device=self.device)
         self.position = 0
         self.info = {**self.ref.info, "graph": "torch.cuda.CUDAGraph, one replay per token",
@@ -82,26 +83,14 @@ class GraphEngine(Engine):
             self.reset()
             return {"kernel_count_error": str(e)[:200]}
 
-    def _room(self, n: int) -> None:
-        if self.position + n > self.context_cap:
-            raise MonolithError(f"position {self.position + n - 1} is past the context cap {self.context_cap}")
-
-    def _tokens(self, tokens) -> torch.Tensor:
-        t = torch.as_tensor(tokens, dtype=torch.long).reshape(-1)
-        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.ref.shape.vocab):
-            raise MonolithError(f"token id outside [0, {self.ref.shape.vocab})")
-        return t.to(self.device)
-
     def reset(self) -> None:
         self.ref.reset()
         self.position = 0
 
+    # Engine's public methods check token ids and room, then call these with an int64 CPU tensor.
     @torch.inference_mode()
-    def prefill(self, tokens) -> int:
-        t = self._tokens(tokens)
-        if t.numel() == 0:
-            raise MonolithError("prefill needs at least one token")
-        self._room(t.numel())
+    def _prefill(self, tokens: torch.Tensor) -> int:
+        t = tokens.to(self.device)
         for j in range(t.numel()):
             self.tok_in.copy_(t[j:j + 1])
             self.graph.replay()
@@ -109,8 +98,7 @@ class GraphEngine(Engine):
         return int(self.next_tok)
 
     @torch.inference_mode()
-    def decode(self, first_token: int, n: int) -> torch.Tensor:
-        self._room(n)
+    def _decode(self, first_token: int, n: int) -> torch.Tensor:
         out = torch.empty(n, dtype=torch.long, device=self.device)
         self.tok_in.fill_(int(first_token))
         for j in range(n):
@@ -120,9 +108,8 @@ class GraphEngine(Engine):
         return out
 
     @torch.inference_mode()
-    def teacher_forced(self, tokens) -> torch.Tensor:
-        t = self._tokens(tokens)
-        self._room(t.numel())
+    def _teacher_forced(self, tokens: torch.Tensor) -> torch.Tensor:
+        t = tokens.to(self.device)
         out = torch.empty(t.numel(), dtype=torch.long, device=self.device)
         for j in range(t.numel()):
             self.tok_in.copy_(t[j:j + 1])
@@ -132,9 +119,8 @@ class GraphEngine(Engine):
         return out
 
     @torch.inference_mode()
-    def logits(self, tokens) -> torch.Tensor:
-        t = self._tokens(tokens)
-        self._room(t.numel())
+    def _logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        t = tokens.to(self.device)
         out = torch.empty(t.numel(), self.ref.shape.vocab, dtype=torch.float32, device=self.device)
         for j in range(t.numel()):
             self.tok_in.copy_(t[j:j + 1])

@@ -49,12 +49,14 @@ class HFEngine(Engine):
             self.name += "-det"
         self.mode = "eager" if self.parallel else mode
         self.device = torch.device(device)
-        self.context_cap = context_cap
         self.model = Qwen3ForCausalLM.from_pretrained(str(ckpt_dir), dtype=torch.bfloat16, local_files_only=True,
                                                       attn_implementation="sdpa").to(self.device).eval()
         if compute_dtype != torch.bfloat16:  # bf16 weight values, wider compute (like the gate's oracle)
             self.model = self.model.to(compute_dtype)
         self.shape_layers = self.model.config.num_hidden_layers
+        self.vocab_size = self.model.config.vocab_size
+        # static modes: the cache length; DynamicCache grows, so the model's own position limit
+        self.context_cap = context_cap if self.mode != "eager" else self.model.config.max_position_embeddings
         self._bytes = ByteModel.bf16(_shape(self.shape_layers))
         self.position = 0
         self.info = {"mode": mode, "attn_implementation": "sdpa", "dtype": "bfloat16",
@@ -62,7 +64,7 @@ class HFEngine(Engine):
                      "logits_path": "one parallel forward per call" if self.parallel else "one decode step per token"}
         self.cache = None
         self._step_fn = self.model.forward
-        if mode != "eager":
+        if self.mode != "eager":
             self.info["static_cache_len"] = context_cap
             self.info["attention_reads_positions"] = context_cap
         self.reset()
@@ -112,10 +114,6 @@ class HFEngine(Engine):
             self.cache = self._new_cache()
         self.position = 0
 
-    def _room(self, n: int) -> None:
-        if self.mode != "eager" and self.position + n > self.context_cap:
-            raise MonolithError(f"position {self.position + n - 1} is past the static cache length {self.context_cap}")
-
     def _ids(self, tokens) -> torch.Tensor:
         return torch.as_tensor(tokens, dtype=torch.long).reshape(1, -1).to(self.device)
 
@@ -127,19 +125,16 @@ class HFEngine(Engine):
             out = fn(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
 
+    # Engine's public methods check token ids and room, then call these with an int64 CPU tensor.
     @torch.inference_mode()
-    def prefill(self, tokens) -> int:
+    def _prefill(self, tokens: torch.Tensor) -> int:
         ids = self._ids(tokens)
-        if ids.numel() == 0:
-            raise MonolithError("prefill needs at least one token")
-        self._room(ids.numel())
         logits = self._forward(ids, step=False)  # one parallel forward: HF's own prefill path
         self.position += ids.numel()
         return int(torch.argmax(logits))
 
     @torch.inference_mode()
-    def decode(self, first_token: int, n: int) -> torch.Tensor:
-        self._room(n)
+    def _decode(self, first_token: int, n: int) -> torch.Tensor:
         out = torch.empty(n, dtype=torch.long, device=self.device)
         tok = self._ids([first_token])
         for j in range(n):
@@ -156,9 +151,8 @@ class HFEngine(Engine):
         return out.logits[0]
 
     @torch.inference_mode()
-    def teacher_forced(self, tokens) -> torch.Tensor:
+    def _teacher_forced(self, tokens: torch.Tensor) -> torch.Tensor:
         ids = self._ids(tokens)
-        self._room(ids.numel())
         if self.parallel:
             return torch.argmax(self._parallel_logits(ids), -1)
         out = torch.empty(ids.numel(), dtype=torch.long, device=self.device)
@@ -168,9 +162,8 @@ class HFEngine(Engine):
         return out
 
     @torch.inference_mode()
-    def logits(self, tokens) -> torch.Tensor:
+    def _logits(self, tokens: torch.Tensor) -> torch.Tensor:
         ids = self._ids(tokens)
-        self._room(ids.numel())
         if self.parallel:
             return self._parallel_logits(ids).float()
         out = torch.empty(ids.numel(), self.model.config.vocab_size, dtype=torch.float32, device=self.device)

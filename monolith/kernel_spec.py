@@ -1,0 +1,197 @@
+"""What Python knows about the kernel, read from kernel/ itself so nothing is written twice.
+
+- `kernel/variants.json`: the variant list and `build_flags(variant)`, the one place nvcc flags
+  are made. The runtime loader (monolith.megakernel.load_extension) and CI's
+  scripts/compile_all.py both call it, so CI compiles exactly the configuration that runs.
+- `kernel/config.cuh`: every `constexpr` shape (`config_constants()`).
+- `kernel/sync.cuh`: `enum ErrorCode` (`error_codes()`); `describe_error()` turns a code and
+  its `error_info` word into the host's message.
+- `kernel/xray.cuh`: `kXrayMaxEvents`, the X-ray's per-block record slots (`xray_max_events()`).
+
+variants.json schema (the kernel owner adds variants; unknown keys are kept and ignored here):
+  {"source": "kernel/megakernel.cu",              # the one kernel source
+   "xray_source": "kernel/megakernel_xray.cu",    # optional; else source + -DMONOLITH_XRAY
+   "extra_flags": ["-std=c++17", "-O3", ...],     # nvcc flags of every variant
+   "variants": [{"name": "bf16-upstream", "id": 0,   # id: the launch-time template selector
+                 "defines": ["NAME=1", ...],        # this variant's -D flags (may be empty)
+                 "weights": "bf16", "description": "...", ...}]}
+"""
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from monolith import REPO_ROOT
+from monolith.errors import MonolithError
+
+KERNEL_DIR = REPO_ROOT / "kernel"
+VARIANTS_FILE = KERNEL_DIR / "variants.json"
+
+
+# ---------------------------------------------------------------- variants and build flags
+
+
+def load_variants(path: Path | str = VARIANTS_FILE) -> dict:
+    """Parse and check variants.json; ValueError naming the problem."""
+    path = Path(path)
+    try:
+        spec = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(spec, dict) or not isinstance(spec.get("source"), str) or "variants" not in spec:
+        raise ValueError(f"{path}: needs 'source' (a path) and 'variants'")
+    extra = spec.get("extra_flags", [])
+    if not isinstance(extra, list) or not all(isinstance(f, str) and f.startswith("-") for f in extra):
+        raise ValueError(f"{path}: 'extra_flags' must be a list of flags like \"-O3\"")
+    if "xray_source" in spec and not isinstance(spec["xray_source"], str):
+        raise ValueError(f"{path}: 'xray_source' must be a path")
+    variants = spec["variants"]
+    if not isinstance(variants, list) or not variants:
+        raise ValueError(f"{path}: 'variants' must be a non-empty list")
+    names, ids = set(), set()
+    for i, v in enumerate(variants):
+        if not isinstance(v, dict) or not isinstance(v.get("name"), str) or not v["name"]:
+            raise ValueError(f"{path}: variant #{i} needs a 'name'")
+        n = v["name"]
+        defs = v.get("defines", [])
+        if not isinstance(defs, list) or not all(isinstance(d, str) and d and not d.startswith("-") for d in defs):
+            raise ValueError(f"{path}: variant {n!r}: 'defines' must be a list like [\"NAME=1\"] (no leading -D)")
+        if n in names:
+            raise ValueError(f"{path}: variant {n!r} is listed twice")
+        vid = v.get("id")
+        if vid is not None:
+            if isinstance(vid, bool) or not isinstance(vid, int) or vid < 0 or vid in ids:
+                raise ValueError(f"{path}: variant {n!r}: 'id' must be a unique integer >= 0, got {vid!r}")
+            ids.add(vid)
+        names.add(n)
+    return spec
+
+
+@lru_cache(maxsize=4)
+def _variants_cached(path: str, mtime: float) -> dict:
+    return load_variants(path)
+
+
+def variants(path: Path | str = VARIANTS_FILE) -> dict:
+    p = Path(path)
+    return _variants_cached(str(p), p.stat().st_mtime)
+
+
+def variant_spec(name: str, path: Path | str = VARIANTS_FILE) -> dict:
+    vs = variants(path)["variants"]
+    for v in vs:
+        if v["name"] == name:
+            return v
+    raise MonolithError(f"unknown kernel variant {name!r}; known: {[v['name'] for v in vs]}")
+
+
+def build_flags(variant: str | dict, *, xray: bool = False, spec: dict | None = None) -> list[str]:
+    """nvcc flags (without the arch) of one variant's build: the common `extra_flags`, then the
+    variant's `-D` defines, then `-DMONOLITH_XRAY` for the X-ray build when there is no separate
+    `xray_source` (which defines it itself). The one place these flags are made."""
+    spec = spec if spec is not None else variants()
+    if isinstance(variant, str):
+        v = next((x for x in spec["variants"] if x["name"] == variant), None)
+        if v is None:
+            raise MonolithError(f"unknown kernel variant {variant!r}; known: {[x['name'] for x in spec['variants']]}")
+    else:
+        v = variant
+    flags = [*spec.get("extra_flags", []), *(f"-D{d}" for d in v.get("defines", []))]
+    if xray and not spec.get("xray_source"):
+        flags.append("-DMONOLITH_XRAY")
+    return flags
+
+
+def build_sources(spec: dict | None = None, repo: Path = REPO_ROOT) -> tuple[Path, Path | None]:
+    """(plain source, X-ray source or None when the X-ray build is the plain source + a define)."""
+    spec = spec if spec is not None else variants()
+    return repo / spec["source"], (repo / spec["xray_source"]) if spec.get("xray_source") else None
+
+
+# ---------------------------------------------------------------- header constants
+
+
+def _strip_comments(text: str) -> str:
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def config_constants(path: Path | str = KERNEL_DIR / "config.cuh") -> dict[str, float]:
+    """Evaluate every `constexpr <int|int64_t|float> kName = <expr>;` of the header, in order
+    (an expression may use the names defined before it)."""
+    env: dict[str, float] = {}
+    text = _strip_comments(Path(path).read_text())
+    for m in re.finditer(r"constexpr\s+(?:int64_t|int|float)\s+(k\w+)\s*=\s*([^;]+);", text):
+        expr = re.sub(r"int64_t\(([^)]*)\)", r"(\1)", m.group(2))
+        expr = re.sub(r"(\d(?:\.\d*)?(?:e-?\d+)?)f\b", r"\1", expr)
+        if not re.fullmatch(r"[\w\s.+\-*/()%]+", expr):
+            raise ValueError(f"{path}: cannot evaluate {m.group(1)} = {m.group(2)!r}")
+        env[m.group(1)] = eval(expr, {"__builtins__": {}}, dict(env))  # noqa: S307 (checked: names, numbers, arithmetic)
+    return env
+
+
+def _int_literal(s: str) -> int:
+    s = s.strip().rstrip("uUlL")
+    return int(s, 0)
+
+
+def error_codes(path: Path | str = KERNEL_DIR / "sync.cuh") -> dict[str, int]:
+    """`enum ErrorCode` of kernel/sync.cuh as {name: value} (implicit values count up like C++)."""
+    text = _strip_comments(Path(path).read_text())
+    m = re.search(r"enum\s+(?:class\s+)?ErrorCode\b[^{]*\{(.*?)\}", text, flags=re.S)
+    if not m:
+        raise ValueError(f"{path}: no `enum ErrorCode {{...}}`")
+    out, nxt = {}, 0
+    for item in (x.strip() for x in m.group(1).split(",")):
+        if not item:
+            continue
+        em = re.fullmatch(r"(k\w+)\s*(?:=\s*(\w+))?", item)
+        if not em:
+            raise ValueError(f"{path}: cannot read ErrorCode entry {item!r}")
+        val = _int_literal(em.group(2)) if em.group(2) else nxt
+        out[em.group(1)] = val
+        nxt = val + 1
+    if out.get("kOk") != 0:
+        raise ValueError(f"{path}: ErrorCode must have kOk = 0, got {out}")
+    return out
+
+
+def xray_max_events(path: Path | str = KERNEL_DIR / "xray.cuh") -> int:
+    """kXrayMaxEvents: record slots per block and token in the X-ray buffer."""
+    m = re.search(r"constexpr\s+int\s+kXrayMaxEvents\s*=\s*(\w+)\s*;", _strip_comments(Path(path).read_text()))
+    if not m:
+        raise ValueError(f"{path}: no `constexpr int kXrayMaxEvents = N;`")
+    return _int_literal(m.group(1))
+
+
+# ---------------------------------------------------------------- error messages
+
+# What the host says for each code, by the kernel's name for it. A code without an entry here
+# (a new one) is shown by its name; the names and values always come from kernel/sync.cuh.
+ERROR_TEXT = {
+    "kErrBarrierTimeout": "grid barrier timed out",
+    "kErrFlagKVTimeout": "K/V flag wait timed out",
+    "kErrFlagAttnTimeout": "attention-done wait timed out",
+    "kErrBadToken": "token id out of range",
+    "kErrBadPosition": "position outside the KV cache",
+    "kErrCounterTimeout": "dependency counter wait timed out",
+    "kErrRingTimeout": "weight ring wait timed out",
+}
+
+
+def describe_error(code: int, info: int, waits: dict[int, str] | None = None,
+                   codes: dict[str, int] | None = None) -> str:
+    """The host's text for SyncState.error / error_info. A wait that timed out (a code named
+    k...Timeout) reports error_info = layer * 16 + wait id, and `waits` names the wait ids;
+    other codes report the offending value."""
+    codes = codes if codes is not None else error_codes()
+    name = next((k for k, v in codes.items() if v == code), None)
+    if name is None:
+        return f"unknown error code {code} (kernel/sync.cuh has {sorted(codes.values())}), info {info}"
+    text = ERROR_TEXT.get(name, name)
+    if name.endswith("Timeout"):
+        wait = (waits or {}).get(info % 16, f"wait {info % 16}")
+        return f"{text} ({name}; layer {info // 16}, {wait})"
+    return f"{text} ({name}; value {info})"
