@@ -1,0 +1,147 @@
+"""The fp8 gate's oracle and fp8 quality against bf16 on CPU (issue 12, items 4-5), on the 2-layer
+synthetic checkpoint: fast stand-ins for the GPU runs, with the same code paths."""
+import dataclasses
+import json
+
+import pytest
+import torch
+from monolith.bench.baselines import registry
+from monolith.eval import correctness
+from monolith.eval import quality as Q
+from monolith.quant.fp8_quality import fp8_quality
+from monolith.quant.pack_fp8 import dequantized_checkpoint, load_packed_fp8, pack_fp8
+from typer.testing import CliRunner
+
+from monolith.cli import app
+from monolith.errors import MonolithError
+
+PROMPTS = [[9707, 1879, 374], [785, 6722, 315, 9625], [750, 75698]]
+
+
+@pytest.fixture(scope="module")
+def pack2(synth2, tmp_path_factory):
+    out = tmp_path_factory.mktemp("fp8eval") / "pack"
+    pack_fp8(synth2, out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def dq2(pack2, ckpt2):
+    return dequantized_checkpoint(pack2, ckpt2)
+
+
+@pytest.fixture(scope="module")
+def fp8_oracle_runs(dq2):
+    return correctness.oracle_runs(registry.oracle(dq2, "cpu"), PROMPTS[:2], 8)
+
+
+def test_dequantized_checkpoint_is_the_packed_numbers(dq2, pack2, ckpt2):
+    p = load_packed_fp8(pack2)
+    assert set(dq2.tensors) == set(ckpt2.tensors)
+    for name in ("model.layers.1.self_attn.v_proj.weight", "model.embed_tokens.weight", "model.norm.weight"):
+        assert dq2.tensors[name].dtype == torch.float32
+        assert torch.equal(dq2.tensors[name], p.dequantized(name)), name
+    d = dq2.describe()
+    assert d["kind"] == "fp8-dequantized" and d["scheme"] == "fp8-e4m3-rowscale" and d["layout"] == "rowmajor-v1"
+    assert d["source"]["sha256"] == ckpt2.sha256() and d["sha256"] != ckpt2.sha256()
+    assert dq2.tokenizer_path == ckpt2.tokenizer_path and dq2.shape == ckpt2.shape
+
+
+def test_dequantized_checkpoint_refuses_other_weights(pack2, ckpt2):
+    other = dataclasses.replace(ckpt2, _sha256="0" * 64)
+    with pytest.raises(MonolithError, match="packed from a different checkpoint"):
+        dequantized_checkpoint(pack2, other)
+    with pytest.raises(MonolithError, match="packed from a different checkpoint"):
+        dequantized_checkpoint(load_packed_fp8(pack2), other)
+
+
+def test_oracle_keeps_the_dequantized_weights_in_fp32(dq2, ckpt2):
+    orc = registry.oracle(dq2, "cpu")
+    wq = dq2.tensors["model.layers.0.self_attn.q_proj.weight"]
+    assert torch.equal(orc.layers[0]["wq"], wq) and torch.equal(orc.embed, dq2.tensors["model.embed_tokens.weight"])
+    # teeth: the dequantized values are not bf16 numbers, so a bf16 copy would be a different model
+    assert not torch.equal(wq.bfloat16().float(), wq)
+    # the bf16 checkpoint's oracle is unchanged: bf16 weights, fp32 compute
+    plain = registry.oracle(ckpt2, "cpu")
+    assert torch.equal(plain.layers[0]["wq"], ckpt2.tensors["model.layers.0.self_attn.q_proj.weight"].float())
+
+
+def test_fp8_gate_passes_the_fp8_model_and_fails_the_unquantized_one(fp8_oracle_runs, dq2, ckpt2):
+    oset = fp8_oracle_runs
+    assert oset.desc["info"]["dtype"] == "torch.float32"
+    # the numbers the kernel multiplies, computed in fp32 like the kernel: passes, exactly
+    v = correctness.gate(registry.build("reference-fp32", dq2, "cpu"), oset, tolerance=0.5, det_repeats=2)
+    assert v["passed"] and v["divergences"] == 0
+    # a kernel that forgot to quantize (fp32 on the original bf16 weights) is a different model: caught
+    # at the megakernel's tolerance (0.5 logits; measured here: 5 divergences at margins 0.55-1.6)
+    v = correctness.gate(registry.oracle(ckpt2, "cpu"), oset, tolerance=0.5, det_prompts=0)
+    assert not v["passed"] and v["divergences_disallowed"] > 0
+    # a packer/kernel mix-up (gate and up rows exchanged in layer 0): caught
+    t = dict(dq2.tensors)
+    t["model.layers.0.mlp.gate_proj.weight"], t["model.layers.0.mlp.up_proj.weight"] = (
+        t["model.layers.0.mlp.up_proj.weight"], t["model.layers.0.mlp.gate_proj.weight"])
+    v = correctness.gate(registry.oracle(dataclasses.replace(dq2, tensors=t), "cpu"), oset, tolerance=0.5,
+                         det_prompts=0)
+    assert not v["passed"] and v["divergences_disallowed"] > 0
+
+
+def test_quantized_gates_verdicts():
+    base = {"ppl_ratio": 1.01, "agreement": 0.93, "kl": 0.02}
+    g = Q.quantized_gates(base, {"agreement": 0.90, "ppl_ratio": 1.0002, "kl": 0.025, "engine": "bf16"})
+    assert g["fixed_gates_pass"] and g["floor_gate_pass"] and g["kl_over_floor"] == pytest.approx(0.8)
+    assert "fixed gates PASS" in g["summary"] and "against the bf16 floor PASS" in g["summary"]
+    g = Q.quantized_gates({**base, "ppl_ratio": 1.021}, None)
+    assert not g["ppl_pass"] and g["agreement_pass"] and not g["fixed_gates_pass"] and g["floor_gate_pass"] is None
+    g = Q.quantized_gates({**base, "agreement": 0.899}, {"agreement": 0.88, "ppl_ratio": 1.0, "kl": 0.03})
+    assert not g["fixed_gates_pass"] and g["floor_gate_pass"]          # below 90 %, above the floor
+    assert "fixed gates FAIL" in g["summary"] and "floor PASS" in g["summary"]
+    g = Q.quantized_gates(base, {"agreement": 0.95, "ppl_ratio": 1.0, "kl": 0.01})
+    assert g["fixed_gates_pass"] and not g["floor_gate_pass"]          # above 90 %, below the floor
+    assert g["agreement_minus_floor"] == pytest.approx(-0.02)
+    g = Q.quantized_gates({**base, "ppl_ratio": 1.015}, {"agreement": 0.9, "ppl_ratio": 0.99, "kl": 0.01})
+    assert not g["floor_gate_pass"]                                     # +2.5 % over the floor's perplexity
+
+
+def test_fp8_quality_cpu_path(ckpt2, pack2):
+    from monolith.tokenizer import load_tokenizer
+    tok = load_tokenizer(ckpt2.path)
+    text = tok.encode("The history of the city begins with a small settlement on the river. " * 3)
+    res = fp8_quality(ckpt2, tok, pack2, "cpu", text_tokens=text, positions=16, context=8, stride=8,
+                      prompts=2, agree_tokens=4, free_running=False, quality_prompts=PROMPTS)
+    e, f = res["engine"], res["floor"]
+    assert res["roles"]["floor"] == "reference on the original bf16 weights"     # CPU default floor
+    assert "on fp8 weights" in res["roles"]["engine"] and e["engine_info"]["dtype"] == "torch.float32"
+    assert e["positions"] == f["positions"] == 16 and e["agreement_tokens"] == 8
+    assert e["ref_ppl"] == f["ref_ppl"]                  # one reference (fp32 on bf16 weights) for both
+    assert e["kl"] > 0 and f["kl"] > 0                  # fp8 and bf16 rounding both move the distribution
+    assert e["ppl_ratio"] == pytest.approx(e["ppl"] / e["ref_ppl"], rel=1e-4) and e["ppl_ratio"] != 1.0
+    assert res["gates"]["floor"]["agreement"] == f["agreement"] and isinstance(res["gates"]["fixed_gates_pass"], bool)
+    assert res["fp8_weights"]["kind"] == "fp8-dequantized" and res["weights"]["kind"] == "synthetic"
+    with pytest.raises(MonolithError, match="computes in bf16"):
+        fp8_quality(ckpt2, tok, pack2, "cpu", engine="reference", text_tokens=text, quality_prompts=PROMPTS)
+
+
+def test_pack_and_eval_quality_cli(synth2, pack2, tmp_path):
+    r = CliRunner().invoke(app, ["pack", "--help"])
+    assert r.exit_code == 0 and "--format" in r.output and "--head" in r.output
+    r = CliRunner().invoke(app, ["pack", "--format", "nvfp4", "--model", str(synth2), "--out", str(tmp_path / "x")])
+    assert isinstance(r.exception, MonolithError) and "not supported" in str(r.exception)
+    r = CliRunner().invoke(app, ["pack", "--format", "fp8", "--model", str(tmp_path / "nope"), "--out", str(tmp_path)])
+    assert isinstance(r.exception, MonolithError) and "not a checkpoint dir" in str(r.exception)
+    out = tmp_path / "p"
+    r = CliRunner().invoke(app, ["pack", "--format", "fp8", "--model", str(synth2), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "rowmajor-v1" in r.output
+    a, b = load_packed_fp8(out, model=synth2), load_packed_fp8(pack2)
+    assert all(torch.equal(a.tensors[k], b.tensors[k]) for k in b.tensors)  # same bytes as the library call
+    txt = tmp_path / "t.txt"
+    txt.write_text("The river rises in the hills and runs to the sea past the old town. " * 2)
+    res = tmp_path / "q.json"
+    r = CliRunner().invoke(app, ["eval", "quality", "--fp8", str(pack2), "--model", str(synth2), "--device", "cpu",
+                                 "--floor", "none", "--text", str(txt), "--positions", "8", "--context", "8",
+                                 "--stride", "8", "--prompts", "1", "--agree-tokens", "2", "--no-free-running",
+                                 "--out", str(res)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(res.read_text())
+    assert "floor" not in doc and doc["gates"]["floor"] is None and "fixed gates" in r.output
+    assert doc["engine"]["positions"] == 8 and doc["fp8_weights"]["source"]["sha256"] == doc["weights"]["sha256"]
