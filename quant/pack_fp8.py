@@ -22,11 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
-from monolith.quant import fp8_layout as L
 
 from monolith import config as C
 from monolith.checkpoint import WEIGHTS_FILE, Checkpoint, load_checkpoint, validate_config
 from monolith.errors import MonolithError
+from monolith.quant import fp8_layout as L
 
 _CHUNK_ROWS = 16_384  # fp32 temporaries of a chunk: 64 MB at K = 1024
 

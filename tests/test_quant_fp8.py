@@ -6,6 +6,9 @@ import re
 
 import pytest
 import torch
+
+from monolith import config as C
+from monolith.errors import MonolithError
 from monolith.quant import fp8_layout as L
 from monolith.quant.fp8_kernel_model import e4m3_to_f16_bits, kernel_gemv, kernel_weight_values
 from monolith.quant.pack_fp8 import (
@@ -17,9 +20,6 @@ from monolith.quant.pack_fp8 import (
     quantize_rows,
     row_scales,
 )
-
-from monolith import config as C
-from monolith.errors import MonolithError
 
 NAN_CODES = (0x7F, 0xFF)
 

@@ -5,15 +5,15 @@ import json
 
 import pytest
 import torch
+from typer.testing import CliRunner
+
 from monolith.bench.baselines import registry
+from monolith.cli import app
+from monolith.errors import MonolithError
 from monolith.eval import correctness
 from monolith.eval import quality as Q
 from monolith.quant.fp8_quality import fp8_quality
 from monolith.quant.pack_fp8 import dequantized_checkpoint, load_packed_fp8, pack_fp8
-from typer.testing import CliRunner
-
-from monolith.cli import app
-from monolith.errors import MonolithError
 
 PROMPTS = [[9707, 1879, 374], [785, 6722, 315, 9625], [750, 75698]]
 
