@@ -1,4 +1,4 @@
-"""Byte model and time model for one decode step (MISSION §2).
+"""Byte model and time model for one decode step (NOTES.md, Facts: bytes and time model).
 
 Bytes/token = every layer's weights + the LM head + one embedding row + the KV cache the step
 attends over. Engines that read more (e.g. HF's static cache reads its whole capacity) still
@@ -16,8 +16,8 @@ from pathlib import Path
 from monolith.config import QWEN3_0_6B, ModelShape
 
 BF16 = 2
-DEFAULT_BW_TBS = 4.53          # measured streaming read on the H200 (MISSION §1)
-BARRIER_US = 0.90              # measured grid barrier, 128-132 blocks (MISSION §1)
+DEFAULT_BW_TBS = 4.53          # measured streaming read on the H200 (NOTES.md, Facts)
+BARRIER_US = 0.90              # measured grid barrier, 128-132 blocks (NOTES.md, Facts)
 
 
 def layer_weight_count(shape: ModelShape = QWEN3_0_6B) -> int:
@@ -77,7 +77,7 @@ def decode_positions(prompt_len: int, n_tokens: int) -> range:
 
 
 def load_bw_tbs(repo_root: Path | None = None) -> tuple[float, str]:
-    """Bandwidth for the time model: results/m0_probes.json when the probes wrote it, else §1's 4.53."""
+    """Bandwidth for the time model: results/m0_probes.json when the probes wrote it, else the 4.53 of NOTES.md, Facts."""
     from monolith import REPO_ROOT
 
     p = (repo_root or REPO_ROOT) / "results" / "m0_probes.json"
@@ -90,7 +90,7 @@ def load_bw_tbs(repo_root: Path | None = None) -> tuple[float, str]:
                     return float(v), f"{p.name}:{key}"
         except (OSError, ValueError):
             pass
-    return DEFAULT_BW_TBS, "MISSION §1 (4.53 TB/s measured streaming read)"
+    return DEFAULT_BW_TBS, "NOTES.md, Facts (4.53 TB/s measured streaming read)"
 
 
 def _find_key(obj, key):

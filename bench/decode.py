@@ -1,4 +1,4 @@
-"""Decode benchmark protocol (MISSION §5). The harness owns every timer; engines never time
+"""Decode benchmark protocol (notes/harness.md; NOTES.md, Facts: protocols). The harness owns every timer; engines never time
 themselves.
 
 One *run* = for each of the run's prompts: reset, prefill (untimed), then CUDA events around
@@ -21,9 +21,9 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
+
 from monolith.bench import bytemodel
 from monolith.bench.power import PowerSampler, mean_power, tokens_per_joule
-
 from monolith.engine import Engine
 
 SWEEP_POSITIONS = (16, 128, 512, 1024, 2048)

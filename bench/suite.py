@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from monolith import envinfo, results
 from monolith.bench import bytemodel
 from monolith.bench.baselines import registry
 from monolith.bench.decode import BenchConfig, Clock, bench_engine, timeline, warmup
 from monolith.eval import correctness
-
-from monolith import envinfo, results
 
 
 @dataclass

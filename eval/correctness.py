@@ -1,4 +1,4 @@
-"""The correctness gate (MISSION §5). No speed number counts unless the same engine object
+"""The correctness gate (notes/harness.md; NOTES.md, Facts: protocols). No speed number counts unless the same engine object
 passed this in the same run.
 
 Oracle: the PyTorch ReferenceEngine with bf16 weights and fp32 compute (so the oracle's own
@@ -66,7 +66,7 @@ def oracle_runs(oracle: Engine, prompts: list[list[int]], n_tokens: int, progres
 
 
 def sequence_stats(runs: list[OracleRun]) -> dict:
-    """The echo check (MISSION §3): a gate on a checkpoint whose greedy output repeats is vacuous."""
+    """The echo check (NOTES.md, Facts: synthetic weights): a gate on a checkpoint whose greedy output repeats is vacuous."""
     toks = [t for r in runs for t in r.tokens]
     repeats = sum(1 for r in runs for a, b in zip(r.tokens, r.tokens[1:], strict=False) if a == b)
     pairs = sum(max(len(r.tokens) - 1, 0) for r in runs)

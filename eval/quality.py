@@ -1,4 +1,4 @@
-"""Quality against the bf16 reference on the same weights (MISSION §5).
+"""Quality against the bf16 reference on the same weights (NOTES.md, Facts: protocols).
 
 - WikiText-2 perplexity: windows of `context` tokens every `stride` tokens (both recorded);
   the first window scores all its predictions, later ones only their last `stride` (the
@@ -148,7 +148,7 @@ def text_tokens(tokenizer, path: str | Path | None = None) -> list[int]:
     return tokenizer.encode(p.read_text(encoding="utf-8"))
 
 
-# ---- quantized weights against bf16 (issue 12, MISSION §5) -----------------------------------
+# ---- quantized weights against bf16 (issue 12; NOTES.md, Facts) -------------------------------------
 PPL_LIMIT = 1.02       # FP8 perplexity within +2 % of bf16's
 AGREEMENT_MIN = 0.90   # greedy agreement >= 90 %
 
@@ -159,7 +159,7 @@ def quantized_gates(q: dict, floor: dict | None = None, *, ppl_limit: float = PP
     the original bf16 weights), next to the bf16 floor `floor` (a bf16 engine on the original
     weights against the same reference: what rounding alone costs on these weights).
 
-    - fixed gates (MISSION §5): ppl_ratio <= ppl_limit and agreement >= agreement_min;
+    - fixed gates (NOTES.md, Facts: protocols): ppl_ratio <= ppl_limit and agreement >= agreement_min;
     - floor gate: agreement >= the floor's agreement and ppl_ratio <= the floor's ppl_ratio
       times ppl_limit (the same +2 %, on top of what bf16 rounding already costs)."""
     ppl_ok = q["ppl_ratio"] <= ppl_limit

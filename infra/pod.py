@@ -23,7 +23,7 @@ from pathlib import Path
 from monolith.errors import MonolithError
 
 PREFIX = "monolith-"
-CUDA_TOOLKIT = "13.0"          # the pinned toolkit (nvcc 13.0 on the H200, MISSION §1)
+CUDA_TOOLKIT = "13.0"          # the pinned toolkit (nvcc 13.0 on the H200, NOTES.md)
 MIN_DRIVER = 580               # R580 is the first driver branch that runs CUDA 13.0
 # CUDA versions a RunPod host may report; we pass those >= CUDA_TOOLKIT. Extend with
 # MONOLITH_POD_CUDA_VERSIONS="13.0,13.1,..." when RunPod lists newer ones.

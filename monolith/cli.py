@@ -7,8 +7,9 @@ import importlib
 import sys
 
 import typer
-from rich.console import Console
+from rich.markup import escape
 
+from monolith.console import make_console
 from monolith.errors import MonolithError
 
 app = typer.Typer(
@@ -19,7 +20,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# Order = order in --help. A module listed here must exist; CLI tests check every command's --help.
+# Order = order in --help. Every module listed here must import; CLI tests check every command's --help.
 _AREAS = [
     "monolith.cli_foundation",   # synth, generate
     "monolith.cli_probe",        # probe, m0
@@ -29,19 +30,28 @@ _AREAS = [
     "monolith.cli_quant",        # pack
 ]
 
-for _mod in _AREAS:
-    try:
-        importlib.import_module(_mod).register(app)
-    except ModuleNotFoundError as e:  # an area not built yet registers nothing
-        if e.name != _mod:
-            raise
+
+
+def register_areas(app: typer.Typer, areas: list[str]) -> None:
+    """Import every area and let it register its commands. A module that fails to import is
+    an error, never a silently missing command: that would hide a broken install."""
+    for mod in areas:
+        try:
+            module = importlib.import_module(mod)
+        except Exception as e:
+            raise ImportError(f"monolith: the CLI area {mod} failed to import ({type(e).__name__}: {e}); "
+                              "the installation is broken (make install)") from e
+        module.register(app)
+
+
+register_areas(app, _AREAS)
 
 
 def main() -> None:
     try:
         app()
     except MonolithError as e:
-        Console(stderr=True).print(f"[bold red]error:[/] {e}")
+        make_console(stderr=True).print(f"[bold red]error:[/] {escape(str(e))}")
         sys.exit(2)
 
 

@@ -79,19 +79,22 @@ def register(app: typer.Typer) -> None:
         engine: str = typer.Option("reference", help="engine name(s), comma-separated"),
         model: str = typer.Option(None, help="checkpoint dir (default: synthetic seed 0)"),
         out: Path = typer.Option(REPO_ROOT / "results" / "bench.json", help="results JSON (a .md is written beside it)"),
-        runs: int = typer.Option(5), tokens: int = typer.Option(256), prompts: int = typer.Option(20),
+        runs: int = typer.Option(5, help="timed runs; the headline is their median, with min and max"),
+        tokens: int = typer.Option(256, help="tokens decoded per prompt in each timed run"),
+        prompts: int = typer.Option(20, help="bench prompts per run (data/prompts/bench.json)"),
         quick: bool = typer.Option(False, help="fast smoke: 3 prompts x 64 tokens, 3 runs; labelled not headline"),
         device: str = typer.Option(None, help="cuda or cpu (default: cuda if present)"),
         budget: float = typer.Option(None, help="seconds per engine for its gate and again for its timed runs"),
         max_total: float = typer.Option(None, help="cap on the whole session (s); budgets shrink to fit"),
-        gate_prompts: int = typer.Option(20), gate_tokens: int = typer.Option(256),
+        gate_prompts: int = typer.Option(20, help="prompts the correctness gate compares"),
+        gate_tokens: int = typer.Option(256, help="tokens per prompt the gate compares"),
         tolerance: float = typer.Option(None, help="gate tolerance (logits); default eval.correctness.TOLERANCE"),
         timelines: Path = typer.Option(None, help="write per-token timelines here"),
         llamacpp_json: Path = typer.Option(None, help="JSON written by bench/baselines/llamacpp.sh"),
         power: bool = typer.Option(True, help="sample nvidia-smi power during timed runs"),
         merge: bool = typer.Option(False, help="keep rows of engines not measured now from an existing --out"),
     ):
-        """Gate, then benchmark, each engine (MISSION §5); writes JSON + Markdown."""
+        """Gate, then benchmark, each engine (protocol: notes/harness.md); writes JSON + Markdown."""
         _suite(engine, model, device, out, runs, tokens, prompts, quick, budget, max_total, gate_prompts, gate_tokens,
                tolerance, timelines, llamacpp_json, power, merge, None, "monolith decode benchmark")
 
@@ -100,8 +103,12 @@ def register(app: typer.Typer) -> None:
 
     @ev.command("correctness")
     def correctness_cmd(
-        engine: str = typer.Option("reference"), model: str = typer.Option(None), device: str = typer.Option(None),
-        prompts: int = typer.Option(20), tokens: int = typer.Option(256), tolerance: float = typer.Option(None),
+        engine: str = typer.Option("reference", help="engine name(s), comma-separated"),
+        model: str = typer.Option(None, help="checkpoint dir (default: synthetic seed 0)"),
+        device: str = typer.Option(None, help="cuda or cpu (default: cuda if present)"),
+        prompts: int = typer.Option(20, help="bench prompts compared"),
+        tokens: int = typer.Option(256, help="tokens per prompt compared"),
+        tolerance: float = typer.Option(None, help="near-tie tolerance in logits (default: eval.correctness.TOLERANCE)"),
         out: Path = typer.Option(None, help="write the verdict JSON here"),
         fp8: Path = typer.Option(None, help="packed fp8 dir (`monolith pack`): oracle and engines get its dequantized "
                                  "weights (fp32), so the gate checks the implementation, not the quantizer"),
@@ -137,14 +144,17 @@ def register(app: typer.Typer) -> None:
 
     @ev.command("quality")
     def quality_cmd(
-        engine: str = typer.Option("reference-graph"), ref: str = typer.Option(None, help="bf16 reference engine"),
-        model: str = typer.Option(None), device: str = typer.Option(None),
+        engine: str = typer.Option("reference-graph", help="engine measured"),
+        ref: str = typer.Option(None, help="bf16 reference engine"),
+        model: str = typer.Option(None, help="checkpoint dir (default: synthetic seed 0)"),
+        device: str = typer.Option(None, help="cuda or cpu (default: cuda if present)"),
         text: Path = typer.Option(None, help="WikiText-2 raw test text (default ../shared/data/...)"),
         positions: int = typer.Option(10_000, help="scored perplexity positions = KL positions"),
         prompts: int = typer.Option(100, help="quality prompts for greedy agreement"),
-        context: int = typer.Option(512), stride: int = typer.Option(512),
+        context: int = typer.Option(512, help="perplexity window (tokens)"),
+        stride: int = typer.Option(512, help="step between perplexity windows (tokens)"),
         free_running: bool = typer.Option(True, help="also free-run the engine for the common-prefix measure"),
-        out: Path = typer.Option(None),
+        out: Path = typer.Option(None, help="write the full result JSON here"),
         fp8: Path = typer.Option(None, help="packed fp8 dir (`monolith pack`): the engine runs on its dequantized "
                                  "weights, the reference (default reference-fp32) on --model's bf16 weights"),
         floor: str = typer.Option(None, help="with --fp8: bf16 engine measured beside it against the same reference "
@@ -203,10 +213,13 @@ def register(app: typer.Typer) -> None:
 
     m1_opts = dict(
         out_dir=typer.Option(REPO_ROOT / "results", help="writes m1_baselines.json/.md and timelines/ here"),
-        engines=typer.Option(M1_ENGINES), model=typer.Option(None), device=typer.Option(None),
-        quick=typer.Option(False), max_total=typer.Option(450.0, help="whole-session cap in seconds"),
+        engines=typer.Option(M1_ENGINES, help="engines in priority order (later ones get less time under the cap)"),
+        model=typer.Option(None, help="checkpoint dir (default: synthetic seed 0)"),
+        device=typer.Option(None, help="cuda or cpu (default: cuda if present)"),
+        quick=typer.Option(False, help="fast smoke protocol, labelled not headline"), max_total=typer.Option(450.0, help="whole-session cap in seconds"),
         budget=typer.Option(24.0, help="per-engine seconds for the gate and again for timed runs"),
-        llamacpp_json=typer.Option(None), merge=typer.Option(False, help="merge into an existing m1_baselines.json"),
+        llamacpp_json=typer.Option(None, help="JSON written by bench/baselines/llamacpp.sh (default results/llamacpp.json)"),
+        merge=typer.Option(False, help="merge into an existing m1_baselines.json"),
         quality=typer.Option(True, help="quality sanity (reference vs HF, fp32) and the kernel's quality"),
     )
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from monolith.console import make_console
 
 pod_app = typer.Typer(help="Rent a GPU on RunPod (pods named monolith-*; key from RUNPOD_API_KEY).",
                       no_args_is_help=True)
@@ -19,7 +20,7 @@ def _pod():
 
 def _say(obj) -> None:
     text = obj if isinstance(obj, str) else json.dumps(obj, indent=2, default=str)
-    Console(highlight=False, soft_wrap=True).print(_pod().redact(text), markup=False)
+    make_console(highlight=False, soft_wrap=True).print(_pod().redact(text), markup=False)
 
 
 @pod_app.command()
@@ -45,7 +46,7 @@ def create(
 
 @pod_app.command()
 def status(pod_id: str = typer.Argument(None, help="one pod (default: every monolith-* pod)"),
-           as_json: bool = typer.Option(False, "--json")) -> None:
+           as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table")) -> None:
     """Status of monolith-* pods."""
     p = _pod()
     pods = [p.get(pod_id)] if pod_id else p.list_pods()
@@ -62,7 +63,7 @@ def status(pod_id: str = typer.Argument(None, help="one pod (default: every mono
     for r in rows:
         t.add_row(*(p.redact(v) for v in (r["id"], r["name"], r["status"], r["gpu"], r["cost_per_hr"],
                                           f"{(r['uptime_s'] or 0) / 3600:.2f} h")))
-    Console().print(t)
+    make_console().print(t)
 
 
 @pod_app.command()
@@ -88,7 +89,7 @@ def ssh_info(pod_id: str) -> None:
 
 
 @pod_app.command()
-def cost(as_json: bool = typer.Option(False, "--json")) -> None:
+def cost(as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table")) -> None:
     """Uptime and spend of every monolith-* pod (costPerHr × uptime)."""
     p = _pod()
     c = p.cost(p.list_pods())
@@ -99,7 +100,7 @@ def cost(as_json: bool = typer.Option(False, "--json")) -> None:
     for r in c["pods"]:
         t.add_row(*(p.redact(v) for v in (r["id"], r["name"], r["status"], r["gpu"], f"{r['cost_per_hr']:.3f}",
                                           f"{r['uptime_h']:.2f} h", f"{r['spend']:.2f}")))
-    Console().print(t)
+    make_console().print(t)
     _say(f"running now: ${c['total_per_hr']:.3f}/h; spent by these runs: ${c['total_spend']:.2f}")
 
 

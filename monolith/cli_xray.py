@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from monolith import REPO_ROOT
+from monolith.console import make_console
 from monolith.errors import MonolithError
 
 RESULTS = REPO_ROOT / "results"
@@ -19,9 +19,9 @@ PAGE_DIR = REPO_ROOT / "web" / "public" / "traces"
 M2_SUMMARY = RESULTS / "m2_xray.json"
 SAMPLE = "sample-synthetic.json.gz"
 DEFAULT_PROMPT = "The history of the city begins"
-TRACE_BUDGET_BYTES = 5_000_000  # MISSION: all committed traces together <= 5 MB gzipped
+TRACE_BUDGET_BYTES = 5_000_000  # all committed traces together <= 5 MB gzipped (NOTES.md, facts)
 
-con = Console(highlight=False)
+con = make_console(highlight=False)
 
 
 def _slug(variant: str) -> str:
@@ -191,8 +191,8 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option(None, "--model", help="checkpoint dir (default: the synthetic checkpoint)"),
         variant: str = typer.Option("bf16-upstream", help="kernel variant to trace"),
         position: int = typer.Option(128, help="KV-cache position of the traced token"),
-        out_dir: Path = typer.Option(RAW_DIR, "--out-dir"),
-        page_dir: Path = typer.Option(PAGE_DIR, "--page-dir"),
+        out_dir: Path = typer.Option(RAW_DIR, "--out-dir", help="raw trace, summary, Gantt PNG, Perfetto JSON"),
+        page_dir: Path = typer.Option(PAGE_DIR, "--page-dir", help="where the page trace <variant>.json.gz goes"),
     ) -> None:
         """Milestone 2: X-ray of one token (results/m2_xray.json, page trace, Perfetto, PNG), then export."""
         raw = record(model, variant, position, DEFAULT_PROMPT, out_dir)

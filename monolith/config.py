@@ -1,6 +1,6 @@
 """Qwen3-0.6B shapes and the project's fixed limits, mirrored from kernel/config.cuh.
 
-kernel/config.cuh is the single source for the CUDA side; tests/test_config.py parses it
+kernel/config.cuh is the single source for the CUDA side; tests/test_kernel_host.py parses it
 and asserts every constant here matches, so the two cannot drift apart.
 """
 from dataclasses import dataclass
@@ -15,7 +15,7 @@ VOCAB = 151_936
 RMS_EPS = 1e-6
 ROPE_THETA = 1_000_000.0
 MAX_POSITION = 40_960          # the model's own limit (config.json max_position_embeddings)
-CONTEXT_CAP = 4096             # monolith's KV-cache capacity (positions), >= 2048 per MISSION
+CONTEXT_CAP = 4096             # monolith's KV-cache capacity (positions): >= 2048 (NOTES.md, facts)
 
 Q_DIM = NUM_Q_HEADS * HEAD_DIM     # 2048
 KV_DIM = NUM_KV_HEADS * HEAD_DIM   # 1024

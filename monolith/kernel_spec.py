@@ -74,12 +74,13 @@ def _variants_cached(path: str, mtime: float) -> dict:
     return load_variants(path)
 
 
-def variants(path: Path | str = VARIANTS_FILE) -> dict:
-    p = Path(path)
+def variants(path: Path | str | None = None) -> dict:
+    """variants.json (default: kernel/variants.json), parsed once per file version."""
+    p = Path(path or VARIANTS_FILE)
     return _variants_cached(str(p), p.stat().st_mtime)
 
 
-def variant_spec(name: str, path: Path | str = VARIANTS_FILE) -> dict:
+def variant_spec(name: str, path: Path | str | None = None) -> dict:
     vs = variants(path)["variants"]
     for v in vs:
         if v["name"] == name:

@@ -259,10 +259,11 @@ def markdown(result: dict) -> str:
 def run_all(out: Path = DEFAULT_OUT, only: list[str] | None = None, nvcc: str = "nvcc", quick: bool = False,
             build_dir: Path | None = None, console=None) -> dict:
     """Build + run the probes on the GPU present and write `out` (+ .md). Returns the result dict."""
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    console = console or Console(stderr=True)
+    from monolith.console import make_console
+
+    console = console or make_console(stderr=True)
     gpu = detect_gpu()  # MonolithError without a GPU, before anything is built
     names = [p[0] for p in PROBES] + ["ncu"]
     if only:

@@ -56,8 +56,8 @@ the same row order (the scale of segment row r is at scale offset + r):
 Embedding / tied LM head: `embed.codes` uint8 [151936, 1024] row-major (token t's row at byte
 t * 1024) and `embed.scales` fp32 [151936], same scheme. The lookup of token t dequantizes row t;
 the LM head's logit t is row t's dot product times scale[t]. With `--head bf16` the packer keeps
-the embedding as `embed.bf16` bf16 [151936, 1024] instead (the MISSION's fallback if fp8 argmax
-agreement fails); the per-matrix format map in the metadata says which.
+the embedding as `embed.bf16` bf16 [151936, 1024] instead (the fallback NOTES.md, Facts names if fp8
+argmax agreement fails); the per-matrix format map in the metadata says which.
 
 Norm vectors (unquantized): `norms` bf16 [num_layers, NORM_LAYER_ELEMS] exactly like the bf16
 packer's norm buffer ([input_ln 1024][post_ln 1024][q_norm 128][k_norm 128]), `final_norm`

@@ -1,6 +1,6 @@
 """Quality of fp8 weights against bf16, with the bf16 floor beside it (issue 12, item 5).
 
-Three engines, one reference (MISSION §5: the reference is the model itself):
+Three engines, one reference (NOTES.md, Facts: the reference is the model itself):
 - reference: `ref` on the ORIGINAL bf16 weights (default `reference-fp32`: fp32 compute);
 - engine:    `engine` on the fp8 weights, dequantized (default `reference-fp32`, i.e. what the
              quantizer alone costs; the fp8 kernel variant, once it exists, is named here);

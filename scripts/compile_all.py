@@ -4,12 +4,10 @@
 - every probes/*.cu, as an object (`nvcc -c`), for each arch;
 - every kernel variant listed in kernel/variants.json, plain and X-ray builds, for each arch.
 
-variants.json (lead-owned):
-  {"source": "kernel/megakernel.cu",
-   "xray_source": "kernel/megakernel_xray.cu",        # optional; else source + -DMONOLITH_XRAY
-   "extra_flags": ["-std=c++17", "-O3"],
-   "variants": [{"name": "bf16-upstream", "defines": ["MONOLITH_VARIANT=0"]}, ...]}
-Variants with identical defines compile to the same object, so they are compiled once.
+The flags of a kernel build are monolith.kernel_spec.build_flags(variant): the same function the
+runtime loader (monolith.megakernel.load_extension) uses, so CI compiles exactly the
+configuration that runs (variants.json's schema is in monolith/kernel_spec.py). Variants with
+identical flags compile to the same object, so they are compiled once.
 
 Registers and spills come from `-Xptxas -v`. Prints a table; exits 1 if anything failed to compile.
 Runs at most --jobs nvcc processes at once (CI has 2 cores).
@@ -17,7 +15,6 @@ Runs at most --jobs nvcc processes at once (CI has 2 cores).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -29,16 +26,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # run as a script from anywhere: the monolith package is beside it
+    sys.path.insert(0, str(REPO))
+
+from monolith import kernel_spec  # noqa: E402
+from monolith.console import make_console  # noqa: E402
+
 DEFAULT_ARCHS = ("sm_90a", "sm_120a")
-BASE_FLAGS = ["-std=c++17", "-O3"]
+PROBE_FLAGS = ["-std=c++17", "-O3"]  # probes are standalone; each file's header has its compile line
 
 
 @dataclass
 class Target:
-    """One compile: a source with defines, for every arch."""
+    """One compile: a source with its full nvcc flags (no arch), for every arch."""
     label: str
     source: Path
-    defines: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
 
 
@@ -60,45 +62,26 @@ def gencode(arch: str) -> str:
 
 
 def load_variants(path: Path, repo: Path = REPO) -> list[Target]:
-    """Targets for kernel/variants.json: each distinct define set, plain and X-ray. [] if absent."""
+    """Targets for kernel/variants.json: each distinct flag set, plain and X-ray. [] if absent."""
     path = Path(path)
     if not path.is_file():
         return []
-    try:
-        spec = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from e
-    if not isinstance(spec, dict) or "source" not in spec or "variants" not in spec:
-        raise ValueError(f"{path}: needs 'source' and 'variants'")
-    src = repo / spec["source"]
-    xsrc = repo / spec["xray_source"] if spec.get("xray_source") else None
-    extra = spec.get("extra_flags", [])
-    if not isinstance(extra, list) or not all(isinstance(f, str) for f in extra):
-        raise ValueError(f"{path}: 'extra_flags' must be a list of strings")
-    variants = spec["variants"]
-    if not isinstance(variants, list) or not variants:
-        raise ValueError(f"{path}: 'variants' must be a non-empty list")
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for i, v in enumerate(variants):
-        if not isinstance(v, dict) or not isinstance(v.get("name"), str):
-            raise ValueError(f"{path}: variant #{i} needs a 'name'")
-        defs = v.get("defines", [])
-        if not isinstance(defs, list) or not all(isinstance(d, str) and d and not d.startswith("-") for d in defs):
-            raise ValueError(f"{path}: variant {v['name']!r}: 'defines' must be a list like [\"NAME=1\"]")
-        groups.setdefault(tuple(defs), []).append(v["name"])
+    spec = kernel_spec.load_variants(path)  # ValueError naming the problem
+    src, xsrc = kernel_spec.build_sources(spec, repo)
+    groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[str]] = {}
+    for v in spec["variants"]:
+        key = (tuple(kernel_spec.build_flags(v, spec=spec)), tuple(kernel_spec.build_flags(v, xray=True, spec=spec)))
+        groups.setdefault(key, []).append(v["name"])
     targets = []
-    for defs, names in groups.items():
+    for (plain, xray), names in groups.items():
         label = "+".join(names)
-        targets.append(Target(f"kernel {label}", src, list(defs), list(extra)))
-        if xsrc is not None:
-            targets.append(Target(f"kernel {label} [xray]", xsrc, list(defs), list(extra)))
-        else:
-            targets.append(Target(f"kernel {label} [xray]", src, [*defs, "MONOLITH_XRAY"], list(extra)))
+        targets.append(Target(f"kernel {label}", src, list(plain)))
+        targets.append(Target(f"kernel {label} [xray]", xsrc or src, list(xray)))
     return targets
 
 
 def probe_targets(repo: Path = REPO) -> list[Target]:
-    return [Target(f"probe {p.stem}", p) for p in sorted((repo / "probes").glob("*.cu"))]
+    return [Target(f"probe {p.stem}", p, list(PROBE_FLAGS)) for p in sorted((repo / "probes").glob("*.cu"))]
 
 
 def parse_ptxas(log: str) -> dict[str, dict]:
@@ -124,11 +107,13 @@ def parse_ptxas(log: str) -> dict[str, dict]:
     return kernels
 
 
+def compile_command(nvcc: str, t: Target, arch: str, obj: Path) -> list[str]:
+    return [nvcc, *t.flags, gencode(arch), "-Xptxas", "-v", "-I", str(REPO / "kernel"), "-c", str(t.source), "-o", str(obj)]
+
+
 def compile_one(nvcc: str, t: Target, arch: str, outdir: Path) -> Outcome:
-    flags = t.flags or BASE_FLAGS
     obj = outdir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{t.label}_{arch}") + ".o")
-    cmd = [nvcc, *flags, gencode(arch), "-Xptxas", "-v", "-I", str(REPO / "kernel"),
-           *[f"-D{d}" for d in t.defines], "-c", str(t.source), "-o", str(obj)]
+    cmd = compile_command(nvcc, t, arch, obj)
     t0 = time.monotonic()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
@@ -152,10 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verbose", "-v", action="store_true", help="one row per kernel function")
     a = ap.parse_args(argv)
 
-    from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     archs = [x.strip() for x in a.arch.split(",") if x.strip()]
     try:
         for arch in archs:
@@ -180,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         for f in futs:
             o = f.result()
             outcomes.append(o)
-            console.print(f"  {'ok  ' if o.ok else 'FAIL'} {o.label} ({o.arch}) {o.seconds:.1f} s", highlight=False)
+            console.print(f"  {'ok  ' if o.ok else 'FAIL'} {o.label} ({o.arch}) {o.seconds:.1f} s", highlight=False,
+                          markup=False)
 
     table = Table(title=f"nvcc compile ({len(jobs)} builds, {time.monotonic() - t0:.0f} s)")
     table.add_column("target", no_wrap=True)
@@ -190,18 +176,18 @@ def main(argv: list[str] | None = None) -> int:
         regs = [k["regs"] for k in o.kernels.values() if k["regs"] is not None]
         st = sum(k["spill_st"] for k in o.kernels.values())
         ld = sum(k["spill_ld"] for k in o.kernels.values())
-        table.add_row(o.label, o.arch, "[green]ok[/]" if o.ok else "[red]FAILED[/]", str(len(o.kernels)),
+        table.add_row(escape(o.label), o.arch, "[green]ok[/]" if o.ok else "[red]FAILED[/]", str(len(o.kernels)),
                       str(max(regs)) if regs else "-", f"{st}/{ld}" if o.ok else "-", f"{o.seconds:.1f}")
         if a.verbose:
             for name, k in sorted(o.kernels.items()):
-                table.add_row(f"  {name[:60]}", "", "", "", str(k["regs"]), f"{k['spill_st']}/{k['spill_ld']}", "")
+                table.add_row(escape(f"  {name[:60]}"), "", "", "", str(k["regs"]), f"{k['spill_st']}/{k['spill_ld']}", "")
     console.print(table)
     failed = [o for o in outcomes if not o.ok]
     for o in failed:
-        console.print(f"[bold red]{o.label} ({o.arch}) failed:[/]\n{o.log[-3000:]}", highlight=False)
+        console.print(f"[bold red]{escape(o.label)} ({o.arch}) failed:[/]\n{escape(o.log[-3000:])}", highlight=False)
     spilled = [o for o in outcomes if o.ok and any(k["spill_st"] or k["spill_ld"] for k in o.kernels.values())]
     if spilled:
-        console.print("[yellow]register spills in:[/] " + ", ".join(f"{o.label} ({o.arch})" for o in spilled))
+        console.print("[yellow]register spills in:[/] " + escape(", ".join(f"{o.label} ({o.arch})" for o in spilled)))
     return 1 if failed else 0
 
 

@@ -92,7 +92,6 @@ def test_no_engine_can_bypass_the_checks():
     # every engine of the project is an Engine whose public methods are the checked ones
     from monolith.bench.baselines.graphs import GraphEngine
     from monolith.bench.baselines.hf import HFEngine
-
     from monolith.megakernel import MegakernelEngine
     from monolith.reference import ReferenceEngine
 

@@ -4,11 +4,11 @@ import json
 import pytest
 import torch
 from harness_fakes import FakeEngine, swap_top2_when
+
+from monolith import results
 from monolith.bench import bytemodel, decode, power, suite
 from monolith.bench.baselines import registry
 from monolith.eval import correctness
-
-from monolith import results
 
 
 def test_stats_median_min_max():
@@ -45,7 +45,7 @@ def test_byte_model_numbers():
     assert list(bytemodel.decode_positions(10, 3)) == [11, 12, 13]
     p = bytemodel.predict_us({}, 0, 4.53)
     assert p["us"] == pytest.approx(263, abs=1) and "floor" in p["kind"]
-    # four 0.9 µs barriers per layer: +100.8 µs (MISSION §2)
+    # four 0.9 µs barriers per layer: +100.8 µs (NOTES.md, Facts)
     p4 = bytemodel.predict_us({"time_model": {"syncs_per_layer": 4}}, 0, 4.53)
     assert p4["us"] - p["us"] == pytest.approx(28 * 4 * 0.9)
 
@@ -208,9 +208,8 @@ def test_llamacpp_script_end_to_end_with_fakes(tmp_path):
     import os
     import subprocess
 
-    from monolith.bench.baselines import llamacpp
-
     from monolith import REPO_ROOT
+    from monolith.bench.baselines import llamacpp
 
     script = REPO_ROOT / "bench" / "baselines" / "llamacpp.sh"
     out = tmp_path / "none.json"

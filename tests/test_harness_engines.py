@@ -2,6 +2,7 @@
 the gate + bench protocol runs end to end on the reference (perf_counter timing: not headline)."""
 import pytest
 import torch
+
 from monolith.bench import decode, suite
 from monolith.bench.baselines import registry
 from monolith.eval import correctness

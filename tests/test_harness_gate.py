@@ -1,5 +1,6 @@
 """The correctness gate's rules, with fake engines (CPU, fast)."""
 from harness_fakes import FakeEngine, swap_top2_when
+
 from monolith.eval import correctness as C
 
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]

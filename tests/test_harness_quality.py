@@ -4,9 +4,9 @@ import math
 import pytest
 import torch
 from harness_fakes import FakeEngine, V, swap_top2_when
-from monolith.eval import quality as Q
 
 from monolith.engine import Engine
+from monolith.eval import quality as Q
 
 
 def test_nll_and_kl_known_values():

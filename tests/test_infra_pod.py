@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import typer
-from monolith.infra import pod
 from typer.testing import CliRunner
 
 from monolith import cli_pod
 from monolith.errors import MonolithError
+from monolith.infra import pod
 
 runpod = pytest.importorskip("runpod")
 import requests  # noqa: E402  (installed with runpod)

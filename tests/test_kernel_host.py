@@ -1,26 +1,19 @@
 """Host-side checks of the megakernel (no GPU): the packed layout, the config header, the
 RoPE table, the byte model, and the refusals that happen before any launch."""
 import json
-import re
 
 import pytest
 import torch
 
-from monolith import REPO_ROOT
+from monolith import REPO_ROOT, kernel_spec
 from monolith import config as C
 from monolith import megakernel as mk
 from monolith.errors import MonolithError
 
 
 def parse_config_header() -> dict[str, float]:
-    """Evaluate every `constexpr <type> kName = <expr>;` of kernel/config.cuh in order."""
-    env: dict[str, float] = {}
-    text = (REPO_ROOT / "kernel" / "config.cuh").read_text()
-    for m in re.finditer(r"constexpr\s+(?:int64_t|int|float)\s+(k\w+)\s*=\s*([^;]+);", text):
-        expr = re.sub(r"int64_t\(([^)]*)\)", r"(\1)", m.group(2))
-        expr = re.sub(r"(\d(?:\.\d*)?(?:e-?\d+)?)f\b", r"\1", expr)
-        env[m.group(1)] = eval(expr, {}, dict(env))  # noqa: S307 (our own header)
-    return env
+    """Every `constexpr` of kernel/config.cuh, evaluated (the one parser: monolith.kernel_spec)."""
+    return kernel_spec.config_constants()
 
 
 def test_header_matches_python_config():
@@ -39,7 +32,7 @@ def test_header_matches_packing_offsets():
         mk.OFF_QKV, mk.OFF_O, mk.OFF_GATEUP, mk.OFF_DOWN, mk.LAYER_ELEMS)
     assert (h["kNormInLn"], h["kNormPostLn"], h["kNormQ"], h["kNormK"], h["kNormLayerElems"]) == (
         mk.NORM_IN_LN, mk.NORM_POST_LN, mk.NORM_Q, mk.NORM_K, mk.NORM_LAYER_ELEMS)
-    # MISSION §2: a bf16 layer is ~31.5 MB (15.7 M weights)
+    # NOTES.md, facts: a bf16 layer is ~31.5 MB (15.7 M weights)
     assert h["kLayerBytes"] == mk.LAYER_ELEMS * 2
     assert 31.4e6 < h["kLayerBytes"] < 31.5e6
     assert h["kSmemBytes"] <= 48 * 1024
@@ -90,9 +83,9 @@ def test_rope_table_uses_theta_1e6():
     assert (wrong[pos] - r[pos]).abs().max() > 0.1  # the theta bug would be visible
 
 
-def test_byte_model_matches_mission():
+def test_byte_model_matches_the_model_facts():
     b0 = mk.bytes_per_token(0)
-    # MISSION §2: ~880.9 MB layers + 311.2 MB LM head in bf16; KV 114.7 KB per position
+    # NOTES.md, facts: ~880.9 MB layers + 311.2 MB LM head in bf16; KV 114.7 KB per position
     assert 1.19e9 < b0 < 1.195e9
     assert mk.kv_bytes_per_position() == 114_688
     assert mk.bytes_per_token(256) - b0 == 256 * 114_688

@@ -26,9 +26,9 @@ def test_brief_format_plain_and_xray(tmp_path):
     ts = ca.load_variants(p, repo=tmp_path)
     assert [t.label for t in ts] == ["kernel bf16-upstream", "kernel bf16-upstream [xray]",
                                      "kernel fp8", "kernel fp8 [xray]"]
-    assert ts[1].defines == ["MONOLITH_VARIANT=0", "MONOLITH_XRAY"]
+    assert ts[0].flags == ["-std=c++17", "-O3", "-DMONOLITH_VARIANT=0"]
+    assert ts[1].flags == ["-std=c++17", "-O3", "-DMONOLITH_VARIANT=0", "-DMONOLITH_XRAY"]
     assert ts[0].source == tmp_path / "kernel/megakernel.cu"
-    assert ts[0].flags == ["-std=c++17", "-O3"]
 
 
 def test_xray_source_and_dedupe(tmp_path):
@@ -37,7 +37,7 @@ def test_xray_source_and_dedupe(tmp_path):
                                        {"name": "fp8", "id": 1}]})
     ts = ca.load_variants(p, repo=tmp_path)
     assert [t.label for t in ts] == ["kernel bf16-upstream+fp8", "kernel bf16-upstream+fp8 [xray]"]
-    assert ts[1].source.name == "megakernel_xray.cu" and ts[1].defines == []
+    assert ts[1].source.name == "megakernel_xray.cu" and ts[1].flags == []
 
 
 def test_missing_file_means_no_kernels(tmp_path):
@@ -50,6 +50,9 @@ def test_missing_file_means_no_kernels(tmp_path):
     {"source": "a.cu", "variants": [{"name": "x", "defines": "A=1"}]},
     {"source": "a.cu", "variants": [{"name": "x", "defines": ["-DA=1"]}]},
     {"source": "a.cu", "extra_flags": "-O3", "variants": [{"name": "x"}]},
+    {"source": "a.cu", "extra_flags": ["O3"], "variants": [{"name": "x"}]},
+    {"source": "a.cu", "variants": [{"name": "x", "id": 0}, {"name": "y", "id": 0}]},
+    {"source": "a.cu", "variants": [{"name": "x"}, {"name": "x"}]},
 ])
 def test_bad_variant_files(tmp_path, bad):
     with pytest.raises(ValueError):
@@ -90,3 +93,68 @@ def test_arch_validation_and_probe_list():
 
 def test_bad_arch_exits_2():
     assert ca.main(["--arch", "hopper", "--only", "probes"]) == 2
+
+
+def _fake_nvcc(tmp_path) -> Path:
+    """Stands in for nvcc: records its arguments, writes the object and ptxas-style info."""
+    nv = tmp_path / "nvcc"
+    nv.write_text("#!/bin/sh\n"
+                  f'echo "$@" >> {tmp_path / "calls"}\n'
+                  'while [ $# -gt 0 ]; do [ "$1" = -o ] && : > "$2"; shift; done\n'
+                  "echo \"ptxas info    : Compiling entry function '_Z4stepv' for 'sm_90a'\" >&2\n"
+                  'echo "ptxas info    : Used 96 registers, used 1 barriers, 8 bytes smem" >&2\n')
+    nv.chmod(0o755)
+    return nv
+
+
+def test_ci_compiles_with_the_loaders_flags(tmp_path, monkeypatch):
+    """The flags CI compiles with are kernel_spec.build_flags(variant), the function the runtime
+    loader calls; a flag added to variants.json reaches both (the loader used to read a key that
+    did not exist, so CI and the running extension were configured differently)."""
+    import torch
+
+    from monolith import kernel_spec
+    from monolith import megakernel as mk
+
+    spec = json.loads((ca.REPO / "kernel" / "variants.json").read_text())
+    spec["extra_flags"] = [*spec.get("extra_flags", []), "-DMONOLITH_TEST_FLAG=1"]
+    vfile = _write(tmp_path, spec)
+    monkeypatch.setattr(kernel_spec, "VARIANTS_FILE", vfile)
+    name = spec["variants"][0]["name"]
+    want = kernel_spec.build_flags(name)
+    assert "-DMONOLITH_TEST_FLAG=1" in want and "-O3" in want
+
+    # CI: the nvcc command line of the plain build
+    nv = _fake_nvcc(tmp_path)
+    assert ca.main(["--nvcc", str(nv), "--only", "kernels", "--arch", "sm_90a", "--variants", str(vfile)]) == 0
+    calls = (tmp_path / "calls").read_text().splitlines()
+    plain = next(c.split() for c in calls if c.split()[-3].endswith("megakernel.cu"))
+    assert plain[:len(want)] == want and plain[len(want)] == ca.gencode("sm_90a")
+
+    # runtime: the flags handed to torch's extension builder (no GPU: the builder is a stand-in)
+    seen = {}
+
+    class Ext:
+        pass
+
+    def fake_load(**kw):
+        seen.update(kw)
+        return Ext()
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(mk, "_arch_flags", lambda: [ca.gencode("sm_90a")])
+    monkeypatch.setattr(mk, "_EXT", {})
+    monkeypatch.setattr("torch.utils.cpp_extension.load", fake_load)
+    monkeypatch.setattr(mk, "REPO_ROOT", tmp_path)  # build/ext-<tag> goes to tmp
+    ext = mk.load_extension(name)
+    assert seen["extra_cuda_cflags"] == [*want, ca.gencode("sm_90a")] == ext.build_info["nvcc_flags"]
+    assert [p.rsplit("/", 1)[-1] for p in seen["sources"]][1:] == [Path(spec["source"]).name, Path(spec["xray_source"]).name]
+
+
+def test_labels_keep_brackets_and_tables_keep_their_width(tmp_path, capsys):
+    """"[xray]" is text, not rich markup, and a table written to a pipe is not cut to 80 columns."""
+    nv = _fake_nvcc(tmp_path)
+    assert ca.main(["--nvcc", str(nv), "--only", "kernels", "--arch", "sm_90a,sm_120a"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("[xray] (sm_90a)") == 1 and "[xray]" in out.split("nvcc compile")[1]
+    assert "…" not in out

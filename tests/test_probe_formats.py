@@ -6,6 +6,7 @@ against the format-definition decoders; probes/cvt.cu checks the real thing on t
 import math
 
 import pytest
+
 from monolith.probes import fp_formats as ff
 
 

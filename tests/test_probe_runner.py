@@ -4,9 +4,9 @@ import stat
 import sys
 
 import pytest
-from monolith.probes import run as pr
 
 from monolith.errors import MonolithError
+from monolith.probes import run as pr
 
 # Recorded-style outputs (shape of what the probes print with --json; numbers illustrative).
 BANDWIDTH_ROW = {"pattern": "interleaved", "blocks": 528, "threads": 512, "loads": 4, "regs": 32,

@@ -2,11 +2,11 @@
 import json
 
 import pytest
+
+from monolith.errors import MonolithError
 from monolith.xray.export import to_page, write_page
 from monolith.xray.site import build_site_data, bytes_per_token, extract_tour
 from monolith.xray.synthetic import generate
-
-from monolith.errors import MonolithError
 
 CREATED = "2026-12-02T10:00:00Z"
 

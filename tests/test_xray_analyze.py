@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from monolith.xray.analyze import align, analyze, gantt_png, main, phase_bytes
 from monolith.xray.phases import by_name
 from monolith.xray.synthetic import generate

@@ -1,12 +1,12 @@
 import json
 
 import pytest
-from monolith.xray.raw import save_raw
-from monolith.xray.synthetic import generate
 from typer.testing import CliRunner
 
 from monolith.cli import app
 from monolith.errors import MonolithError
+from monolith.xray.raw import save_raw
+from monolith.xray.synthetic import generate
 
 runner = CliRunner()
 

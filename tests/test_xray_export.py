@@ -4,6 +4,9 @@ import json
 
 import numpy as np
 import pytest
+
+from monolith import REPO_ROOT
+from monolith.errors import MonolithError
 from monolith.xray.analyze import align, analyze
 from monolith.xray.export import (
     dumps_page,
@@ -17,9 +20,6 @@ from monolith.xray.export import (
 )
 from monolith.xray.phases import load_phases
 from monolith.xray.synthetic import generate
-
-from monolith import REPO_ROOT
-from monolith.errors import MonolithError
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +94,8 @@ CASES = [
     (_set(["events"], []), "events must be an object"),
     (_set(["phases"], {}), "phases must be an array"),
     (_set(["meta", "variant"], _DEL), "missing field meta.variant"),
-    (_set(["meta", "sm_count"], 0), "meta.sm_count must be an integer >= 1"),
-    (_set(["meta", "token_time_us"], -1), "meta.token_time_us must be a number > 0 or null"),
+    (_set(["meta", "sm_count"], 0), r"meta.sm_count must be an integer in \[1, 1024\], got 0"),
+    (_set(["meta", "token_time_us"], -1), "meta.token_time_us must be a finite number > 0 or null, got -1"),
     (_set(["summary"], []), "summary must be an object"),
     (_set(["phases"], []), "phases must not be empty"),
     (_set(["phases", 1, "id"], 0), "duplicate phase id"),
@@ -112,7 +112,7 @@ CASES = [
     (_set(["events", "block", 5], True), r"events.block\[5\] must be an integer"),
     (_set(["events", "phase", 7], 99), r"events.phase\[7\]: unknown phase id 99"),
     (_set(["events", "block", 3], 999), r"events.block\[3\]: unknown block"),
-    (_set(["events", "layer", 3], -1), r"events.layer\[3\]: negative layer"),
+    (_set(["events", "layer", 3], -1), r"events.layer\[3\]: layer outside \[0, 65535\] -1"),
     (_set(["events", "start_ns", 3], -4), r"events.start_ns\[3\]: negative start"),
     (_set(["events", "dur_ns", 17], -3), r"events.dur_ns\[17\]: negative duration -3"),
 ]

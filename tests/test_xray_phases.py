@@ -1,7 +1,7 @@
 import pytest
-from monolith.xray.phases import DEF_PATH, load_phases, parse_phases
 
 from monolith.errors import MonolithError
+from monolith.xray.phases import DEF_PATH, load_phases, parse_phases
 
 
 def test_phase_ids_dense_and_unique():

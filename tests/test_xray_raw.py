@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
-from monolith.xray.raw import load_raw, save_raw
-from monolith.xray.synthetic import generate
 
 from monolith.errors import MonolithError
+from monolith.xray.raw import load_raw, save_raw
+from monolith.xray.synthetic import generate
 
 
 @pytest.fixture(scope="module")

@@ -19,16 +19,26 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from monolith.xray.phases import load_phases
-from monolith.xray.raw import COL, validate_raw
 
 from monolith.config import HEAD_DIM, HIDDEN, INTERMEDIATE, KV_DIM, NUM_KV_HEADS, Q_DIM, VOCAB
 from monolith.errors import MonolithError
+from monolith.kernel_spec import xray_max_events
+from monolith.xray.phases import load_phases
+from monolith.xray.raw import COL, validate_raw
 
 UPSTREAM = {"us_per_layer": 28.0, "barrier_us_per_layer": 8.8, "source": "AlpinDale/qwen_megakernel README (RTX 5090)"}
 SUMMARY_SCHEMA = "monolith-xray-summary/1"
-NOMINAL_SM_MHZ = 1980.0  # H200 measured SM clock (MISSION §1); used only when a fit is impossible
-XRAY_MAX_EVENTS = 320    # kernel/xray.cuh kXrayMaxEvents, when meta does not say
+NOMINAL_SM_MHZ = 1980.0  # H200 measured SM clock (NOTES.md, facts); used only when a fit is impossible
+# How per-phase bandwidth is measured (the summary carries these sentences next to the numbers).
+BW_METHOD = {
+    "per_phase": "issue to use: a phase's bytes over the interval from the start of the wait(s) just before it "
+                 "in each block's sequence (the kernel issues a phase's weight loads before it waits on the "
+                 "preceding barrier/flag) to the phase's last end, earliest to latest over blocks, per layer",
+    "per_phase_own_span": "the phase's bytes over its own span only (earliest start to latest end over blocks): "
+                          "overstates a phase whose loads were in flight during the wait before it",
+    "per_layer": "grid bandwidth over time windows: the byte model's bytes of one layer over the mean layer time "
+                 "(first start of a layer to the next layer's first start); no attribution to phases",
+}
 
 # ---------------------------------------------------------------- clock alignment
 
@@ -142,6 +152,28 @@ def _union_len(iv: np.ndarray) -> tuple[float, list[tuple[float, float]]]:
     return total, gaps
 
 
+def _tbs(nbytes: float, ns: float) -> float | None:
+    return float(nbytes / (ns * 1e-9) / 1e12) if ns > 0 else None
+
+
+def _issue_starts(s: np.ndarray, blk: np.ndarray, is_wait: np.ndarray) -> np.ndarray:
+    """Per event: when its loads could have been issued. A work phase that follows a run of
+    waits in its block's sequence gets the start of that run (the kernel issues the next
+    phase's loads, then waits); any other event gets its own start."""
+    issue = s.copy()
+    run_start, prev = None, None
+    for i in np.lexsort((s, blk)):
+        if blk[i] != prev:
+            run_start, prev = None, blk[i]
+        if is_wait[i]:
+            run_start = s[i] if run_start is None else run_start
+        else:
+            if run_start is not None:
+                issue[i] = run_start
+            run_start = None
+    return issue
+
+
 def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min_ns: float = 100.0) -> dict:
     meta, ev = validate_raw(meta, events)
     al = align(meta, ev, method)
@@ -149,12 +181,15 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
     d = e - s
     phases = load_phases()
     blk, sm, ph, lay = (ev[:, COL[k]] for k in ("block", "smid", "phase", "layer"))
-    span = float(e.max())  # start is 0 by construction
+    span = float(e.max())  # start is 0 by construction; 0 when every interval is empty
     nblocks = int(meta["blocks"])
-    n_layers = int(lay[np.isin(ph, [p.id for p in phases if p.scope == "layer"])].max() + 1) if len(ev) else 0
+    layer_scoped = np.isin(ph, [p.id for p in phases if p.scope == "layer"])
+    n_layers = int(lay[layer_scoped].max() + 1) if layer_scoped.any() else 0  # a trace may have no layer phases
     kind = {p.id: p.kind for p in phases}
+    name_of = {p.id: p.name for p in phases}
     is_wait = np.array([kind[p] == "wait" for p in ph])
     bytes_model = phase_bytes(meta["variant"], int(meta["position"]))
+    issue = _issue_starts(s, blk, is_wait)
 
     per_phase = []
     for p in phases:
@@ -171,12 +206,16 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
                "span_per_layer_us": float(np.mean(spans) / 1e3), "span_total_us": float(np.sum(spans) / 1e3)}
         if p.name in bytes_model:
             nb = bytes_model[p.name]["bytes"] * len(spans)
+            windows = [float(e[m & (lay == L)].max() - issue[m & (lay == L)].min()) for L in np.unique(lay[m])]
             row["bytes"] = int(nb)
-            row["eff_bw_tbs"] = float(nb / (np.sum(spans) * 1e-9) / 1e12) if np.sum(spans) > 0 else None
+            row["bw_own_span_tbs"] = _tbs(nb, np.sum(spans))
+            row["bw_issue_to_use_tbs"] = _tbs(nb, np.sum(windows))
+            row["issue_to_use_per_layer_us"] = float(np.mean(windows) / 1e3)
+            row["eff_bw_tbs"] = row["bw_issue_to_use_tbs"]  # the figure we stand behind (BW_METHOD["per_phase"])
         per_phase.append(row)
 
     wait_ns = np.bincount(blk[is_wait], weights=d[is_wait], minlength=nblocks)
-    bar = is_wait & np.array([phases[p].name.startswith("bar_") for p in ph])
+    bar = is_wait & np.array([name_of[p].startswith("bar_") for p in ph])
     bar_ns = np.bincount(blk[bar], weights=d[bar], minlength=nblocks)
     block_sm = {}
     for b, m in zip(blk.tolist(), sm.tolist(), strict=True):
@@ -192,10 +231,12 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
         gaps_all += [(m_, g0, g1) for g0, g1 in gaps if g1 - g0 >= gap_min_ns]
     gaps_all.sort(key=lambda x: x[1] - x[2])
 
-    # layer time: from the layer's first start to the next layer's first start (last: its end)
-    lstart = [float(s[lay == L].min()) for L in range(n_layers)]
-    lend = lstart[1:] + [float(e[(lay == n_layers - 1)].max())] if n_layers else []
-    layer_us = (np.array(lend) - np.array(lstart)) / 1e3 if n_layers else np.array([])
+    # layer time: from the layer's first start to the next layer's first start (last: its end);
+    # a layer with no events (a hostile or partial trace) has no time rather than a crash
+    present = [L for L in range(n_layers) if (layer_scoped & (lay == L)).any()]
+    lstart = [float(s[layer_scoped & (lay == L)].min()) for L in present]
+    lend = lstart[1:] + [float(e[layer_scoped & (lay == present[-1])].max())] if present else []
+    layer_us = (np.array(lend) - np.array(lstart)) / 1e3 if present else np.array([])
     layer_mask = lay < n_layers
     wait_per_layer = float(d[is_wait & layer_mask].sum() / 1e3 / nblocks / max(n_layers, 1))
     bar_per_layer = float(d[bar & layer_mask].sum() / 1e3 / nblocks / max(n_layers, 1))
@@ -204,7 +245,7 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
     token_us = float(meta["token_time_us"])
     warnings = []
     per_block = np.bincount(blk, minlength=nblocks)
-    cap = int(meta.get("xray_max_events") or XRAY_MAX_EVENTS)
+    cap = int(meta.get("xray_max_events") or xray_max_events())  # kernel/xray.cuh's kXrayMaxEvents
     if per_block.max() >= cap:
         warnings.append(f"blocks {np.nonzero(per_block >= cap)[0].tolist()[:8]} filled all {cap} event slots: "
                         "their trace is truncated (raise kXrayMaxEvents)")
@@ -213,7 +254,9 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
     if al["residual_ns"]["max"] > 2 * al["tick_ns"]:
         warnings.append(f"clock fit residual {al['residual_ns']['max']:.0f} ns exceeds 2 globaltimer ticks: "
                         "the SM clock changed during the token (throttling?) or stamps are torn")
-    if abs(span / 1e3 / token_us - 1) > 0.05:
+    if span <= 0:
+        warnings.append("every interval has zero length: the trace carries no time")
+    elif abs(span / 1e3 / token_us - 1) > 0.05:
         warnings.append(f"trace span {span / 1e3:.1f} µs differs from the CUDA-event token time {token_us:.1f} µs by more than 5%")
     return {
         "warnings": warnings,
@@ -227,6 +270,9 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
         "span_vs_token_time": {"ratio": span / 1e3 / token_us, "within_5pct": abs(span / 1e3 / token_us - 1) <= 0.05,
                                "note": "trace span (first stamp to last stamp) / CUDA-event time of the traced launch"},
         "phases": per_phase,
+        "bandwidth": {"method": BW_METHOD,
+                      "per_layer_tbs": _tbs(sum(v["bytes"] for v in bytes_model.values() if v["per"] == "layer"),
+                                            mean_layer * 1e3) if mean_layer else None},
         "layers": {"count": n_layers, "mean_us": mean_layer, "min_us": float(layer_us.min()) if len(layer_us) else None,
                    "max_us": float(layer_us.max()) if len(layer_us) else None,
                    "per_layer_us": [round(float(x), 4) for x in layer_us]},
@@ -260,27 +306,32 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
 
 
 def print_report(summ: dict, console=None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    con = console or Console()
+    from monolith.console import make_console
+
+    con = console or make_console()
     m = summ["meta"]
     ca = summ["clock_alignment"]
     con.print(f"[bold]X-ray[/] {m['variant']} on {m['gpu']} · position {m['position']} · "
               f"{m['blocks']} blocks × {m['threads']} threads on {m['sm_count']} SMs · {summ['events']} events")
     con.print(f"clock alignment: {ca['method']} · residual rms {ca['residual_ns']['rms']:.1f} ns, "
               f"max {ca['residual_ns']['max']:.1f} ns (tick {ca['tick_ns']} ns)")
-    t = Table(title="per phase")
-    for c in ("phase", "kind", "count", "sum block-µs", "µs/block", "span/layer µs", "MB", "TB/s"):
+    t = Table(title="per phase (TB/s issue→use: from the wait before the phase to its end; own span: the phase alone)")
+    for c in ("phase", "kind", "count", "sum block-µs", "µs/block", "span/layer µs", "MB", "TB/s issue→use",
+              "TB/s own span"):
         t.add_column(c, justify="left" if c in ("phase", "kind") else "right")
     for p in summ["phases"]:
         if not p["count"]:
-            t.add_row(p["name"], p["kind"], "0", "", "", "", "", "")
+            t.add_row(p["name"], p["kind"], "0", "", "", "", "", "", "")
             continue
         t.add_row(p["name"], p["kind"], str(p["count"]), f"{p['sum_us']:.1f}", f"{p['mean_per_block_us']:.2f}",
                   f"{p['span_per_layer_us']:.3f}", f"{p['bytes'] / 1e6:.2f}" if "bytes" in p else "",
-                  f"{p['eff_bw_tbs']:.2f}" if p.get("eff_bw_tbs") else "")
+                  f"{p['bw_issue_to_use_tbs']:.2f}" if p.get("bw_issue_to_use_tbs") else "",
+                  f"{p['bw_own_span_tbs']:.2f}" if p.get("bw_own_span_tbs") else "")
     con.print(t)
+    if summ.get("bandwidth", {}).get("per_layer_tbs"):
+        con.print(f"grid bandwidth per layer (bytes of a layer / layer time): {summ['bandwidth']['per_layer_tbs']:.2f} TB/s")
     bs = summ["barrier_share"]
     if bs["layer_us"]:
         con.print(f"layer {bs['layer_us']:.2f} µs: waits {bs['wait_us_per_layer']:.2f} µs/block "
@@ -331,7 +382,7 @@ def gantt_png(meta: dict, events: np.ndarray, path, method: str = "clock64-fit",
             rows[b] = len(labels)
             labels.append(f"SM{m} b{b}")
     rh = 6  # pixels per row: 4 painted, 2 of gap
-    span = float(e.max())
+    span = max(float(e.max()), 1e-3)  # a trace whose intervals are all empty still draws
     img = np.ones((len(labels) * rh, width_px, 3))
     for r in idle_rows:
         img[r * rh:(r + 1) * rh - 1, :] = to_rgb("#f3c0c0")

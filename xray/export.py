@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 import zlib
 from pathlib import Path
 
 import numpy as np
-from monolith.xray.analyze import align
-from monolith.xray.phases import load_phases
-from monolith.xray.raw import COL, validate_raw
 
 from monolith.errors import MonolithError
+from monolith.xray.analyze import align
+from monolith.xray.phases import load_phases
+from monolith.xray.raw import COL, MAX_BLOCKS, MAX_ID, MAX_SM_COUNT, validate_raw
 
 PAGE_FORMAT = "monolith-xray"
 PAGE_VERSION = 1
 COLUMNS = ("block", "phase", "layer", "start_ns", "dur_ns")
+MAX_TRACE_BYTES = 32 * 1024 * 1024   # JSON text, after gzip: checked while inflating, before parsing
+MAX_SAFE_INT = 2**53 - 1             # JavaScript's exact integers: the page reads every number as a double
 _META_COPY = ("variant", "gpu", "sm_count", "blocks", "threads", "position", "sm_clock_mhz", "token_time_us",
               "build", "weights", "created", "synthetic")
 _COLOR = re.compile(r"^#[0-9a-fA-F]{6}$")
@@ -70,6 +73,7 @@ def page_summary(summ: dict) -> dict:
         "grid_barrier_us_per_layer": r(bs["grid_barrier_us_per_layer"]),
         "wait_share": r(bs["wait_share"]), "upstream_share": r(bs["upstream"]["share"]),
         "idle_sms": summ["idle"]["idle_sms"], "span_vs_token_time": r(summ["span_vs_token_time"]["ratio"]),
+        "bw_method": (summ.get("bandwidth") or {}).get("method", {}).get("per_phase"),
     }
 
 
@@ -86,18 +90,40 @@ def write_page(page: dict, path) -> Path:
     return p
 
 
-def parse_page_bytes(data: bytes, where: str = "trace") -> dict:
-    """Rules 1-2: gzip (by its magic bytes) or plain UTF-8 JSON text."""
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except EOFError:
-            raise MonolithError(f"{where}: truncated gzip (the file ends before the compressed stream does)") from None
-        except (OSError, zlib.error) as e:
-            raise MonolithError(f"{where}: corrupt gzip: {e}") from None
+TOO_BIG = f"larger than {MAX_TRACE_BYTES} bytes of JSON (the reader's limit)"
+
+
+def _gunzip_capped(data: bytes, where: str) -> bytes:
+    """One gzip member, inflated to at most MAX_TRACE_BYTES: a small file that inflates to
+    gigabytes is refused while inflating, never held in memory."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip wrapper: zlib checks the CRC-32 and length
     try:
-        obj = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        out = d.decompress(data, MAX_TRACE_BYTES + 1)
+    except zlib.error as e:
+        msg = "CRC check failed" if "check" in str(e) else str(e)
+        raise MonolithError(f"{where}: corrupt gzip: {msg}") from None
+    if len(out) > MAX_TRACE_BYTES:
+        raise MonolithError(f"{where}: decompressed trace is {TOO_BIG}")
+    if not d.eof:
+        raise MonolithError(f"{where}: truncated gzip (the file ends before the compressed stream does)")
+    if d.unused_data:
+        raise MonolithError(f"{where}: corrupt gzip: data after the end of the compressed stream")
+    return out
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_page_bytes(data: bytes, where: str = "trace") -> dict:
+    """Rules 1-2: gzip (by its magic bytes) or plain UTF-8 JSON text, at most MAX_TRACE_BYTES."""
+    if data[:2] == b"\x1f\x8b":
+        data = _gunzip_capped(data, where)
+    elif len(data) > MAX_TRACE_BYTES:
+        raise MonolithError(f"{where}: trace is {TOO_BIG}")
+    try:  # NaN / Infinity are not JSON (Python's parser would take them; the browser's does not)
+        obj = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError) as e:
         raise MonolithError(f"{where}: not JSON: {e}") from None
     return validate_page_trace(obj, where)
 
@@ -110,11 +136,34 @@ def read_page(path) -> dict:
 
 
 def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    """An integer as JSON means it on both sides: no fractional part, exact in a double
+    (JavaScript reads 5.0 as 5 and 1e300 as an integer it cannot hold exactly)."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return False
+    if isinstance(x, float) and not (math.isfinite(x) and x.is_integer()):
+        return False
+    return abs(x) <= MAX_SAFE_INT
 
 
 def _is_num(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+_MISSING = object()
+
+
+def _show(x) -> str:
+    """A value in a message, written the way the page writes it (JSON.stringify; a missing
+    field shows as None), so both readers give the same message for the same file."""
+    if x is _MISSING:
+        return "None"
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            return "null"
+        if x.is_integer() and abs(x) < 1e21:
+            return str(int(x))
+        return re.sub(r"e([+-])0*(\d)", r"e\1\2", repr(x))
+    return json.dumps(x, separators=(",", ":"), ensure_ascii=False)
 
 
 def validate_page_trace(obj, where: str = "trace") -> dict:
@@ -125,11 +174,11 @@ def validate_page_trace(obj, where: str = "trace") -> dict:
     if not isinstance(obj, dict):
         fail(f"top level must be a JSON object, got {type(obj).__name__}")
     if obj.get("format") != PAGE_FORMAT:
-        fail(f"not a {PAGE_FORMAT} trace (format = {obj.get('format')!r})")
+        fail(f"not a {PAGE_FORMAT} trace (format = {_show(obj.get('format', _MISSING))})")
     if not _is_int(obj.get("version")):
-        fail(f"version must be an integer, got {obj.get('version')!r}")
+        fail(f"version must be an integer, got {_show(obj.get('version', _MISSING))}")
     if obj["version"] != PAGE_VERSION:
-        fail(f"unsupported version {obj['version']} (this reader supports {PAGE_VERSION})")
+        fail(f"unsupported version {_show(obj['version'])} (this reader supports {PAGE_VERSION})")
     for key, typ, tname in (("meta", dict, "object"), ("phases", list, "array"), ("blocks", list, "array"),
                             ("events", dict, "object")):
         if key not in obj:
@@ -139,14 +188,14 @@ def validate_page_trace(obj, where: str = "trace") -> dict:
     meta = obj["meta"]
     for key, ok, want in (("variant", lambda v: isinstance(v, str) and v != "", "a non-empty string"),
                           ("gpu", lambda v: isinstance(v, str), "a string"),
-                          ("sm_count", lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
-                          ("blocks", lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+                          ("sm_count", lambda v: _is_int(v) and 1 <= v <= MAX_SM_COUNT, f"an integer in [1, {MAX_SM_COUNT}]"),
+                          ("blocks", lambda v: _is_int(v) and 1 <= v <= MAX_BLOCKS, f"an integer in [1, {MAX_BLOCKS}]"),
                           ("position", lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-                          ("token_time_us", lambda v: v is None or (_is_num(v) and v > 0), "a number > 0 or null")):
+                          ("token_time_us", lambda v: v is None or (_is_num(v) and v > 0), "a finite number > 0 or null")):
         if key not in meta:
             fail(f"missing field meta.{key}")
         if not ok(meta[key]):
-            fail(f"meta.{key} must be {want}, got {meta[key]!r}")
+            fail(f"meta.{key} must be {want}, got {_show(meta[key])}")
     if "summary" in obj and not isinstance(obj["summary"], dict):
         fail("summary must be an object when present")
 
@@ -161,18 +210,18 @@ def validate_page_trace(obj, where: str = "trace") -> dict:
         for k in ("id", "name", "kind", "scope", "color"):
             if k not in p:
                 fail(f"missing field {at}.{k}")
-        if not _is_int(p["id"]) or p["id"] < 0:
-            fail(f"{at}.id must be an integer >= 0, got {p['id']!r}")
+        if not _is_int(p["id"]) or not 0 <= p["id"] <= MAX_ID:
+            fail(f"{at}.id must be an integer in [0, {MAX_ID}], got {_show(p['id'])}")
         if p["id"] in ids:
-            fail(f"{at}.id {p['id']} is a duplicate phase id")
+            fail(f"{at}.id {_show(p['id'])} is a duplicate phase id")
         if not isinstance(p["name"], str) or not p["name"] or p["name"] in names:
-            fail(f"{at}.name must be a unique non-empty string, got {p['name']!r}")
+            fail(f"{at}.name must be a unique non-empty string, got {_show(p['name'])}")
         if p["kind"] not in ("work", "wait"):
-            fail(f"{at}.kind must be \"work\" or \"wait\", got {p['kind']!r}")
+            fail(f"{at}.kind must be \"work\" or \"wait\", got {_show(p['kind'])}")
         if p["scope"] not in ("layer", "token"):
-            fail(f"{at}.scope must be \"layer\" or \"token\", got {p['scope']!r}")
+            fail(f"{at}.scope must be \"layer\" or \"token\", got {_show(p['scope'])}")
         if not isinstance(p["color"], str) or not _COLOR.match(p["color"]):
-            fail(f"{at}.color must be \"#rrggbb\", got {p['color']!r}")
+            fail(f"{at}.color must be \"#rrggbb\", got {_show(p['color'])}")
         ids.add(p["id"])
         names.add(p["name"])
 
@@ -184,10 +233,10 @@ def validate_page_trace(obj, where: str = "trace") -> dict:
         for k in ("block", "sm"):
             if k not in b:
                 fail(f"missing field {at}.{k}")
-        if not _is_int(b["block"]) or b["block"] < 0 or b["block"] in block_ids:
-            fail(f"{at}.block must be a unique integer >= 0, got {b['block']!r}")
+        if not _is_int(b["block"]) or not 0 <= b["block"] < meta["blocks"] or b["block"] in block_ids:
+            fail(f"{at}.block must be a unique integer in [0, meta.blocks={_show(meta['blocks'])}), got {_show(b['block'])}")
         if not _is_int(b["sm"]) or not 0 <= b["sm"] < meta["sm_count"]:
-            fail(f"{at}.sm must be an integer in [0, meta.sm_count={meta['sm_count']}), got {b['sm']!r}")
+            fail(f"{at}.sm must be an integer in [0, meta.sm_count={_show(meta['sm_count'])}), got {_show(b['sm'])}")
         block_ids.add(b["block"])
 
     evs = obj["events"]
@@ -205,14 +254,14 @@ def validate_page_trace(obj, where: str = "trace") -> dict:
         col = evs[c]
         bad = next((i for i, v in enumerate(col) if not _is_int(v)), None)
         if bad is not None:
-            fail(f"events.{c}[{bad}] must be an integer, got {col[bad]!r}")
+            fail(f"events.{c}[{bad}] must be an integer, got {_show(col[bad])}")
     checks = (("phase", lambda v: v in ids, "unknown phase id"), ("block", lambda v: v in block_ids, "unknown block (not in blocks)"),
-              ("layer", lambda v: v >= 0, "negative layer"), ("start_ns", lambda v: v >= 0, "negative start"),
+              ("layer", lambda v: 0 <= v <= MAX_ID, f"layer outside [0, {MAX_ID}]"), ("start_ns", lambda v: v >= 0, "negative start"),
               ("dur_ns", lambda v: v >= 0, "negative duration"))
     for c, ok, msg in checks:
         bad = next((i for i, v in enumerate(evs[c]) if not ok(v)), None)
         if bad is not None:
-            fail(f"events.{c}[{bad}]: {msg} {evs[c][bad]}")
+            fail(f"events.{c}[{bad}]: {msg} {_show(evs[c][bad])}")
     return obj
 
 

@@ -10,6 +10,7 @@ exactly (lossless int64 arithmetic) and returns the contract's [N, 8] int64 arra
 from __future__ import annotations
 
 import json
+import math
 import zipfile
 from pathlib import Path
 
@@ -21,6 +22,12 @@ RAW_FORMAT = "monolith-xray-raw"
 RAW_VERSION = 1
 COLUMNS = ("block", "smid", "phase", "layer", "g0", "g1", "c0", "c1")
 COL = {name: i for i, name in enumerate(COLUMNS)}
+# Bounds shared by every reader of traces (raw here, the page format in export.py and in the page's
+# web/src/trace.ts, which a test compares with these): readers allocate per SM and per block, so a
+# file may not ask for more than a GPU has, and ids must fit the kernel's u16 record fields.
+MAX_SM_COUNT = 1024   # H200 132, RTX 5090 170
+MAX_BLOCKS = 65536    # block ids are u16 in the kernel's record
+MAX_ID = 65535        # phase and layer ids: u16 in the kernel's record
 REQUIRED_META = {
     "variant": str, "gpu": str, "sm_count": int, "blocks": int, "threads": int, "position": int,
     "sm_clock_mhz": (int, float, type(None)), "token_time_us": (int, float),
@@ -60,8 +67,17 @@ def check_meta(meta, where: str = "meta") -> dict:
             raise MonolithError(f"{where}: missing key {key!r} (required: {', '.join(REQUIRED_META)})")
         if isinstance(meta[key], bool) or not isinstance(meta[key], typ):
             raise MonolithError(f"{where}: key {key!r} has type {type(meta[key]).__name__}, value {meta[key]!r}")
-    if meta["sm_count"] <= 0 or meta["blocks"] <= 0:
-        raise MonolithError(f"{where}: sm_count and blocks must be positive ({meta['sm_count']}, {meta['blocks']})")
+    if not 1 <= meta["sm_count"] <= MAX_SM_COUNT:
+        raise MonolithError(f"{where}: sm_count must be in [1, {MAX_SM_COUNT}], got {meta['sm_count']}")
+    if not 1 <= meta["blocks"] <= MAX_BLOCKS:
+        raise MonolithError(f"{where}: blocks must be in [1, {MAX_BLOCKS}], got {meta['blocks']}")
+    if meta["threads"] < 1 or meta["position"] < 0:
+        raise MonolithError(f"{where}: threads must be >= 1 and position >= 0 ({meta['threads']}, {meta['position']})")
+    if not (math.isfinite(meta["token_time_us"]) and meta["token_time_us"] > 0):
+        raise MonolithError(f"{where}: token_time_us must be a finite number > 0, got {meta['token_time_us']}")
+    clk = meta["sm_clock_mhz"]
+    if clk is not None and not (math.isfinite(clk) and clk > 0):
+        raise MonolithError(f"{where}: sm_clock_mhz must be a finite number > 0 or null, got {clk}")
     return meta
 
 

@@ -22,10 +22,10 @@ from monolith.errors import MonolithError
 
 SCHEMA = "monolith-site/1"
 RESULTS_SCHEMA = "monolith-results/1"
-# Switcher order: the upstream design first, then the optimisation path of MISSION §2.
+# Switcher order: the upstream design first, then the optimisation path (NOTES.md, Facts: FP8, fewer barriers, NVFP4).
 VARIANT_ORDER = ("bf16-upstream", "fp8", "fp8-sync", "nvfp4")
 # Tour entries in page order: (marker name, title, why it matters, required). A required entry
-# whose markers are missing is still listed, saying so (MISSION §4.6 names the dequant inner
+# whose markers are missing is still listed, saying so (NOTES.md, Facts: the page's tour names the dequant inner
 # loop and the counter wait); the others appear only when the kernel has their markers.
 TOUR = (
     ("gemv", "The GEMV inner loop",
@@ -202,7 +202,7 @@ def _row_for(variant: str, results: list[dict]) -> dict | None:
 
 
 def _bandwidth(root: Path) -> dict:
-    """The harness's choice (results/m0_probes.json when the probes wrote it, else MISSION §1)."""
+    """The harness's choice (results/m0_probes.json when the probes wrote it, else NOTES.md, Facts)."""
     from monolith.bench.bytemodel import load_bw_tbs
 
     tbs, source = load_bw_tbs(root)

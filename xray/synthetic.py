@@ -11,14 +11,14 @@ test can check that the analyzer recovers them through the clocks.
 from __future__ import annotations
 
 import numpy as np
-from monolith.xray.phases import by_name
 
 from monolith.config import NUM_LAYERS, NUM_Q_HEADS
+from monolith.xray.phases import by_name
 
 # Work durations in µs (mean); ~14 µs per layer with the barriers, as measured-ish on H200 bf16.
 DEFAULT_US = {"qkv": 2.2, "attn": 1.5, "kv_append": 0.3, "prefetch": 1.0, "oproj": 1.0,
               "gateup": 3.2, "down": 1.6, "lmhead": 75.0, "argmax": 0.8}
-BARRIER_US = 0.9          # grid barrier: last arrival -> release (MISSION §1 probe)
+BARRIER_US = 0.9          # grid barrier: last arrival -> release (NOTES.md, Facts)
 FLAG_US = 0.15            # flag visibility latency
 GT_EPOCH_NS = 1_764_000_000_000_000_000   # a realistic %globaltimer value (ns since 1970)
 

@@ -22,8 +22,8 @@ import contextlib
 import time
 
 import torch
-from monolith.bench.bytemodel import ByteModel
 
+from monolith.bench.bytemodel import ByteModel
 from monolith.engine import Engine
 from monolith.errors import MonolithError
 

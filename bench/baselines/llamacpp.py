@@ -10,9 +10,8 @@ import json
 import statistics
 from pathlib import Path
 
-from monolith.eval.correctness import not_gated
-
 from monolith import REPO_ROOT, results
+from monolith.eval.correctness import not_gated
 
 DEFAULT_JSON = REPO_ROOT / "results" / "llamacpp.json"
 LABELS = {"bf16": "llama.cpp BF16 (llama-bench tg256)", "q8_0": "llama.cpp Q8_0 (llama-bench tg256)"}

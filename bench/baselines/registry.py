@@ -106,7 +106,7 @@ def oracle(ckpt, device):
 
 
 def _mutant_rope(ckpt, dev, theta: float):
-    """The bug a public megakernel shipped (MISSION §2): RoPE theta 10,000 instead of 1,000,000.
+    """The bug a public megakernel shipped (NOTES.md, Facts): RoPE theta 10,000 instead of 1,000,000.
     The gate must fail it; m1 runs it as a negative control so the results show that it does."""
     from monolith.reference import ReferenceEngine, rope_tables
 

@@ -1,6 +1,6 @@
 """vLLM baseline: bf16, CUDA graphs, batch 1 — when vllm imports. It does not on our GPU
 machine (no network; wheels of 336 MB+ pinned to another torch, kernels fetched at run
-time: MISSION §6), so the usual result is a "not run" row that says why.
+time: NOTES.md, Facts), so the usual result is a "not run" row that says why.
 
 When it does import: one LLM, greedy, 256 new tokens with ignore_eos per bench prompt;
 decode time = (time for 256 tokens) - (time for 1 token) per prompt, so prefill is excluded
@@ -11,9 +11,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from monolith.eval.correctness import not_gated
-
 from monolith import results
+from monolith.eval.correctness import not_gated
 
 LABEL = "vLLM bf16, CUDA graphs, batch 1"
 
@@ -25,7 +24,7 @@ def run(ckpt_dir, bench_cfg, prompts_text: list[str] | None = None) -> dict:
         from vllm import LLM, SamplingParams
     except Exception as e:  # noqa: BLE001  (ImportError or a broken install: either way not run)
         row["reason"] = (f"vllm not importable ({type(e).__name__}: {str(e)[:160]}); not installable offline on "
-                         "the GPU machine (MISSION §6)")
+                         "the GPU machine (NOTES.md, Facts)")
         return row
     try:
         if prompts_text is None:

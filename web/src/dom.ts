@@ -4,7 +4,15 @@ export function h<K extends keyof HTMLElementTagNameMap>(
 ): HTMLElementTagNameMap[K] {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") el.className = v; else if (k === "text") el.textContent = v; else el.setAttribute(k, v);
+    if (k === "class") el.className = v;
+    else if (k === "text") el.textContent = v;
+    // Styles through the CSSOM, never as a style attribute: the deployed page's Content-Security-Policy
+    // (style-src 'self', deploy/nginx.conf) refuses inline style attributes.
+    else if (k === "style") for (const decl of v.split(";")) {
+      const i = decl.indexOf(":");
+      if (i > 0) el.style.setProperty(decl.slice(0, i).trim(), decl.slice(i + 1).trim());
+    }
+    else el.setAttribute(k, v);
   }
   for (const k of kids) if (k != null) el.append(k);
   return el;

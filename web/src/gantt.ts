@@ -61,8 +61,9 @@ export class Gantt {
   }
 
   setTrace(t: Trace): void {
+    const rows = buildRows(t); // first: if this throws, the previous trace stays on screen
     this.trace = t;
-    this.rows = buildRows(t);
+    this.rows = rows;
     this.patterns.clear();
     this.view = { t0: t.t0, t1: t.t1 };
     this.canvas.style.height = `${Math.min(640, Math.max(260, AXIS + this.rows.length * 4))}px`;

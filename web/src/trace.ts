@@ -1,10 +1,19 @@
 // Page trace format "monolith-xray" version 1 (xray/FORMAT.md): parse + validate + columnar
-// typed arrays. The rules and their messages mirror xray/export.py's validate_page_trace one for
+// typed arrays. tests/fixtures/traces/ holds hostile files that this reader and the Python one
+// are both tested with (web/tests/unit/hostile.test.ts, tests/test_xray_hostile.py). The rules and their messages mirror xray/export.py's validate_page_trace one for
 // one (tests/unit/trace.test.ts checks each), so a file the exporter accepts opens here and a
 // file it rejects is rejected here with the same reason.
 
 export const FORMAT = "monolith-xray";
 export const VERSION = 1;
+// Bounds (FORMAT.md rules 1 and 7-11), the same numbers as xray/raw.py and xray/export.py (a
+// Python test reads these lines): the page allocates per SM, per block and per byte, so nothing a
+// file says may be unbounded, and ids must fit the typed arrays below (Uint16 for phase and layer).
+export const MAX_TRACE_BYTES = 32 * 1024 * 1024;
+export const MAX_SM_COUNT = 1024;
+export const MAX_BLOCKS = 65536;
+export const MAX_ID = 65535;
+const TOO_BIG = `larger than ${MAX_TRACE_BYTES} bytes of JSON (the reader's limit)`;
 const COLUMNS = ["block", "phase", "layer", "start_ns", "dur_ns"] as const;
 const COLOR = /^#[0-9a-fA-F]{6}$/;
 
@@ -30,7 +39,9 @@ export interface Trace {
 
 export class TraceError extends Error {}
 
-const isInt = (x: unknown): x is number => typeof x === "number" && Number.isInteger(x);
+// An integer: no fractional part and exact in a double (JSON.parse reads 5.0 as 5, and 1e300 as a
+// number that is integral but not exact: refused, like the Python reader does).
+const isInt = (x: unknown): x is number => typeof x === "number" && Number.isSafeInteger(x);
 const isNum = (x: unknown): x is number => typeof x === "number" && Number.isFinite(x);
 const isObj = (x: unknown): x is Record<string, unknown> => typeof x === "object" && x !== null && !Array.isArray(x);
 const typeName = (x: unknown) => (x === null ? "NoneType" : Array.isArray(x) ? "list" : isObj(x) ? "dict" : typeof x === "number" ? (Number.isInteger(x) ? "int" : "float") : typeof x === "string" ? "str" : typeof x === "boolean" ? "bool" : typeof x);
@@ -51,10 +62,10 @@ export function validateTrace(obj: unknown, where = "trace"): Trace {
   const metaRules: [string, (v: unknown) => boolean, string][] = [
     ["variant", (v) => typeof v === "string" && v !== "", "a non-empty string"],
     ["gpu", (v) => typeof v === "string", "a string"],
-    ["sm_count", (v) => isInt(v) && v >= 1, "an integer >= 1"],
-    ["blocks", (v) => isInt(v) && v >= 1, "an integer >= 1"],
+    ["sm_count", (v) => isInt(v) && v >= 1 && v <= MAX_SM_COUNT, `an integer in [1, ${MAX_SM_COUNT}]`],
+    ["blocks", (v) => isInt(v) && v >= 1 && v <= MAX_BLOCKS, `an integer in [1, ${MAX_BLOCKS}]`],
     ["position", (v) => isInt(v) && v >= 0, "an integer >= 0"],
-    ["token_time_us", (v) => v === null || (isNum(v) && v > 0), "a number > 0 or null"],
+    ["token_time_us", (v) => v === null || (isNum(v) && v > 0), "a finite number > 0 or null"],
   ];
   for (const [k, ok, want] of metaRules) {
     if (!(k in meta)) fail(`missing field meta.${k}`);
@@ -71,7 +82,7 @@ export function validateTrace(obj: unknown, where = "trace"): Trace {
     if (!isObj(p)) fail(`${at} must be an object`);
     const q = p as Record<string, unknown>;
     for (const k of ["id", "name", "kind", "scope", "color"]) if (!(k in q)) fail(`missing field ${at}.${k}`);
-    if (!isInt(q.id) || q.id < 0) fail(`${at}.id must be an integer >= 0, got ${show(q.id)}`);
+    if (!isInt(q.id) || q.id < 0 || q.id > MAX_ID) fail(`${at}.id must be an integer in [0, ${MAX_ID}], got ${show(q.id)}`);
     if (ids.has(q.id as number)) fail(`${at}.id ${String(q.id)} is a duplicate phase id`);
     if (typeof q.name !== "string" || !q.name || names.has(q.name)) fail(`${at}.name must be a unique non-empty string, got ${show(q.name)}`);
     if (q.kind !== "work" && q.kind !== "wait") fail(`${at}.kind must be "work" or "wait", got ${show(q.kind)}`);
@@ -81,14 +92,14 @@ export function validateTrace(obj: unknown, where = "trace"): Trace {
     phases.push({ id: q.id as number, name: q.name as string, kind: q.kind as Phase["kind"], scope: q.scope as Phase["scope"], color: q.color as string });
   });
 
-  const smCount = meta.sm_count as number;
+  const smCount = meta.sm_count as number, nBlocks = meta.blocks as number;
   const blockSm = new Map<number, number>();
   (obj.blocks as unknown[]).forEach((b, i) => {
     const at = `blocks[${i}]`;
     if (!isObj(b)) fail(`${at} must be an object`);
     const q = b as Record<string, unknown>;
     for (const k of ["block", "sm"]) if (!(k in q)) fail(`missing field ${at}.${k}`);
-    if (!isInt(q.block) || q.block < 0 || blockSm.has(q.block)) fail(`${at}.block must be a unique integer >= 0, got ${show(q.block)}`);
+    if (!isInt(q.block) || q.block < 0 || q.block >= nBlocks || blockSm.has(q.block)) fail(`${at}.block must be a unique integer in [0, meta.blocks=${nBlocks}), got ${show(q.block)}`);
     if (!isInt(q.sm) || q.sm < 0 || q.sm >= smCount) fail(`${at}.sm must be an integer in [0, meta.sm_count=${smCount}), got ${show(q.sm)}`);
     blockSm.set(q.block as number, q.sm as number);
   });
@@ -109,7 +120,7 @@ export function validateTrace(obj: unknown, where = "trace"): Trace {
   }
   const checks: [(typeof COLUMNS)[number], (v: number) => boolean, string][] = [
     ["phase", (v) => ids.has(v), "unknown phase id"], ["block", (v) => blockSm.has(v), "unknown block (not in blocks)"],
-    ["layer", (v) => v >= 0, "negative layer"], ["start_ns", (v) => v >= 0, "negative start"], ["dur_ns", (v) => v >= 0, "negative duration"],
+    ["layer", (v) => v >= 0 && v <= MAX_ID, `layer outside [0, ${MAX_ID}]`], ["start_ns", (v) => v >= 0, "negative start"], ["dur_ns", (v) => v >= 0, "negative duration"],
   ];
   for (const [c, ok, msg] of checks) {
     const a = col(c) as number[];
@@ -147,13 +158,24 @@ export function crc32(b: Uint8Array): number {
   return (c ^ 0xffffffff) >>> 0;
 }
 
-interface Inflated { out: Uint8Array; failed: "" | "write" | "close"; msg: string }
+interface Inflated { out: Uint8Array; failed: "" | "write" | "close" | "limit"; msg: string }
 
-async function inflate(bytes: Uint8Array): Promise<Inflated> {
+/** Inflate at most `limit` bytes: past it the stream is cancelled (a small file that inflates to
+ * gigabytes is refused while inflating, never held in memory) and `failed` is "limit". */
+async function inflate(bytes: Uint8Array, limit = MAX_TRACE_BYTES): Promise<Inflated> {
   const ds = new DecompressionStream("gzip");
   const writer = ds.writable.getWriter(), reader = ds.readable.getReader();
   const parts: Uint8Array[] = [];
-  const drain = (async () => { for (;;) { const r = await reader.read(); if (r.done) return; parts.push(r.value); } })();
+  let total = 0, over = false;
+  const drain = (async () => {
+    for (;;) {
+      const r = await reader.read();
+      if (r.done) return;
+      total += r.value.length;
+      if (total > limit) { over = true; await reader.cancel(); return; }
+      parts.push(r.value);
+    }
+  })();
   drain.catch(() => {}); // its error is reported through write/close below
   let failed: Inflated["failed"] = "write", msg = "";
   try {
@@ -163,6 +185,7 @@ async function inflate(bytes: Uint8Array): Promise<Inflated> {
     await drain;
     failed = "";
   } catch (e) { msg = String((e as Error)?.message ?? e); }
+  if (over) { await drain.catch(() => {}); return { out: new Uint8Array(0), failed: "limit", msg: "" }; }
   const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
   parts.reduce((n, p) => (out.set(p, n), n + p.length), 0);
   return { out, failed, msg };
@@ -183,6 +206,7 @@ export async function gunzip(bytes: Uint8Array, name: string): Promise<Uint8Arra
   const fail = (m: string): never => { throw new TraceError(`${name}: ${m}`); };
   if (bytes.length < 18) fail(TRUNCATED);
   const r = await inflate(bytes);
+  if (r.failed === "limit") fail(`decompressed trace is ${TOO_BIG}`);
   if (r.failed === "" && trailerOk(bytes, r.out)) return r.out;
   // When the inflater says what went wrong (zlib's words), use it.
   if (/unexpected end|truncat/i.test(r.msg)) fail(TRUNCATED);
@@ -199,7 +223,9 @@ export async function gunzip(bytes: Uint8Array, name: string): Promise<Uint8Arra
 
 /** Rules 1–2 then 3–11: bytes (gzip by magic number, or plain UTF-8 JSON) -> Trace. */
 export async function parseTraceBytes(bytes: Uint8Array, name: string): Promise<Trace> {
-  const raw = bytes.length >= 2 && bytes[0] === 0x1f && bytes[1] === 0x8b ? await gunzip(bytes, name) : bytes;
+  const gz = bytes.length >= 2 && bytes[0] === 0x1f && bytes[1] === 0x8b;
+  if (!gz && bytes.length > MAX_TRACE_BYTES) throw new TraceError(`${name}: trace is ${TOO_BIG}`);
+  const raw = gz ? await gunzip(bytes, name) : bytes;
   let obj: unknown;
   try { obj = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(raw)); } catch (e) {
     throw new TraceError(`${name}: not JSON: ${(e as Error).message}`);

@@ -83,9 +83,10 @@ export function mountXray(root: HTMLElement, m: Manifest, onTrace: (t: Trace, v:
     if (!e) return;
     select.value = String(i);
     try {
-      if (!e.trace && e.path) e.trace = await fetchTrace(e.path);
+      const t = e.trace ?? (e.path ? await fetchTrace(e.path) : null);
+      if (t) show(t, e);   // throws before changing anything if the trace cannot be drawn
+      e.trace = t;
       error.hidden = true;
-      if (e.trace) show(e.trace, e);
     } catch (err) { error.textContent = String((err as Error).message ?? err); error.hidden = false; }
   };
   select.addEventListener("change", () => void pick(Number(select.value)));
@@ -122,13 +123,17 @@ export function mountXray(root: HTMLElement, m: Manifest, onTrace: (t: Trace, v:
     if (f) void readFile(f);
   });
 
+  // The committed trace first, then ?trace=URL on top of it: a URL that cannot be fetched or
+  // whose file is refused leaves the committed trace on screen, with the reason in the error box.
+  // (The deployed page's Content-Security-Policy, connect-src 'self', only lets it fetch from its own origin.)
   const url = new URLSearchParams(location.search).get("trace");
+  const first = entries.length ? pick(0) : Promise.resolve();
   if (url) {
-    fetch(url).then(async (r) => {
+    void first.then(() => fetch(url)).then(async (r) => {
       if (!r.ok) throw new Error(`HTTP ${r.status}`);
-      return load(url, new Uint8Array(await r.arrayBuffer()));
+      await load(url, new Uint8Array(await r.arrayBuffer()));  // a refused file: load() says why
     }).catch((err) => { error.textContent = `Could not open ?trace=${url}: ${String((err as Error).message ?? err)}`; error.hidden = false; });
-  } else if (entries.length) void pick(0);
+  }
 
   return { load, gantt };
 }

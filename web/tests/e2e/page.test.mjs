@@ -155,6 +155,49 @@ test("a malformed dropped file shows an error and the page keeps working", async
   await ctx.close();
 });
 
+// Hostile trace files shared with the Python reader (tests/fixtures/traces/, cases.json).
+const HOSTILE = join(WEB, "../tests/fixtures/traces");
+const hostile = JSON.parse(readFileSync(join(HOSTILE, "cases.json"), "utf8"));
+
+test("a hostile dropped trace is refused and the previous one stays on screen", async () => {
+  const { ctx, page, errors } = await openFixture();
+  await page.waitForFunction(() => Number(document.querySelector("#gantt").dataset.draws) > 0);
+  const version = await page.locator("#gantt").getAttribute("data-version");
+  const choice = await page.locator("#xray-version").inputValue();
+  for (const c of hostile.reject) {
+    await page.setInputFiles("#trace-file", { name: c.file, mimeType: "application/json", buffer: readFileSync(join(HOSTILE, c.file)) });
+    await page.waitForFunction((want) => document.querySelector("#trace-error").textContent.includes(want), `${c.file}: ${c.error}`, { timeout: 10_000 });
+    assert.equal(await page.locator("#gantt").getAttribute("data-version"), version, c.file);
+    assert.equal(await page.locator("#xray-version").inputValue(), choice, c.file);
+  }
+  // the files that must open do open, the empty layer set and the zero-length trace included
+  for (const c of hostile.accept) {
+    await page.setInputFiles("#trace-file", { name: c.file, mimeType: "application/json", buffer: readFileSync(join(HOSTILE, c.file)) });
+    await page.waitForFunction((f) => document.querySelector("#xray-version").selectedOptions[0]?.textContent.includes(f), c.file);
+    assert.equal(await page.locator("#trace-error").isHidden(), true, c.file);
+    assert.equal(await page.locator("#xray-layer option").count(), 1 + c.layers.length, c.file);
+  }
+  assert.deepEqual(errors, []);
+  await ctx.close();
+});
+
+test("?trace= with a refused file leaves the committed trace on screen", async () => {
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await ctx.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  await page.route(/\/hostile\/[^/?]+$/, (route) => route.fulfill({
+    body: readFileSync(join(HOSTILE, new URL(route.request().url()).pathname.split("/").pop())), contentType: "application/json" }));
+  const bad = hostile.reject.find((c) => c.file === "sm_count_huge.json");
+  await page.goto(`${BASE}?trace=hostile/${bad.file}`);
+  await page.waitForSelector("body[data-ready='1']", { timeout: 10_000 });
+  await page.waitForFunction((want) => document.querySelector("#trace-error")?.textContent.includes(want), bad.error, { timeout: 10_000 });
+  await page.waitForFunction(() => Number(document.querySelector("#gantt").dataset.draws) > 0);
+  assert.equal(await page.locator("#xray-version").inputValue(), "0", "the committed trace is shown");
+  assert.deepEqual(errors, []);
+  await ctx.close();
+});
+
 test("a phone-sized viewport stacks the panels; pinch zooms the Gantt", async () => {
   const { ctx, page } = await openFixture({ viewport: { width: 390, height: 844 }, hasTouch: true, isMobile: true, deviceScaleFactor: 2 });
   const boxes = await Promise.all(["#race", "#xray", "#budget", "#method", "#results", "#tour", "#format"].map((s) => page.locator(s).boundingBox()));
@@ -229,6 +272,50 @@ test("nginx serves the .gz traces precompressed with the right types", { skip: S
   assert.match((await raw(`assets/${js}`)).headers["content-type"], /javascript/);
   assert.match((await raw("data/manifest.json")).headers["content-type"], /^application\/json/);
   assert.equal((await raw("nope.html")).status, 404);
+});
+
+// deploy/nginx.conf's headers, on every kind of path: nginx drops inherited add_header lines in a
+// location that has its own, so each path is checked, error responses included.
+const SECURITY = {
+  "content-security-policy": (v) => /default-src 'none'/.test(v) && /connect-src 'self'/.test(v) && /frame-ancestors 'none'/.test(v)
+    && /script-src 'self'/.test(v) && !/unsafe-inline|unsafe-eval/.test(v),
+  "x-frame-options": (v) => v === "DENY",
+  "x-content-type-options": (v) => v === "nosniff",
+  "referrer-policy": (v) => v === "no-referrer",
+  "cross-origin-opener-policy": (v) => v === "same-origin",
+};
+
+test("nginx sends the security headers on every path", { skip: SERVER !== "nginx" }, async () => {
+  const js = readdirSync(join(WEB, "dist/assets")).find((f) => f.endsWith(".js"));
+  const trace = readdirSync(join(WEB, "dist/traces")).find((f) => f.endsWith(".json.gz"));
+  const timeline = readdirSync(join(WEB, "dist/data/timelines"))[0];
+  const paths = [["", 200], ["index.html", 200], [`assets/${js}`, 200], [`traces/${trace.slice(0, -3)}`, 200],
+    [`traces/${trace}`, 200], ["data/manifest.json", 200], [`data/timelines/${timeline}`, 200], ["nope.html", 404],
+    ["traces/nope.json", 404], ["data/nope.json", 404]];
+  for (const [path, status] of paths) {
+    const r = await raw(path, { "Accept-Encoding": "gzip" });
+    assert.equal(r.status, status, path);
+    for (const [h, ok] of Object.entries(SECURITY)) assert.ok(r.headers[h] !== undefined && ok(r.headers[h]), `${path || "/"}: ${h} = ${r.headers[h]}`);
+  }
+  assert.match((await raw(`assets/${js}`)).headers["cache-control"], /immutable/);
+  assert.equal((await raw("data/manifest.json")).headers["cache-control"], "no-cache");
+  assert.match((await raw(`traces/${trace}`)).headers["cache-control"], /max-age=3600/);
+});
+
+test("the page runs under its Content-Security-Policy", { skip: SERVER !== "nginx" }, async () => {
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await ctx.newPage();
+  const problems = [];
+  page.on("console", (m) => { if (m.type() === "error" || /Content Security Policy/i.test(m.text())) problems.push(m.text()); });
+  page.on("pageerror", (e) => problems.push(String(e)));
+  await page.goto(BASE);
+  await page.waitForSelector("body[data-ready='1']", { timeout: 10_000 });
+  await page.waitForFunction(() => Number(document.querySelector("#gantt")?.dataset.draws ?? 0) > 0);
+  await page.waitForFunction(() => document.querySelectorAll("#budget .seg").length > 0);
+  // styles set by script reach the elements (they would be refused as inline style attributes)
+  assert.ok(await page.locator("#budget .seg").first().evaluate((e) => e.style.width !== ""));
+  assert.deepEqual(problems, []);
+  await ctx.close();
 });
 
 test("first meaningful paint is under 2 s from the local nginx", { skip: SERVER !== "nginx" }, async () => {

@@ -30,7 +30,7 @@ describe("budget split", () => {
     expect(fractions(b, 2000).weights).toBeCloseTo(0.175, 9);
   });
   it("roofline = bytes / bandwidth", () => {
-    expect(rooflineNs(1.19e9, 4.53)).toBeCloseTo(262_693, 0); // MISSION §2: ≈263 µs for bf16
+    expect(rooflineNs(1.19e9, 4.53)).toBeCloseTo(262_693, 0); // NOTES.md, Facts: ≈263 µs for bf16
     expect(rooflineNs(0, 4.53)).toBeNaN();
     expect(rooflineNs(1e9, 0)).toBeNaN();
   });
