@@ -25,7 +25,7 @@ T* ptr(uint64_t v) {
 }
 
 void launch(int variant, int blocks, bool xray_build, uint64_t w, uint64_t norms, uint64_t embed, uint64_t final_norm,
-            uint64_t rope, uint64_t kv, uint64_t scr, uint64_t logits, uint64_t sync, uint64_t token_in,
+            uint64_t rope, uint64_t kv, uint64_t scr, uint64_t acc, uint64_t logits, uint64_t sync, uint64_t token_in,
             uint64_t token_out, uint64_t xray, long long timeout_cycles, int stop_layer, int stop_phase,
             int l2_prefetch, uint64_t stream) {
   StepParams p;
@@ -36,6 +36,7 @@ void launch(int variant, int blocks, bool xray_build, uint64_t w, uint64_t norms
   p.rope = ptr<const float>(rope);
   p.kv = ptr<uint16_t>(kv);
   p.scr = ptr<float>(scr);
+  p.acc = ptr<long long>(acc);
   p.logits = ptr<float>(logits);
   p.sync = ptr<SyncState>(sync);
   p.token_in = ptr<const int32_t>(token_in);
@@ -85,6 +86,12 @@ py::dict constants() {
   d["context_cap"] = kContextCap;
   d["threads"] = kThreads;
   d["min_blocks"] = kMinBlocks;
+  d["min_stream_blocks"] = kMinStreamBlocks;
+  d["stream_threads"] = kStreamThreads;
+  d["acc_buffers"] = kAccBuffers;
+  d["acc_words"] = kAccWords;
+  d["fix_shift"] = kFixShift;
+  d["ring_bytes"] = kRingBytes;
   d["max_grid"] = kMaxGrid;
   d["layer_elems"] = kLayerElems;
   d["off_qkv"] = kOffQKV;
@@ -96,7 +103,7 @@ py::dict constants() {
   d["norm_post_ln"] = kNormPostLn;
   d["norm_q"] = kNormQ;
   d["norm_k"] = kNormK;
-  d["scr_elems"] = kScrElems;
+  d["scr_elems"] = kScrStreamElems;
   d["scr_hidden"] = kScrHidden;
   d["scr_qkv"] = kScrQKV;
   d["scr_qrot"] = kScrQRot;

@@ -86,6 +86,62 @@ constexpr int kSmemRed = 64;
 constexpr int kSmemBytes = (kSmemX + kSmemPartials + kSmemScores + kSmemAttnAcc + kSmemRed + 2 * kHeadDim) * 4;
 static_assert(kSmemBytes <= 48 * 1024, "static shared memory must stay under 48 KB (no opt-in needed)");
 
+// ---- the streaming schedule (bf16-stream) -------------------------------------------------
+// Packed weights: the same per-layer offsets as above (kOffQKV ... kLayerElems), but the rows
+// are ordered for the blocks that stream them (monolith/megakernel.py, pack_layer_weights_stream):
+//   qkv   [8 KV groups][512 rows][1024]: group g = q head 2g, q head 2g+1, k head g, v head g
+//   o     [8 KV groups][1024 rows][256]: the O columns that multiply group g's two heads
+//   gate/up and down as above (2j = gate j, 2j+1 = up j; down row-major)
+constexpr int kStreamConsumerWarps = 16;
+constexpr int kStreamConsumerThreads = kStreamConsumerWarps * 32;
+constexpr int kStreamThreads = kStreamConsumerThreads + 32;  // + one producer warp (lane 0 issues copies)
+constexpr int kSlotBytes = 16 * 1024;   // one bulk copy; 8 rows of K=1024 bf16
+constexpr int kStages = 12;             // ring depth: 192 KB per SM in flight (see NOTES.md, M4)
+constexpr int kRingBytes = kStages * kSlotBytes;
+constexpr int kGroups = kNumKVHeads;    // a group computes one KV head's q/k/v rows, attention, O columns
+constexpr int kGroupRows = (kHeadsPerKV + 2) * kHeadDim;  // 512 qkv rows per group
+constexpr int kGroupCols = kHeadsPerKV * kHeadDim;        // 256 O columns per group
+constexpr int kSplitPositions = 64;     // positions per attention split (one 16 KB K chunk + one V chunk)
+constexpr int kMaxSplits = kContextCap / kSplitPositions;
+constexpr int kMlpUnitCols = 8;         // intermediate columns per MLP unit: 16 gate/up rows (2 slots)
+constexpr int kMlpUnits = kIntermediate / kMlpUnitCols;  // 384: 2.9 per block at 132 blocks
+constexpr int kMinStreamBlocks = 2 * kGroups;
+// Data that carries its own readiness (the streaming schedule has no grid barrier and no release
+// fence: under a full ring a release costs ~1.2 us more than idle, NOTES.md M4). Two kinds of
+// 64-bit words in one int64 buffer (StepParams::acc, zeroed by the host at reset):
+//  - counted words (the residual after attention + O, reduced over the 8 KV groups): a
+//    contribution adds (round(x * 2^kFixShift) << kCountBits) + 1 with an int64 atomic, so the
+//    order of the adds cannot change a bit, and a reader knows the sum is complete when the count
+//    field, relative to the word before this stage, reaches the number of contributors;
+//  - tagged words {fp32 value, uint32 tag} written once with one 64-bit store, the tag naming the
+//    launch and layer (tag = steps * 32 + layer + 1, never 0): q/k/v, attention partials, the
+//    MLP activations and the residual after the MLP. A reader polls until the tag is its own.
+constexpr int kFixShift = 24;           // resolution 6e-8; value field 52 bits: range +-1.3e8
+constexpr int kCountBits = 12;          // contributors per stage: kGroups + 1
+constexpr int kAccBuffers = 2;          // O stage of layer L lives in buffer L % 2, on top of layer L-2's
+constexpr int kAccO = 0;                                           // [2][kHidden] counted words
+constexpr int kAccSnap = kAccO + kAccBuffers * kHidden;            // [2][kHidden] end-of-launch snapshot
+constexpr int kTagQKV = kAccSnap + kAccBuffers * kHidden;          // [kQKVRows] standard q|k|v order
+constexpr int kPartStride = 2 + kHeadDim;                          // (m, l, o[128]) per split and head
+constexpr int kTagAttnPart = kTagQKV + kQKVRows;                   // [group][split][head][kPartStride]
+constexpr int kTagAct = kTagAttnPart + kGroups * kMaxSplits * kHeadsPerKV * kPartStride;  // [kIntermediate]
+constexpr int kTagResid = kTagAct + kIntermediate;                 // [kHidden] residual after the MLP
+constexpr int kAccWords = kTagResid + kHidden;
+constexpr int kLayerTagBits = 5;        // tag = steps << 5 | (layer + 1)
+static_assert(kNumLayers + 1 <= (1 << kLayerTagBits), "layer + 1 fits the tag's layer field");
+static_assert(kGroups + 1 < (1 << kCountBits), "a stage's contributor count fits the count field");
+static_assert(kSlotBytes == 8 * kHidden * 2, "a K=1024 slot holds 8 whole rows");
+static_assert(kSlotBytes == 32 * kGroupCols * 2, "an O slot holds 32 whole rows of a group's columns");
+static_assert(kSlotBytes == kSplitPositions * kHeadDim * 2, "a K or V slot holds one split's positions");
+static_assert(2 * kMlpUnitCols * kHidden * 2 == 2 * kSlotBytes, "an MLP unit is 2 gate/up slots (16 rows)");
+static_assert(kIntermediate % kHidden == 0, "down rows are cut into whole 1024-wide segments");
+static_assert(kContextCap % kSplitPositions == 0, "splits tile the context");
+static_assert(kStreamConsumerThreads * 2 == kHidden, "each consumer thread holds 2 residual elements");
+static_assert(kIntermediate % kStreamConsumerThreads == 0, "each consumer thread gathers whole activations");
+static_assert(kRingBytes + 32 * 1024 <= 227 * 1024, "ring + static shared memory must fit an sm_90 block");
+
+constexpr int kScrStreamElems = kScrElems;
+
 // ---- the phases a test can stop after (phase diff) ----------------------------------------
 enum StopPhase : int { kStopQKV = 0, kStopAttn = 1, kStopO = 2, kStopGateUp = 3, kStopDown = 4, kStopNever = 99,
                        // fault injection for the hang test: block 0 leaves at once, so every other

@@ -32,6 +32,7 @@
 #include "config.cuh"
 #include "loads.cuh"
 #include "megakernel.cuh"
+#include "ring.cuh"
 #include "sync.cuh"
 #include "xray.cuh"
 
@@ -46,8 +47,11 @@ namespace plain_build {
 template <int kVariant>
 struct VariantCfg;
 
-template <>
-struct VariantCfg<kVariantBf16Upstream> {
+struct UpstreamCfg {
+  static constexpr bool kStream = false;
+  static constexpr int kBlockThreads = kThreads;
+  static constexpr int kDynamicSmem = 0;
+  static constexpr bool kPreloadL2 = false;     // step 0 of M4: see VariantCfg<kVariantBf16UpstreamL2Pre>
   static constexpr int kRowsPerIterQKV = 2;     // rows a warp streams at once (8 x 16 B per lane)
   static constexpr int kRowsPerIterHead = 4;    // LM head: 1152 rows per block, 16 loads per lane
   static constexpr int kUnitsPerIterO = 2;      // O: 9 rows x 2 chunks on the 116 non-attention blocks
@@ -57,6 +61,24 @@ struct VariantCfg<kVariantBf16Upstream> {
   static constexpr int kHeadPrefetchDistance = 2;  // LM head: L2 prefetch 2 iterations ahead; each
                                                    // iteration is 17 MB grid-wide, so 4 would ask for
                                                    // more than the 60 MB L2 holds
+};
+template <>
+struct VariantCfg<kVariantBf16Upstream> : UpstreamCfg {};
+
+// M4 step 0 (A/B against bf16-upstream): before each barrier or flag, ask L2 for the block's
+// whole next-phase row range with one bulk prefetch instead of loading its first iteration into
+// registers; the register loads start after the wait. Question: how much of a barrier's cost is
+// its release fence waiting for the block's register loads in flight?
+template <>
+struct VariantCfg<kVariantBf16UpstreamL2Pre> : UpstreamCfg {
+  static constexpr bool kPreloadL2 = true;
+};
+
+template <>
+struct VariantCfg<kVariantBf16Stream> {
+  static constexpr bool kStream = true;
+  static constexpr int kBlockThreads = kStreamThreads;
+  static constexpr int kDynamicSmem = kRingBytes;
 };
 
 __device__ __forceinline__ int64_t part_begin(int64_t n, int parts, int i) { return n * i / parts; }
@@ -282,10 +304,83 @@ __device__ __forceinline__ void prefetch_next_phases(const uint16_t* W, int L, b
   prefetch_l2_range(W + kOffO, elems * 2, (b - kAttnBlocks) * 32 + lane, (G - kAttnBlocks) * 32, 16 * 1024);
 }
 
-// ---- the step kernel ----------------------------------------------------------------------
-template <int kVariant>
-__global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
-  using Cfg = VariantCfg<kVariant>;
+// ---- what every schedule does first and last ----------------------------------------------
+
+// A failed earlier step poisons the stream (do nothing until the host resets the state); a bad
+// token or position is an error, never an out-of-bounds read.
+__device__ __forceinline__ bool step_inputs_ok(const StepParams& p, int* pos, int* token) {
+  SyncState* S = p.sync;
+  if (*(volatile uint32_t*)&S->error != 0u) return false;
+  *pos = *(volatile int32_t*)&S->pos;
+  *token = *(volatile const int32_t*)p.token_in;
+  if (*token < 0 || *token >= kVocab) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) raise_error(S, kErrBadToken, uint32_t(*token));
+    return false;
+  }
+  if (*pos < 0 || *pos >= kContextCap) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) raise_error(S, kErrBadPosition, uint32_t(*pos));
+    return false;
+  }
+  return true;
+}
+
+// Thread 0: publish this block's best (value, index) and count the block done. Returns true in
+// the last block to finish, which then reduces (no grid barrier: an arrival counter).
+__device__ __forceinline__ bool publish_block_argmax(const StepParams& p, float bv, int bi) {
+  p.scr[kScrBlockMax + blockIdx.x] = bv;
+  reinterpret_cast<int*>(p.scr)[kScrBlockIdx + blockIdx.x] = bi;
+  __threadfence();
+  const uint32_t arrived = atomicAdd(&p.sync->done, 1u);
+  return arrived == gridDim.x - 1;
+}
+
+// Warp 0 of the last block: every other block has finished every wait, so it may reduce the
+// per-block winners (ties: lowest index) and reset the counters for the next launch.
+__device__ __forceinline__ void finish_argmax(const StepParams& p, int pos) {
+  const int lane = threadIdx.x & 31, G = gridDim.x;
+  SyncState* S = p.sync;
+  __threadfence();
+  float bv = -INFINITY;
+  int bi = 0x7fffffff;
+  for (int i = lane; i < G; i += 32) {
+    const float v = ldcg_f32(p.scr + kScrBlockMax + i);
+    const int id = __ldcg(reinterpret_cast<const int*>(p.scr) + kScrBlockIdx + i);
+    if (v > bv || (v == bv && id < bi)) {
+      bv = v;
+      bi = id;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (ov > bv || (ov == bv && oi < bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  if (lane == 0) {
+    *p.token_out = bi;
+    S->pos = pos + 1;
+    S->steps += 1;
+    S->bar = 0;
+    S->attn_done = 0;
+    S->done = 0;
+#pragma unroll
+    for (int k = 0; k < kNumKVHeads; ++k) {
+      S->kv_flag[k] = 0;
+      S->grp_qkv[k] = 0;
+      S->grp_attn[k] = 0;
+    }
+    __threadfence();
+  }
+}
+
+#include "schedule_stream.cuh"
+
+// ---- the bf16-upstream schedule -----------------------------------------------------------
+template <class Cfg>
+__device__ __forceinline__ void upstream_step(const StepParams& p) {
   __shared__ __align__(16) float s_x[kSmemX];
   __shared__ __align__(16) float s_part[kSmemPartials];
   __shared__ __align__(16) float s_scores[kSmemScores];
@@ -303,23 +398,19 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
   XRAY_INIT(p.xray);
   XRAY_BEGIN();
 
-  // A failed earlier step poisons the stream: do nothing until the host resets the state.
-  if (*(volatile uint32_t*)&S->error != 0u) return;
-  const int pos = *(volatile int32_t*)&S->pos;
-  const int token = *(volatile const int32_t*)p.token_in;
-  if (token < 0 || token >= kVocab) {
-    if (b == 0 && tid == 0) raise_error(S, kErrBadToken, uint32_t(token));
-    return;
-  }
-  if (pos < 0 || pos >= kContextCap) {
-    if (b == 0 && tid == 0) raise_error(S, kErrBadPosition, uint32_t(pos));
-    return;
-  }
+  int pos, token;
+  if (!step_inputs_ok(p, &pos, &token)) return;
   if (p.stop_phase == kFaultBlock0Exits && b == 0) return;
   const uint16_t* emb_row = p.embed + int64_t(token) * kHidden;
   const float* rope_row = p.rope + int64_t(pos) * kHeadDim;
   uint32_t gen = 0;  // grid barriers passed in this launch
   const long long tmo = p.timeout_cycles;
+  // A grid barrier in two intervals for the X-ray: the arrival (its release fence) and the wait.
+  auto barrier = [&](int layer, uint32_t which) -> bool {
+    grid_arrive(S);
+    XRAY_END(arrive, layer);
+    return grid_wait(S, ++gen, tmo, uint32_t(layer) * 16u + which, &s_flag);
+  };
 
   // Row ranges of this block in each phase (contiguous: a block streams one piece of each matrix).
   constexpr int kRq = Cfg::kRowsPerIterQKV, kRg = Cfg::kRowsPerIterGateUp, kUo = Cfg::kUnitsPerIterO,
@@ -333,11 +424,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
   const int g0 = 2 * int(part_begin(kIntermediate, G, b)), g1 = 2 * int(part_begin(kIntermediate, G, b + 1));
 
   RowRegs<kRq> pre_qkv;  // next qkv phase's first loads, issued before the barrier that precedes it
-  preload_k1024<kRq>(p.w + kOffQKV, q0 + warp * kRq, q1, pre_qkv);
+  if constexpr (!Cfg::kPreloadL2) preload_k1024<kRq>(p.w + kOffQKV, q0 + warp * kRq, q1, pre_qkv);
 
   for (int L = 0; L < kNumLayers; ++L) {
     const uint16_t* W = p.w + int64_t(L) * kLayerElems;
     const uint16_t* N = p.norms + int64_t(L) * kNormLayerElems;
+    if constexpr (Cfg::kPreloadL2) preload_k1024<kRq>(W + kOffQKV, q0 + warp * kRq, q1, pre_qkv);
 
     // ---------------- qkv ----------------
     // The attention of a layer reads K/V of positions 0..pos-1, written by earlier steps and
@@ -368,7 +460,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
       });
     }
     XRAY_END(qkv, L);
-    if (!grid_barrier(S, ++gen, tmo, L * 16 + 1, &s_flag)) return;
+    if (!barrier(L, 1)) return;
     XRAY_END(bar_qkv, L);
     if (p.stop_layer == L && p.stop_phase == kStopQKV) return;
 
@@ -520,7 +612,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
       XRAY_END(prefetch, L);
     }
     RowRegs<kUo> pre_o;
-    preload_chunked<kQDim / kChunk, kUo>(W + kOffO, o0, o1, warp * kUo, pre_o);
+    if constexpr (Cfg::kPreloadL2) {
+      if (tid == 0 && o1 > o0) prefetch_l2_bulk(W + kOffO + int64_t(o0) * kQDim, uint32_t(o1 - o0) * kQDim * 2);
+    } else {
+      preload_chunked<kQDim / kChunk, kUo>(W + kOffO, o0, o1, warp * kUo, pre_o);
+    }
     // the residual rows this block will update, stable since barrier 1: read them before the wait
     const float resid_o = tid < o1 - o0 ? ldcg_f32(hidden + o0 + tid) : 0.f;
     if (!block_wait_geq(S, &S->attn_done, uint32_t(kAttnBlocks * (L + 1)), tmo, kErrFlagAttnTimeout, L * 16 + 3,
@@ -528,6 +624,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
       return;
     XRAY_END(flag_attn, L);
     if (p.stop_layer == L && p.stop_phase == kStopAttn) return;
+    if constexpr (Cfg::kPreloadL2) preload_chunked<kQDim / kChunk, kUo>(W + kOffO, o0, o1, warp * kUo, pre_o);
 
     // ---------------- O projection + residual ----------------
     if (o1 > o0) {
@@ -536,11 +633,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
                                         [&](int r, float d) { hidden[r] = resid_o + d; });
     }
     RowRegs<kRg> pre_gu;
-    preload_k1024<kRg>(W + kOffGateUp, g0 + warp * kRg, g1, pre_gu);
+    if constexpr (Cfg::kPreloadL2) {
+      if (tid == 0 && g1 > g0) prefetch_l2_bulk(W + kOffGateUp + int64_t(g0) * kHidden, uint32_t(g1 - g0) * kHidden * 2);
+    } else {
+      preload_k1024<kRg>(W + kOffGateUp, g0 + warp * kRg, g1, pre_gu);
+    }
     XRAY_END(oproj, L);
-    if (!grid_barrier(S, ++gen, tmo, L * 16 + 4, &s_flag)) return;
+    if (!barrier(L, 4)) return;
     XRAY_END(bar_o, L);
     if (p.stop_layer == L && p.stop_phase == kStopO) return;
+    if constexpr (Cfg::kPreloadL2) preload_k1024<kRg>(W + kOffGateUp, g0 + warp * kRg, g1, pre_gu);
 
     // ---------------- gate/up + SiLU ----------------
     rmsnorm_to_smem<false>(hidden, N + kNormPostLn, s_x, s_red);
@@ -561,12 +663,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
       });
     }
     RowRegs<kUd> pre_dn;
-    preload_chunked<kIntermediate / kChunk, kUd>(W + kOffDown, h0, h1, warp * kUd, pre_dn);
+    if constexpr (Cfg::kPreloadL2) {
+      if (tid == 0 && h1 > h0)
+        prefetch_l2_bulk(W + kOffDown + int64_t(h0) * kIntermediate, uint32_t(h1 - h0) * kIntermediate * 2);
+    } else {
+      preload_chunked<kIntermediate / kChunk, kUd>(W + kOffDown, h0, h1, warp * kUd, pre_dn);
+    }
     const float resid_d = tid < h1 - h0 ? ldcg_f32(hidden + h0 + tid) : 0.f;  // stable since barrier 2
     XRAY_END(gateup, L);
-    if (!grid_barrier(S, ++gen, tmo, L * 16 + 5, &s_flag)) return;
+    if (!barrier(L, 5)) return;
     XRAY_END(bar_gateup, L);
     if (p.stop_layer == L && p.stop_phase == kStopGateUp) return;
+    if constexpr (Cfg::kPreloadL2) preload_chunked<kIntermediate / kChunk, kUd>(W + kOffDown, h0, h1, warp * kUd, pre_dn);
 
     // ---------------- down + residual ----------------
     load_to_smem(scr + kScrAct, s_x, kIntermediate);
@@ -574,9 +682,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
                                               [&](int r, float d) { hidden[r] = resid_d + d; });
     // Next layer's first qkv loads (an empty row range after the last layer keeps the
     // definition unconditional, so the registers are not live across the whole loop).
-    preload_k1024<kRq>(W + kLayerElems + kOffQKV, q0 + warp * kRq, L + 1 < kNumLayers ? q1 : 0, pre_qkv);
+    if constexpr (Cfg::kPreloadL2) {
+      if (tid == 0 && L + 1 < kNumLayers)
+        prefetch_l2_bulk(W + kLayerElems + kOffQKV + int64_t(q0) * kHidden, uint32_t(q1 - q0) * kHidden * 2);
+    } else {
+      preload_k1024<kRq>(W + kLayerElems + kOffQKV, q0 + warp * kRq, L + 1 < kNumLayers ? q1 : 0, pre_qkv);
+    }
     XRAY_END(down, L);
-    if (!grid_barrier(S, ++gen, tmo, L * 16 + 6, &s_flag)) return;
+    if (!barrier(L, 6)) return;
     XRAY_END(bar_down, L);
     if (p.stop_layer == L && p.stop_phase == kStopDown) return;
   }
@@ -624,87 +737,94 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step(const StepParams p) {
         bi = s_bestidx[w];
       }
     }
-    scr[kScrBlockMax + b] = bv;
-    reinterpret_cast<int*>(scr)[kScrBlockIdx + b] = bi;
-    __threadfence();
-    const uint32_t arrived = atomicAdd(&S->done, 1u);
-    s_flag = (arrived == uint32_t(G - 1)) ? 1 : 0;
+    s_flag = publish_block_argmax(p, bv, bi) ? 1 : 0;
   }
   __syncthreads();
   XRAY_END(lmhead, kNumLayers);
   if (s_flag == 0) return;
-
-  // The last block: every other block has finished every wait, so it may reduce and reset.
-  if (warp == 0) {
-    __threadfence();
-    float bv = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int i = lane; i < G; i += 32) {
-      const float v = ldcg_f32(scr + kScrBlockMax + i);
-      const int id = __ldcg(reinterpret_cast<const int*>(scr) + kScrBlockIdx + i);
-      if (v > bv || (v == bv && id < bi)) {
-        bv = v;
-        bi = id;
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) {
-        bv = ov;
-        bi = oi;
-      }
-    }
-    if (lane == 0) {
-      *p.token_out = bi;
-      S->pos = pos + 1;
-      S->steps += 1;
-      S->bar = 0;
-      S->attn_done = 0;
-      S->done = 0;
-#pragma unroll
-      for (int k = 0; k < kNumKVHeads; ++k) S->kv_flag[k] = 0;
-      __threadfence();
-    }
-  }
+  if (warp == 0) finish_argmax(p, pos);
   XRAY_END(argmax, kNumLayers);
 }
 
+// ---- the step kernel: one template, the schedule chosen at compile time ---------------------
+template <int kVariant>
+__global__ void __launch_bounds__(VariantCfg<kVariant>::kBlockThreads, 1) decode_step(const StepParams p) {
+  using Cfg = VariantCfg<kVariant>;
+  if constexpr (Cfg::kStream) {
+    stream_step<Cfg>(p);
+  } else {
+    upstream_step<Cfg>(p);
+  }
+}
+
 // ---- host side ----------------------------------------------------------------------------
-static const void* kernel_for(int variant) {
+struct KernelInfo {
+  const void* fn;
+  int threads;
+  int dynamic_smem;
+};
+
+template <int kVariant>
+KernelInfo info_of() {
+  using Cfg = VariantCfg<kVariant>;
+  return {reinterpret_cast<const void*>(&decode_step<kVariant>), Cfg::kBlockThreads, Cfg::kDynamicSmem};
+}
+
+static KernelInfo kernel_for(int variant) {
   switch (variant) {
     case kVariantBf16Upstream:
-      return reinterpret_cast<const void*>(&decode_step<kVariantBf16Upstream>);
+      return info_of<kVariantBf16Upstream>();
+    case kVariantBf16UpstreamL2Pre:
+      return info_of<kVariantBf16UpstreamL2Pre>();
+    case kVariantBf16Stream:
+      return info_of<kVariantBf16Stream>();
     default:
-      return nullptr;
+      return {nullptr, 0, 0};
   }
+}
+
+// The ring lives in dynamic shared memory beyond the 48 KB default: opt in once per variant
+// (the device's opt-in limit is checked by max_coresident_blocks before any launch).
+static cudaError_t prepare(const KernelInfo& k) {
+  if (k.dynamic_smem == 0) return cudaSuccess;
+  return cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.dynamic_smem);
 }
 
 cudaError_t launch_step(const StepParams& p, int variant, int blocks, cudaStream_t stream) {
-  const void* fn = kernel_for(variant);
-  if (fn == nullptr || blocks < kMinBlocks || blocks > kMaxGrid) return cudaErrorInvalidValue;
+  const KernelInfo k = kernel_for(variant);
+  const int min_blocks = variant == kVariantBf16Stream ? kMinStreamBlocks : kMinBlocks;
+  if (k.fn == nullptr || blocks < min_blocks || blocks > kMaxGrid) return cudaErrorInvalidValue;
+  cudaError_t e = prepare(k);
+  if (e != cudaSuccess) return e;
   void* args[] = {const_cast<StepParams*>(&p)};
-  return cudaLaunchKernel(fn, dim3(blocks), dim3(kThreads), args, 0, stream);
+  return cudaLaunchKernel(k.fn, dim3(blocks), dim3(k.threads), args, size_t(k.dynamic_smem), stream);
 }
 
 int max_coresident_blocks(int variant, int device, cudaError_t* err) {
-  const void* fn = kernel_for(variant);
-  if (fn == nullptr) {
+  const KernelInfo k = kernel_for(variant);
+  if (k.fn == nullptr) {
     *err = cudaErrorInvalidValue;
     return 0;
   }
-  int per_sm = 0, sms = 0;
-  *err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kThreads, 0);
+  int per_sm = 0, sms = 0, optin = 0;
+  *err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (*err != cudaSuccess) return 0;
+  cudaFuncAttributes a{};
+  *err = cudaFuncGetAttributes(&a, k.fn);
+  if (*err != cudaSuccess) return 0;
+  if (int(a.sharedSizeBytes) + k.dynamic_smem > optin) return 0;  // cannot launch at all on this GPU
+  *err = prepare(k);
+  if (*err != cudaSuccess) return 0;
+  *err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.fn, k.threads, size_t(k.dynamic_smem));
   if (*err != cudaSuccess) return 0;
   *err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   return *err == cudaSuccess ? per_sm * sms : 0;
 }
 
 cudaError_t kernel_attributes(int variant, cudaFuncAttributes* out) {
-  const void* fn = kernel_for(variant);
-  if (fn == nullptr) return cudaErrorInvalidValue;
-  return cudaFuncGetAttributes(out, fn);
+  const KernelInfo k = kernel_for(variant);
+  if (k.fn == nullptr) return cudaErrorInvalidValue;
+  return cudaFuncGetAttributes(out, k.fn);
 }
 
 }  // namespace plain_build / xray_build

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "config.cuh"
+#include "ring.cuh"
 #include "sync.cuh"
 #include "xray.cuh"
 
@@ -11,7 +12,9 @@ namespace monolith {
 
 // Variants are compile-time configurations of one kernel source (megakernel.cu), never copies.
 enum Variant : int {
-  kVariantBf16Upstream = 0,  // the upstream design: 4 grid barriers + 2 flag syncs per layer
+  kVariantBf16Upstream = 0,       // the upstream design: 4 grid barriers + 2 flag syncs per layer
+  kVariantBf16UpstreamL2Pre = 1,  // M4 step 0: the same, next-phase weights asked into L2 (not registers) before each wait
+  kVariantBf16Stream = 2,         // the streaming schedule (kernel/schedule_stream.cuh)
 };
 
 struct StepParams {
@@ -21,7 +24,9 @@ struct StepParams {
   const uint16_t* final_norm;  // [kHidden] bf16 bits
   const float* rope;           // [kContextCap][128]: cos of the 64 frequencies, then sin
   uint16_t* kv;                // [kNumLayers][2][kNumKVHeads][kContextCap][kHeadDim] bf16 bits
-  float* scr;                  // fp32 scratch, kScrElems
+  float* scr;                  // fp32 scratch, kScrStreamElems
+  long long* acc;              // stream: residual words [kAccBuffers][kHidden] + snapshot [kAccBuffers][kHidden]
+                               // (all zero at the first launch and after every reset)
   float* logits;               // [kVocab] fp32
   SyncState* sync;
   const int32_t* token_in;     // token this launch consumes (device memory)

@@ -21,6 +21,8 @@ enum ErrorCode : uint32_t {
   kErrBadToken = 4,
   kErrBadPosition = 5,
   kErrBadLaunch = 6,
+  kErrCounterTimeout = 7,       // streaming schedule: a dependency counter or residual word never completed
+  kErrRingTimeout = 8,          // streaming schedule: a weight slot never landed or was never freed
 };
 
 struct SyncState {
@@ -33,6 +35,9 @@ struct SyncState {
   uint32_t steps;               // launches completed (diagnostics)
   uint32_t pad;
   uint32_t kv_flag[8];          // per KV head: layer+1 once K/V of this position are in the cache
+  // streaming schedule (monotonic within a launch, reset by the last block):
+  uint32_t grp_qkv[8];          // per group: blocks that wrote their qkv rows (all layers so far)
+  uint32_t grp_attn[8];         // per group: attention splits written (all layers so far)
 };
 static_assert(sizeof(SyncState) % 16 == 0, "SyncState is memset as whole 16-byte words by the host");
 
@@ -77,16 +82,21 @@ __device__ __forceinline__ bool spin_until_geq(SyncState* s, const uint32_t* p, 
 
 // Grid barrier: one release-add per block, thread 0 spins with acquire loads. `generation`
 // counts the barriers this launch has passed, so the target is generation * gridDim.
-// Returns false (for the whole block) if the wait failed.
+// Split into the arrival and the wait so that the X-ray can time the arrival on its own: its
+// release fence waits for every load the block still has in flight (NOTES.md, M4 step 0).
 // No __threadfence: bar.sync orders the block's writes before thread 0's release (release is
 // cumulative in the PTX memory model), and thread 0's acquire followed by bar.sync orders the
 // other blocks' writes before every thread's later reads. A full fence here cost ~0.5 us.
 // Activations written by other blocks are read with ld.global.cg (L2), never through L1.
-__device__ __forceinline__ bool grid_barrier(SyncState* s, uint32_t generation, long long timeout_cycles,
-                                             uint32_t info, int* smem_flag) {
+__device__ __forceinline__ void grid_arrive(SyncState* s) {
   __syncthreads();
+  if (threadIdx.x == 0) red_release_add(&s->bar, 1u);
+}
+
+// Returns false (for the whole block) if the wait failed.
+__device__ __forceinline__ bool grid_wait(SyncState* s, uint32_t generation, long long timeout_cycles, uint32_t info,
+                                          int* smem_flag) {
   if (threadIdx.x == 0) {
-    red_release_add(&s->bar, 1u);
     bool ok = spin_until_geq(s, &s->bar, generation * gridDim.x, timeout_cycles, kErrBarrierTimeout, info);
     *smem_flag = ok ? 1 : 0;
   }

@@ -24,8 +24,12 @@ struct XrayEvent {     // 40 bytes; layout mirrored by monolith/megakernel.py (X
 };
 static_assert(sizeof(XrayEvent) == 40, "the host parses 40-byte records");
 
-// Per block per token: 28 layers x at most 9 intervals + the token-scope phases, with margin.
-constexpr int kXrayMaxEvents = 384;
+// Per block per token: bf16-upstream 28 layers x at most 13 intervals (with the barrier
+// arrivals); bf16-stream 28 x 8 plus the ring stalls longer than kXrayRingStallCycles; with margin.
+constexpr int kXrayMaxEvents = 1024;
+// A consumer wait for a weight slot shorter than this stays inside its work interval (recording
+// every short wait would cost a record per 16 KB chunk); longer ones become a `ring` interval.
+constexpr long long kXrayRingStallCycles = 200;
 
 #if defined(MONOLITH_XRAY) && defined(__CUDACC__)
 __device__ __forceinline__ uint64_t xray_globaltimer() {
@@ -67,17 +71,40 @@ struct XrayRecorder {
       c0 = e.c1;
     }
   }
+  __device__ __forceinline__ void stamp(uint64_t& g, uint64_t& c) const {
+    if (out != nullptr && threadIdx.x == 0) {
+      c = clock64();
+      g = xray_globaltimer();
+    }
+  }
+  // A stall that began at (g, c): if it was long, close the work interval at its start and
+  // record the stall as its own interval.
+  __device__ __forceinline__ void stall(uint16_t work_phase, uint16_t stall_phase, int layer, uint64_t g, uint64_t c) {
+    if (out != nullptr && threadIdx.x == 0 && (long long)(clock64() - c) > kXrayRingStallCycles) {
+      if (n < kXrayMaxEvents) {  // the work interval ends where the stall began
+        XrayEvent e{g0, g, c0, c, work_phase, uint16_t(layer), uint16_t(blockIdx.x), uint16_t(xray_smid())};
+        out[n++] = e;
+      }
+      g0 = g;
+      c0 = c;
+      end(stall_phase, layer);  // [stall start, now]
+    }
+  }
 };
 #define XRAY_INIT(buf) \
   XrayRecorder xr{(buf) != nullptr ? (buf) + size_t(blockIdx.x) * kXrayMaxEvents : nullptr, 0, 0, 0}
 #define XRAY_BEGIN() xr.begin()
 #define XRAY_END(phase, layer) xr.end(kPhase_##phase, (layer))
-#define XRAY_COUNT() (xr.out != nullptr && threadIdx.x == 0 ? xr.n : 0)
+#define XRAY_STAMP(g, c) \
+  uint64_t g = 0, c = 0; \
+  xr.stamp(g, c)
+#define XRAY_STALL(work_phase, stall_phase, layer, g, c) xr.stall((work_phase), (stall_phase), (layer), (g), (c))
 #else
 #define XRAY_INIT(buf) ((void)(buf))
 #define XRAY_BEGIN() ((void)0)
 #define XRAY_END(phase, layer) ((void)0)
-#define XRAY_COUNT() 0
+#define XRAY_STAMP(g, c) ((void)0)
+#define XRAY_STALL(work_phase, stall_phase, layer, g, c) ((void)0)
 #endif
 
 }  // namespace monolith

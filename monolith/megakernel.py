@@ -48,7 +48,14 @@ XRAY_EVENT_DTYPE = np.dtype([("g0", "<u8"), ("g1", "<u8"), ("c0", "<u8"), ("c1",
 WAITS: dict[str, dict[int, str]] = {
     "bf16-upstream": {1: "barrier after qkv", 2: "flag kv", 3: "flag attention", 4: "barrier after oproj",
                       5: "barrier after gate/up", 6: "barrier after down"},
+    # bf16-stream: counter waits of the consumers (kernel/schedule_stream.cuh) and the ring's two
+    # sides; layer 28 = the LM head
+    "bf16-stream": {7: "residual words of the previous layer's MLP", 8: "the group's q/k/v rows (grp_qkv)",
+                    9: "the group's attention splits (grp_attn)", 10: "residual words after attention + O",
+                    11: "the last layer's residual before the LM head", 12: "a weight slot to land (ring full)",
+                    13: "a ring slot to be freed (producer)"},
 }
+WAITS["bf16-upstream-l2pre"] = WAITS["bf16-upstream"]
 
 
 def variant_spec(name: str) -> dict:
@@ -76,6 +83,30 @@ def pack_layer_weights(tensors: dict[str, torch.Tensor], num_layers: int) -> tup
         n[nb + NORM_Q: nb + NORM_K] = t["self_attn.q_norm.weight"]
         n[nb + NORM_K: nb + NORM_LAYER_ELEMS] = t["self_attn.k_norm.weight"]
     return w, n
+
+
+def pack_layer_weights_stream(tensors: dict[str, torch.Tensor], num_layers: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The streaming schedule's order (kernel/config.cuh, "the streaming schedule"): the same
+    per-layer offsets, rows grouped by the KV group that streams them.
+      qkv  [8 groups][512 rows][1024]: q head 2g, q head 2g+1, k head g, v head g
+      o    [8 groups][1024 rows][256]: o_proj columns 256g .. 256g+255 (the group's two heads)
+      gate/up interleaved and down row-major, as in the upstream layout."""
+    w, n = pack_layer_weights(tensors, num_layers)
+    hd, g = C.HEAD_DIM, C.NUM_KV_HEADS
+    for i in range(num_layers):
+        base = i * LAYER_ELEMS
+        qkv = w[base + OFF_QKV: base + OFF_O].view(QKV_ROWS, C.HIDDEN)
+        q = qkv[:C.Q_DIM].view(g, 2 * hd, C.HIDDEN)
+        k = qkv[C.Q_DIM:C.Q_DIM + C.KV_DIM].view(g, hd, C.HIDDEN)
+        v = qkv[C.Q_DIM + C.KV_DIM:].view(g, hd, C.HIDDEN)
+        grouped = torch.cat([q, k, v], dim=1).reshape(-1)          # [g][512][1024]
+        o = w[base + OFF_O: base + OFF_GATEUP].view(C.HIDDEN, g, 2 * hd).permute(1, 0, 2).reshape(-1)
+        w[base + OFF_QKV: base + OFF_O] = grouped
+        w[base + OFF_O: base + OFF_GATEUP] = o
+    return w, n
+
+
+PACKERS = {"upstream": pack_layer_weights, "stream": pack_layer_weights_stream}
 
 
 def rope_table(context_cap: int = C.CONTEXT_CAP, theta: float = C.ROPE_THETA, head_dim: int = C.HEAD_DIM) -> torch.Tensor:
@@ -180,16 +211,19 @@ class MegakernelEngine(Engine):
         self.l2_prefetch = int(l2_prefetch)
         if self.l2_prefetch not in (0, 1, 2, 3):
             raise MonolithError(f"l2_prefetch must be 0, 1, 2 or 3, got {self.l2_prefetch}")
+        self.stream = self.spec.get("schedule") == "stream"
+        self.threads = self.k["stream_threads"] if self.stream else THREADS
+        min_blocks = self.k["min_stream_blocks"] if self.stream else self.k["min_blocks"]
         self.device = torch.device(device)
         props = torch.cuda.get_device_properties(self.device)
         self.sm_count = props.multi_processor_count
         self.blocks = int(blocks or self.sm_count)
-        if not (self.k["min_blocks"] <= self.blocks <= self.k["max_grid"]):
-            raise MonolithError(f"blocks must be in [{self.k['min_blocks']}, {self.k['max_grid']}], got {self.blocks}")
+        if not (min_blocks <= self.blocks <= self.k["max_grid"]):
+            raise MonolithError(f"blocks must be in [{min_blocks}, {self.k['max_grid']}], got {self.blocks}")
         fit = self.ext.max_coresident(self.variant_id, self.xray, self.device.index or 0)
         if self.blocks > fit:
             raise MonolithError(
-                f"a grid of {self.blocks} blocks x {THREADS} threads cannot be co-resident on {props.name}: "
+                f"a grid of {self.blocks} blocks x {self.threads} threads cannot be co-resident on {props.name}: "
                 f"the occupancy API allows {fit}. A persistent kernel with grid barriers would hang; refusing.")
         # ~2 GHz SM clock: the bound is in cycles so the plain build needs no global timer.
         self.timeout_cycles = int(timeout_s * 2.0e9)
@@ -197,7 +231,7 @@ class MegakernelEngine(Engine):
         self.weights = ckpt.describe() if hasattr(ckpt, "describe") else {}
 
         t = ckpt.tensors
-        w, n = pack_layer_weights(t, C.NUM_LAYERS)
+        w, n = PACKERS[self.spec.get("layout", "upstream")](t, C.NUM_LAYERS)
         dev = self.device
         self.w, self.norms = w.to(dev), n.to(dev)
         self.embed = t["model.embed_tokens.weight"].to(dev, torch.bfloat16).contiguous()
@@ -207,11 +241,15 @@ class MegakernelEngine(Engine):
         self.scr = torch.zeros(self.k["scr_elems"], dtype=torch.float32, device=dev)
         self.logits_buf = torch.zeros(C.VOCAB, dtype=torch.float32, device=dev)
         self.sync = torch.zeros(self.k["sync_bytes"] // 4, dtype=torch.int32, device=dev)
+        # stream: the words that carry their own readiness (kernel/config.cuh: counted residual
+        # words + their snapshot, tagged q/k/v, attention partials, activations, residual); reset()
+        # zeroes all, which every launch's tags and counts are relative to
+        self.acc = torch.zeros(self.k["acc_words"], dtype=torch.int64, device=dev)
         self.xray_buf = torch.zeros(self.blocks * self.k["xray_max_events"] * XRAY_EVENT_DTYPE.itemsize,
                                     dtype=torch.uint8, device=dev) if xray else None
         self._scratch_tokens = torch.zeros(C.CONTEXT_CAP + 1, dtype=torch.int32, device=dev)
         attrs = dict(self.ext.attributes(self.variant_id, self.xray))
-        self.info = {"variant": variant, "xray": self.xray, "blocks": self.blocks, "threads": THREADS,
+        self.info = {"variant": variant, "xray": self.xray, "blocks": self.blocks, "threads": self.threads,
                      "l2_prefetch": self.l2_prefetch,
                      # The gate's near-tie tolerance for this engine (logits). The kernel computes in
                      # fp32 like the oracle; it differs only by its bf16 KV cache and summation order
@@ -232,7 +270,8 @@ class MegakernelEngine(Engine):
         xray_ptr = self.xray_buf.data_ptr() if (self.xray_buf is not None and record) else 0
         self.ext.launch(self.variant_id, self.blocks, self.xray, self.w.data_ptr(), self.norms.data_ptr(),
                         self.embed.data_ptr(), self.final_norm.data_ptr(), self.rope.data_ptr(), self.kv.data_ptr(),
-                        self.scr.data_ptr(), self.logits_buf.data_ptr(), self.sync.data_ptr(), in_ptr, out_ptr, xray_ptr,
+                        self.scr.data_ptr(), self.acc.data_ptr(), self.logits_buf.data_ptr(), self.sync.data_ptr(),
+                        in_ptr, out_ptr, xray_ptr,
                         self.timeout_cycles, stop[0], stop[1], self.l2_prefetch,
                         torch.cuda.current_stream(self.device).cuda_stream)
 
@@ -252,6 +291,7 @@ class MegakernelEngine(Engine):
 
     def _set_position(self, pos: int) -> None:
         self.sync.zero_()
+        self.acc.zero_()
         self.sync[5] = pos
         self.position = pos
 
@@ -307,12 +347,13 @@ class MegakernelEngine(Engine):
         self.scr.fill_(float("nan"))  # poison: a buffer the kernel did not write stays NaN
         self._launch(tok.data_ptr(), self._scratch_tokens.data_ptr(), stop=(stop_layer, stop_phase), record=False)
         self.check()
-        self._set_position(pos)
         k = self.k
         s = self.scr
 
         def seg(off: int, n: int) -> torch.Tensor:
             return s[off: off + n].clone()
+
+        self._set_position(pos)
 
         L = stop_layer
         kv = self.kv.view(C.NUM_LAYERS, 2, C.NUM_KV_HEADS, C.CONTEXT_CAP, C.HEAD_DIM)
@@ -371,7 +412,7 @@ class MegakernelEngine(Engine):
         events = np.stack([raw[f].astype(np.int64) for f in XRAY_FIELDS], axis=1) if len(raw) else np.zeros((0, 8), np.int64)
         props = torch.cuda.get_device_properties(self.device)
         meta = {"variant": self.variant, "gpu": props.name, "sm_count": self.sm_count, "blocks": self.blocks,
-                "threads": THREADS, "position": position,
+                "threads": self.threads, "position": position,
                 "token_time_us": e0.elapsed_time(e1) * 1000.0 / (window + 1),
                 "token_time_method": f"CUDA events around {window + 1} back-to-back launches ending with the traced one",
                 "sm_clock_mhz": _sm_clock_mhz(), "build": self.ext.build_info, "weights": self.weights,

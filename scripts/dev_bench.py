@@ -1,7 +1,8 @@
 """Development timing of the megakernel: launch-shape and L2-prefetch sweeps. Not a headline
 number (headline numbers come only from `monolith bench`, which gates every engine first); run
 it after tests/test_kernel_gpu.py passed on the same build (scripts/gpu.sh does).
-usage: python scripts/dev_bench.py [--blocks 132,128,...] [--l2-prefetch 0,1,2,3] [--out FILE.json]"""
+usage: python scripts/dev_bench.py [--variant bf16-upstream,bf16-stream] [--blocks 132,128,...]
+       [--l2-prefetch 0,1,2,3] [--prompt-len N] [--out FILE.json]"""
 import argparse
 import json
 from datetime import UTC, datetime
@@ -14,7 +15,9 @@ from monolith.megakernel import MegakernelEngine, bytes_per_token
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--variant", default="bf16-upstream", help="comma list of kernel variants (kernel/variants.json)")
     ap.add_argument("--blocks", default="")
+    ap.add_argument("--prompt-len", type=int, default=2, help="tokens prefilled before the timed decode")
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--xray", action="store_true")
@@ -26,12 +29,13 @@ def main() -> None:
     shapes = [int(b) for b in a.blocks.split(",") if b] or [None]
     modes = [int(m) for m in a.l2_prefetch.split(",") if m] or [None]
     rows = []
-    for blocks, mode in [(b, m) for b in shapes for m in modes]:
-        mk = MegakernelEngine(ckpt, blocks=blocks, xray=a.xray, l2_prefetch=mode)
+    prompt = ([9707, 1879] * (a.prompt_len // 2 + 1))[: a.prompt_len]
+    for variant, blocks, mode in [(v, b, m) for v in a.variant.split(",") for b in shapes for m in modes]:
+        mk = MegakernelEngine(ckpt, variant=variant, blocks=blocks, xray=a.xray, l2_prefetch=mode)
         times = []
         for _ in range(a.runs + 1):
             mk.reset()
-            first = mk.prefill([9707, 1879])
+            first = mk.prefill(prompt)
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
             mk.decode(first, a.tokens)
@@ -40,11 +44,12 @@ def main() -> None:
             times.append(e0.elapsed_time(e1) / 1000)
         times = sorted(times[1:])
         med = times[len(times) // 2]
-        bpt = sum(bytes_per_token(p) for p in range(2, 2 + a.tokens)) / a.tokens
-        print(f"[dev] blocks={mk.blocks} l2_prefetch={mk.l2_prefetch} xray={a.xray} tok/s median {a.tokens / med:.0f} "
+        p0 = len(prompt)
+        bpt = sum(bytes_per_token(p) for p in range(p0, p0 + a.tokens)) / a.tokens
+        print(f"[dev] {variant} pos={p0} blocks={mk.blocks} l2_prefetch={mk.l2_prefetch} xray={a.xray} tok/s median {a.tokens / med:.0f} "
               f"(min {a.tokens / times[-1]:.0f}, max {a.tokens / times[0]:.0f}) us/token {med / a.tokens * 1e6:.1f} "
               f"eff BW {bpt * a.tokens / med / 1e12:.2f} TB/s regs {mk.info['kernel_attributes']['num_regs']}")
-        rows.append({"blocks": mk.blocks, "l2_prefetch": mk.l2_prefetch, "xray": a.xray,
+        rows.append({"variant": variant, "prompt_len": p0, "blocks": mk.blocks, "l2_prefetch": mk.l2_prefetch, "xray": a.xray,
                      "tok_s": {"median": a.tokens / med, "min": a.tokens / times[-1], "max": a.tokens / times[0]},
                      "us_per_token": med / a.tokens * 1e6, "eff_bw_tbs": bpt * a.tokens / med / 1e12})
         del mk

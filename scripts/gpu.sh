@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [ab] [sweep] [devbench] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [ab] [sweep] [devbench] [m4dev] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 # MONOLITH_L2_PREFETCH (if set, or chosen by `ab`) is the megakernel's L2-prefetch launch parameter.
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
@@ -59,6 +59,14 @@ fi
 if want devbench; then
   run devbench python3 scripts/dev_bench.py --blocks "${BLOCKS:-132,128,116,96,66}"
   run devbench-xray python3 scripts/dev_bench.py --blocks 132 --xray
+fi
+# M4 development: the kernel tests on the variants named (default: the streaming schedule), then
+# dev timings of the upstream schedule, its step-0 A/B, and the streaming schedule
+if want m4dev; then
+  run kernel-tests-m4 env MONOLITH_TEST_VARIANTS="${M4_TEST_VARIANTS:-bf16-stream}" \
+    python3 -m pytest -q -m gpu -x tests/test_kernel_gpu.py -s
+  run devbench-m4 python3 scripts/dev_bench.py --variant "${M4_VARIANTS:-bf16-upstream,bf16-upstream-l2pre,bf16-stream}" \
+    --blocks 132 --runs 3 --prompt-len "${M4_PROMPT:-2}" --out results/m4_devbench.json
 fi
 want m1 && run m1 python3 -m monolith m1
 # Quality, full protocol, bf16 pairs: HF transformers (its parallel forward) and the megakernel,

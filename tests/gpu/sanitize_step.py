@@ -1,6 +1,7 @@
 """Run a reduced megakernel configuration under compute-sanitizer (memcheck / racecheck):
 a short prompt, steps stopped after layer 1 (two layers) and one full step, with long timeouts
 because the sanitizer slows every access. Exit code 0 = no error reported by the program."""
+import os
 import sys
 
 import torch
@@ -11,7 +12,7 @@ from monolith.megakernel import MegakernelEngine
 
 def main() -> int:
     ckpt = load_checkpoint(ensure_checkpoint(None, progress=False))
-    mk = MegakernelEngine(ckpt, timeout_s=600.0)
+    mk = MegakernelEngine(ckpt, variant=os.environ.get("MONOLITH_VARIANT", "bf16-upstream"), timeout_s=600.0)
     mk.reset()
     nxt = mk.prefill([9707, 1879, 11])  # 3 steps at positions 0..2
     mk.step_until(nxt, 1, 4)            # reduced: stop after layer 1

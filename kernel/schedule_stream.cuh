@@ -1,0 +1,964 @@
+// monolith: the streaming schedule (`bf16-stream`), one part of kernel/megakernel.cu.
+//
+// Included by megakernel.cu inside its build namespace (plain_build / xray_build), after the
+// shared helpers (part_begin, warp_sum, dot8_bf16, the X-ray macros): it is not a stand-alone
+// header, and it is compiled once per build like the rest of the kernel.
+//
+// The schedule (per block; 16 consumer warps + 1 producer warp):
+//   producer  lane 0 of warp 16 walks this block's whole-token stream list (StreamPlan): its qkv
+//             rows, the K/V history of its attention splits, its O rows, its MLP units of every
+//             layer, then its LM-head rows, and keeps a ring of kStages bulk copies of kSlotBytes
+//             in shared memory full. It never waits on activations, only on free slots.
+//   consumers per layer L; the residual stream is int64 words, stage 2L (after attention + O)
+//             and 2L+1 (after the MLP), each word counting its own contributions:
+//     wait_resid  stage 2L-1 complete in this thread's two words (G + 1 contributions) [grid hop]
+//     qkv         RMSNorm of the residual (every block, redundantly), this block's qkv rows of
+//                 its KV group g                                             -> grp_qkv[g] += 1
+//     wait_qkv    the group's 512 q/k/v rows are written                          [group hop]
+//     attn        (blocks owning a split) QK-norm + RoPE in registers, K/V append (owner of the
+//                 last split), scores / softmax / V of its 64-position splits -> grp_attn[g] += 1
+//     wait_attn   every split of the group is written                             [group hop]
+//     oproj       merge the splits (fixed order), O rows x the group's 256 columns, partial sums
+//                 added to stage 2L with int64 atomics (block b adds the previous stage's value
+//                 of the elements i with i % G == b as soon as it has read it: the residual)
+//     wait_o      stage 2L complete (8 groups + 1 seed per word)                  [grid hop]
+//     mlp         RMSNorm, per unit of 8 intermediate columns: 16 gate/up rows -> act[8] -> the
+//                 8 matching down columns, partials over all 1024 outputs, added to stage 2L+1
+//   then the final norm, the LM-head rows and the argmax (last block to arrive reduces).
+// Hops per layer: 4 (2 grid-wide through the residual words, 2 per-group counters), no grid
+// barrier and only the two group counters pay a release fence. The upstream schedule has 6
+// (4 grid barriers + 2 flag syncs).
+//
+// Determinism: every dot product is summed by one warp (or two, combined in a fixed order) in a
+// fixed lane order; a unit's partial sum is rounded to fixed point once (kFixShift) and integers
+// add associatively, so neither the order of the atomics nor the grid size changes a bit of the
+// residual stream. Attention splits depend on the position only and are merged in split order.
+//
+// Residual buffers: stage j accumulates in acc[j % 2] on top of stage j - 2's words (nothing is
+// ever cleared, see ResidHist). A writer of stage j has read stage j - 1 complete, and every
+// block read stage j - 2 before it contributed to stage j - 1 (stages are read in order): the
+// buffer's previous content is final and known to every reader.
+
+// ---- helpers --------------------------------------------------------------------------------
+__device__ __forceinline__ void csync() { consumer_sync<kStreamConsumerThreads>(); }
+
+__device__ __forceinline__ long long to_fix(float x) { return __float2ll_rn(x * float(1ll << kFixShift)); }
+__device__ __forceinline__ float from_fix(long long v) { return float(v) * (1.0f / float(1ll << kFixShift)); }
+// One contribution to a residual word: the fixed-point value above the count field, count 1.
+__device__ __forceinline__ void resid_add(long long* p, long long fix) {
+  const unsigned long long w = (static_cast<unsigned long long>(fix) << kCountBits) + 1ull;
+  atomicAdd(reinterpret_cast<unsigned long long*>(p), w);
+}
+__device__ __forceinline__ long long ld_relaxed_s64(const long long* p) {
+  long long v;
+  asm volatile("ld.relaxed.gpu.global.s64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// AND of a predicate over the consumer threads (barrier 1): a bounded per-thread wait that
+// fails in one thread makes every consumer leave together, never one thread at a barrier alone.
+__device__ __forceinline__ bool csync_and(bool ok) {
+  uint32_t r;
+  asm volatile(
+      "{ .reg .pred p, q; setp.ne.u32 p, %1, 0; bar.red.and.pred q, 1, %2, p; selp.u32 %0, 1, 0, q; }"
+      : "=r"(r)
+      : "r"(uint32_t(ok)), "n"(kStreamConsumerThreads)
+      : "memory");
+  return r != 0;
+}
+
+// What one consumer thread remembers of the counted words of its two elements (t, t + 512): the
+// words it read at the last two layers. Layer L's O stage lives in buffer L % 2, which held layer
+// L - 2's: the stage's own value is (word - w2) >> kCountBits and its contributor count is
+// (word - w2) & mask, whatever the buffer held before (the difference cancels any carry out of
+// the count field). No buffer is ever cleared; the host zeroes them at reset, and block 0 leaves
+// a snapshot of the last two layers' words for the next launch to start from.
+struct ResidHist {
+  long long w1[2], w2[2];  // words of layers L-1 and L-2
+};
+
+__device__ __forceinline__ ResidHist resid_start(const long long* acc) {
+  const long long* snap = acc + kAccSnap;
+  ResidHist h;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int i = threadIdx.x + e * kStreamConsumerThreads;
+    h.w2[e] = __ldcg(snap + 0 * kHidden + i);  // layer -2 -> buffer 0
+    h.w1[e] = __ldcg(snap + 1 * kHidden + i);  // layer -1 -> buffer 1
+  }
+  return h;
+}
+
+// Wait until this layer's counted words (buf) have `expected` contributions in this thread's two
+// elements, return the values (fixed point) in fix and shift the history. Bounded; false in every
+// consumer if any thread failed.
+__device__ __forceinline__ bool resid_read(const long long* buf, uint32_t expected, ResidHist& h, long long fix[2],
+                                           SyncState* S, long long tmo, uint32_t info) {
+  constexpr unsigned long long kMask = (1ull << kCountBits) - 1ull;
+  bool ok = true;
+  long long w[2];
+  const long long t0 = clock64();
+  for (uint32_t it = 0;; ++it) {  // both words per round: one L2 round trip per poll
+#pragma unroll
+    for (int e = 0; e < 2; ++e) w[e] = ld_relaxed_s64(buf + threadIdx.x + e * kStreamConsumerThreads);
+    if (((unsigned long long)(w[0] - h.w2[0]) & kMask) == expected &&
+        ((unsigned long long)(w[1] - h.w2[1]) & kMask) == expected)
+      break;
+    if ((it & 15u) == 15u && (*(volatile uint32_t*)&S->error != 0u || clock64() - t0 > tmo)) {
+      raise_error(S, kErrCounterTimeout, info);
+      ok = false;
+      break;
+    }
+  }
+  if (!csync_and(ok)) return false;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    fix[e] = (w[e] - h.w2[e]) >> kCountBits;  // arithmetic shift: the signed stage value
+    h.w2[e] = h.w1[e];
+    h.w1[e] = w[e];
+  }
+  return true;
+}
+
+// Tagged words: {fp32 value (low half), tag (high half)}, one 64-bit store, so a reader never sees
+// the value of one write with the tag of another.
+__device__ __forceinline__ uint32_t layer_tag(uint32_t steps, int layer) {
+  return (steps << kLayerTagBits) | uint32_t(layer + 1);
+}
+__device__ __forceinline__ void tagged_store(long long* p, float v, uint32_t tag) {
+  const unsigned long long w = (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(v);
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
+}
+// Bounded poll for this tag; on failure `ok` turns false (the caller combines it with csync_and).
+__device__ __forceinline__ float tagged_wait(const long long* p, uint32_t tag, SyncState* S, long long tmo, uint32_t info,
+                                             bool& ok) {
+  unsigned long long w = (unsigned long long)ld_relaxed_s64(p);
+  if (uint32_t(w >> 32) != tag && ok) {
+    const long long t0 = clock64();
+    for (uint32_t it = 0;; ++it) {
+      w = (unsigned long long)ld_relaxed_s64(p);
+      if (uint32_t(w >> 32) == tag) break;
+      if ((it & 63u) == 63u && (*(volatile uint32_t*)&S->error != 0u || clock64() - t0 > tmo)) {
+        raise_error(S, kErrCounterTimeout, info);
+        ok = false;
+        break;
+      }
+    }
+  }
+  return __uint_as_float(uint32_t(w));
+}
+
+// N tagged words at once: every poll round issues all N loads back to back, so waiting for N
+// words costs one L2 round trip per round, not N (six sequential polls made the activation hop
+// 2.5-3 us, X-ray NOTES.md M4). p(i) gives the address of word i.
+template <int N, class Addr>
+__device__ __forceinline__ void tagged_gather(Addr p, uint32_t tag, float out[N], SyncState* S, long long tmo,
+                                              uint32_t info, bool& ok) {
+  unsigned long long w[N];
+  const long long t0 = clock64();
+  for (uint32_t it = 0; ok; ++it) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) w[i] = (unsigned long long)ld_relaxed_s64(p(i));
+    bool all = true;
+#pragma unroll
+    for (int i = 0; i < N; ++i) all = all && uint32_t(w[i] >> 32) == tag;
+    if (all) break;
+    if ((it & 15u) == 15u && (*(volatile uint32_t*)&S->error != 0u || clock64() - t0 > tmo)) {
+      raise_error(S, kErrCounterTimeout, info);
+      ok = false;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = __uint_as_float(uint32_t(w[i]));
+}
+
+// Consumer-only block sum (the producer warp never joins barrier 1).
+__device__ __forceinline__ float csum(float v, float* red) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  v = warp_sum(v);
+  csync();  // `red` may still be read by a previous call
+  if (lane == 0) red[warp] = v;
+  csync();
+  float t = 0.f;
+#pragma unroll
+  for (int w = 0; w < kStreamConsumerWarps; ++w) t += red[w];
+  return t;
+}
+
+// s_x[i] = RMSNorm(residual)[i] * weight[i]; thread t holds elements t and t + 512 (v).
+__device__ __forceinline__ void stream_rmsnorm(const float v[2], const uint16_t* weight, float* s_x, float* red) {
+  const int t = threadIdx.x;
+  const float total = csum(v[0] * v[0] + v[1] * v[1], red);
+  const float inv = rsqrtf(total / float(kHidden) + kRmsEps);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int i = t + j * kStreamConsumerThreads;
+    s_x[i] = v[j] * inv * __uint_as_float(uint32_t(weight[i]) << 16);
+  }
+  csync();
+}
+
+// K = 1024 rows from a slot: two warps per row (8 rows, 16 warps), warp w takes row w / 2 and
+// half w % 2 of it: lane reads the 16-byte words q = 64 h + lane and q + 32 (consecutive lanes,
+// consecutive words: no bank conflicts). Its 16 input values are the same for every row of a
+// phase, so they live in registers (XHalf), loaded once per phase: the slot's 16 KB are then the
+// only shared-memory traffic of a chunk.
+struct XHalf {
+  float4 v[4];
+};
+__device__ __forceinline__ XHalf load_xhalf(const float* s_x) {
+  const int lane = threadIdx.x & 31, h = (threadIdx.x >> 5) & 1;
+  const float4* x4 = reinterpret_cast<const float4*>(s_x);
+  XHalf x;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int q = 64 * h + lane + 32 * j;
+    x.v[2 * j] = x4[2 * q];
+    x.v[2 * j + 1] = x4[2 * q + 1];
+  }
+  return x;
+}
+// This lane's part of the warp's half-row dot product (not reduced). Two accumulators: the 16
+// FMAs form two chains of 8.
+__device__ __forceinline__ float half_row_lane(const uint4* slot, int row, const XHalf& x) {
+  const int lane = threadIdx.x & 31, h = (threadIdx.x >> 5) & 1;
+  const uint4* r = slot + row * (kHidden / 8) + 64 * h + lane;
+  const float a = dot8_bf16(r[0], x.v[0], x.v[1], 0.f);
+  const float b = dot8_bf16(r[32], x.v[2], x.v[3], 0.f);
+  return a + b;
+}
+
+// Four warp sums in 6 shuffles instead of 20: halve the lanes' set of values at xor 16 and 8,
+// then reduce within groups of 8. Lane 8 v (v = 0..3) ends with the sum of value v over all
+// 32 lanes, added in a fixed order (deterministic).
+__device__ __forceinline__ float warp_sum4(float a0, float a1, float a2, float a3) {
+  const int lane = threadIdx.x & 31;
+  const bool hi = (lane & 16) != 0, b3 = (lane & 8) != 0;
+  const float b0 = (hi ? a2 : a0) + __shfl_xor_sync(0xffffffffu, hi ? a0 : a2, 16);
+  const float b1 = (hi ? a3 : a1) + __shfl_xor_sync(0xffffffffu, hi ? a1 : a3, 16);
+  float c = (b3 ? b1 : b0) + __shfl_xor_sync(0xffffffffu, b3 ? b0 : b1, 8);
+  c += __shfl_xor_sync(0xffffffffu, c, 4);
+  c += __shfl_xor_sync(0xffffffffu, c, 2);
+  c += __shfl_xor_sync(0xffffffffu, c, 1);
+  return c;
+}
+
+// Index of group g's qkv row r (0..511) in the standard q | k | v order of scr[kScrQKV].
+__device__ __forceinline__ int qkv_std_row(int g, int r) {
+  return r < kGroupCols ? g * kGroupCols + r
+                        : (r < kGroupCols + kHeadDim ? kQDim + g * kHeadDim + (r - kGroupCols)
+                                                     : kQDim + kKVDim + g * kHeadDim + (r - kGroupCols - kHeadDim));
+}
+
+// What one block streams and computes, for the whole token (a function of b, G and pos only:
+// the producer and the consumers derive the same list).
+struct StreamPlan {
+  int g, ng, gi;  // KV group, blocks in it, this block's index in it
+  int q0, q1;     // qkv rows of the group (0..512)
+  int o0, o1;     // O rows (0..1024) of the group's columns
+  int u0, u1;     // MLP units (0..384)
+  int h0, h1;     // residual slice this block seeds into each stage
+  int v0, v1;     // LM-head rows
+  int nsplit;     // attention splits at this position (same in every block)
+};
+
+__device__ __forceinline__ StreamPlan make_plan(int b, int G, int pos) {
+  StreamPlan s;
+  s.g = 0;
+  while (s.g + 1 < kGroups && part_begin(G, kGroups, s.g + 1) <= b) ++s.g;
+  const int gb0 = int(part_begin(G, kGroups, s.g)), gb1 = int(part_begin(G, kGroups, s.g + 1));
+  s.ng = gb1 - gb0;
+  s.gi = b - gb0;
+  s.q0 = int(part_begin(kGroupRows, s.ng, s.gi)), s.q1 = int(part_begin(kGroupRows, s.ng, s.gi + 1));
+  s.o0 = int(part_begin(kHidden, s.ng, s.gi)), s.o1 = int(part_begin(kHidden, s.ng, s.gi + 1));
+  s.u0 = int(part_begin(kMlpUnits, G, b)), s.u1 = int(part_begin(kMlpUnits, G, b + 1));
+  s.h0 = int(part_begin(kHidden, G, b)), s.h1 = int(part_begin(kHidden, G, b + 1));
+  s.v0 = int(part_begin(kVocab, G, b)), s.v1 = int(part_begin(kVocab, G, b + 1));
+  s.nsplit = pos / kSplitPositions + 1;
+  return s;
+}
+
+__device__ __forceinline__ uint16_t* kv_base(uint16_t* kv, int L, int kind, int g) {
+  return kv + ((int64_t(L) * 2 + kind) * kNumKVHeads + g) * int64_t(kContextCap) * kHeadDim;
+}
+
+// ---- producer -------------------------------------------------------------------------------
+struct Ring {
+  uint8_t* slots;
+  uint64_t* full;
+  uint64_t* empty;
+  volatile int* quit;  // set by the consumers when they leave (stop phase, error): the producer stops
+};
+
+__device__ __forceinline__ void stream_producer(const StepParams& p, const StreamPlan& s, int pos, Ring r) {
+  SyncState* S = p.sync;
+  const long long tmo = p.timeout_cycles;
+  uint32_t k = 0;
+  bool ok = true;
+  const uint64_t pol = l2_evict_first_policy();
+  // The small vectors the consumers read on their critical path go to L2 ahead of time: a miss
+  // there would queue behind the ring's copies in DRAM. Each layer's norms are asked for a layer
+  // ahead (below); here layer 0's, the RoPE row, the final norm and the token's embedding row.
+  prefetch_l2_bulk(p.norms, kNormLayerElems * 2);
+  prefetch_l2_bulk(p.rope + int64_t(pos) * kHeadDim, kHeadDim * 4);
+  prefetch_l2_bulk(p.final_norm, kHidden * 2);
+  auto issue = [&](const void* src, uint32_t bytes, uint32_t info) {
+    if (!ok) return;
+    const uint32_t slot = k % kStages;
+    if (k >= kStages) {  // wait until the consumers released the chunk that used this slot
+      const uint32_t par = ((k / kStages) - 1u) & 1u;
+      if (!mbar_try_wait(&r.empty[slot], par)) {
+        const long long t0 = clock64();
+        for (uint32_t it = 0;; ++it) {
+          if (mbar_try_wait(&r.empty[slot], par)) break;
+          if (*r.quit) {
+            ok = false;
+            return;
+          }
+          if ((it & 63u) == 63u) {
+            if (*(volatile uint32_t*)&S->error != 0u) {
+              ok = false;
+              return;
+            }
+            if (clock64() - t0 > tmo) {
+              raise_error(S, kErrRingTimeout, info);
+              ok = false;
+              return;
+            }
+          }
+        }
+      }
+    }
+    mbar_arrive_expect_tx(&r.full[slot], bytes);
+    bulk_copy_g2s(r.slots + size_t(slot) * kSlotBytes, src, bytes, &r.full[slot], pol);
+    ++k;
+  };
+  for (int L = 0; L < kNumLayers && ok; ++L) {
+    const uint16_t* W = p.w + int64_t(L) * kLayerElems;
+    const uint32_t info = uint32_t(L) * 16u + 13u;
+    if (L + 1 < kNumLayers) prefetch_l2_bulk(p.norms + int64_t(L + 1) * kNormLayerElems, kNormLayerElems * 2);
+    for (int q = s.q0; q < s.q1; q += 8)
+      issue(W + kOffQKV + int64_t(s.g * kGroupRows + q) * kHidden, uint32_t(min(8, s.q1 - q)) * kHidden * 2, info);
+    for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
+      const int t0 = sp * kSplitPositions, t1 = min(t0 + kSplitPositions, pos);
+      if (t1 > t0) {
+        issue(kv_base(p.kv, L, 0, s.g) + int64_t(t0) * kHeadDim, uint32_t(t1 - t0) * kHeadDim * 2, info);
+        issue(kv_base(p.kv, L, 1, s.g) + int64_t(t0) * kHeadDim, uint32_t(t1 - t0) * kHeadDim * 2, info);
+      }
+    }
+    for (int o = s.o0; o < s.o1; o += 32)
+      issue(W + kOffO + int64_t(s.g * kHidden + o) * kGroupCols, uint32_t(min(32, s.o1 - o)) * kGroupCols * 2, info);
+    for (int u = s.u0; u < s.u1; ++u) {
+      issue(W + kOffGateUp + int64_t(2 * kMlpUnitCols * u) * kHidden, kSlotBytes, info);
+      issue(W + kOffGateUp + int64_t(2 * kMlpUnitCols * u + kMlpUnitCols) * kHidden, kSlotBytes, info);
+    }
+    {  // down rows h0..h1, row-major (K = 3072): contiguous, cut into slots of 8 segments of 1024
+      const uint16_t* d0 = W + kOffDown + int64_t(s.h0) * kIntermediate;
+      const int64_t bytes = int64_t(s.h1 - s.h0) * kIntermediate * 2;
+      for (int64_t off = 0; off < bytes; off += kSlotBytes)
+        issue(reinterpret_cast<const uint8_t*>(d0) + off, uint32_t(min(int64_t(kSlotBytes), bytes - off)), info);
+    }
+  }
+  for (int v = s.v0; v < s.v1 && ok; v += 8)
+    issue(p.embed + int64_t(v) * kHidden, uint32_t(min(8, s.v1 - v)) * kHidden * 2, uint32_t(kNumLayers) * 16u + 13u);
+  // Drain: no bulk copy may still be writing into this block's shared memory when it exits.
+  for (uint32_t j = k > uint32_t(kStages) ? k - kStages : 0u; j < k; ++j) {
+    const long long t0 = clock64();
+    while (!mbar_try_wait(&r.full[j % kStages], (j / kStages) & 1u))
+      if (clock64() - t0 > tmo) break;
+  }
+}
+
+// ---- consumers ------------------------------------------------------------------------------
+// Slots consumed per round (one wait + one barrier pair): the consumers' fixed cost per round
+// (mbarrier waits, two barriers, the combine) is paid once per 64 KB instead of once per 16 KB,
+// and the 4 slots' dot products are independent (ILP). Measured: ~0.57 us per 16 KB slot at one
+// slot per round (NOTES.md, M4).
+constexpr int kRoundSlots = 4;
+static_assert(kRoundSlots <= kStages / 2, "a round leaves the producer half the ring");
+
+struct StreamSmem {
+  float x[kHidden];                                 // normed residual (qkv, MLP, LM head input)
+  float hval[kHidden];                              // the residual after attention + O (MLP's seed)
+  float attn[kGroupCols];                           // merged attention of the group's two heads
+  float q[kGroupCols];                              // q of both heads after QK-norm + RoPE
+  float tmp[kGroupRows];                            // q | k | v before RoPE
+  float kc[kHeadDim], vc[kHeadDim];                 // this position's K and V (bf16-rounded)
+  float sc[kHeadsPerKV * kSplitPositions];          // scores, then probabilities, of one split
+  float ml[2 * kHeadsPerKV];                        // (max, sum) per head of one split
+  union {
+    float vpart[kStreamConsumerWarps * kGroupCols];  // attention: per-warp V partial sums
+    float act[kIntermediate];                        // MLP down: every activation of the layer
+  };
+  float rowacc[kHidden / kMinStreamBlocks];         // MLP down: this block's row sums
+  float part[2][kRoundSlots * kStreamConsumerWarps];  // half-row sums of the last two rounds
+  float red[2 * kStreamConsumerWarps];
+  int flag;
+};
+
+template <class Cfg>
+__device__ __forceinline__ void stream_consumer(const StepParams& p, const StreamPlan& s, int pos, int token,
+                                             uint32_t steps, Ring r, StreamSmem& sm) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int G = gridDim.x, b = blockIdx.x, g = s.g;
+  SyncState* S = p.sync;
+  float* scr = p.scr;
+  long long* acc = p.acc;
+  const long long tmo = p.timeout_cycles;
+  const uint16_t* emb_row = p.embed + int64_t(token) * kHidden;
+  const float* rope_row = p.rope + int64_t(pos) * kHeadDim;
+  volatile int* flag = &sm.flag;
+  XRAY_INIT(p.xray);
+  XRAY_BEGIN();
+
+  uint32_t kc = 0;  // chunks consumed
+  // The next slot, once its bulk copy has landed (nullptr: timeout or another block's error).
+  // Only thread 0 waits on the mbarrier (a bounded wait; its try_wait has acquire semantics, which
+  // makes the bulk copy's writes visible to it) and barrier 1 passes that on to the other threads
+  // (bar.sync orders memory among the participating threads, cumulatively); no thread can leave
+  // on a timeout while another waits at a barrier. Every consumer thread polling the mbarrier
+  // itself cost ~1.2 us per round of 4 slots (X-ray, NOTES.md M4): mbarrier probes are issued
+  // per thread, not per warp.
+  auto acquire = [&](uint16_t work_phase, int layer) -> const uint8_t* {
+    const uint32_t slot = kc % kStages, par = (kc / kStages) & 1u;
+    if (tid == 0) {
+      bool ok = true;
+      if (!mbar_test_wait(&r.full[slot], par)) {
+        XRAY_STAMP(tg, tcy);
+        ok = mbar_wait_bounded(&r.full[slot], par, S, tmo, kErrRingTimeout, uint32_t(layer) * 16u + 12u);
+        if (ok) XRAY_STALL(work_phase, layer < kNumLayers ? kPhase_ring : kPhase_ring_head, layer, tg, tcy);
+      }
+      *flag = ok ? 1 : 0;
+    }
+    csync();
+    if (*flag == 0) return nullptr;
+    return r.slots + size_t(slot) * kSlotBytes;
+  };
+  auto release = [&]() {
+    csync();  // every consumer is done with the slot
+    if (tid == 0) mbar_arrive(&r.empty[kc % kStages]);
+    ++kc;
+  };
+  // A round: the next n slots (n <= kRoundSlots), one barrier to start and one to end.
+  auto acquire_n = [&](int n, uint16_t work_phase, int layer) -> bool {
+    if (tid == 0) {
+      bool ok = true;
+      for (int i = 0; i < n && ok; ++i) {
+        const uint32_t slot = (kc + i) % kStages, par = ((kc + i) / kStages) & 1u;
+        if (!mbar_test_wait(&r.full[slot], par)) {
+          XRAY_STAMP(tg, tcy);
+          ok = mbar_wait_bounded(&r.full[slot], par, S, tmo, kErrRingTimeout, uint32_t(layer) * 16u + 12u);
+          if (ok) XRAY_STALL(work_phase, layer < kNumLayers ? kPhase_ring : kPhase_ring_head, layer, tg, tcy);
+        }
+      }
+      *flag = ok ? 1 : 0;
+    }
+    csync();
+    return *flag != 0;
+  };
+  auto slot_at = [&](int i) -> const uint4* {
+    return reinterpret_cast<const uint4*>(r.slots + size_t((kc + i) % kStages) * kSlotBytes);
+  };
+  auto release_n = [&](int n) {
+    csync();
+    if (tid == 0)
+      for (int i = 0; i < n; ++i) mbar_arrive(&r.empty[(kc + i) % kStages]);
+    kc += n;
+  };
+  // Rows of K = 1024 in a round of n slots (8 rows each; nr rows in all): warp w's half-row sum of
+  // row w / 2 of every slot goes to part[i * 16 + w]; the row's two halves are added after the
+  // round's closing barrier, in fixed order (combine_row).
+  static_assert(kRoundSlots == 4, "round_1024 reduces the four slots' sums with warp_sum4");
+  auto round_1024 = [&](int n, int nr, const XHalf& x, float* part) {
+    float a[kRoundSlots];
+#pragma unroll
+    for (int i = 0; i < kRoundSlots; ++i)
+      a[i] = (i < n && 8 * i + (warp >> 1) < nr) ? half_row_lane(slot_at(i), warp >> 1, x) : 0.f;
+    const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
+    if ((lane & 7) == 0) part[(lane >> 3) * kStreamConsumerWarps + warp] = r4;
+  };
+  auto combine_row = [&](const float* part, int t) {  // row t of the round (slot t / 8, row t % 8)
+    const float* pp = part + (t >> 3) * kStreamConsumerWarps + 2 * (t & 7);
+    return pp[0] + pp[1];
+  };
+
+  const float scale = rsqrtf(float(kHeadDim));
+  ResidHist rh = resid_start(acc);
+  // Block b seeds element i of a counted stage (the residual connection) when i % G == b.
+  auto seed_o = [&](long long* buf, const float v[2]) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int i = tid + e * kStreamConsumerThreads;
+      if (i % G == b) resid_add(buf + i, to_fix(v[e]));
+    }
+  };
+  for (int L = 0; L < kNumLayers; ++L) {
+    const uint16_t* N = p.norms + int64_t(L) * kNormLayerElems;
+    const uint32_t tag = layer_tag(steps, L);
+    long long* acc_o = acc + kAccO + (L % kAccBuffers) * kHidden;  // residual after attention + O
+
+    // ---------------- qkv ----------------
+    {
+      float v[2];
+      if (L == 0) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) v[e] = __uint_as_float(uint32_t(emb_row[tid + e * kStreamConsumerThreads]) << 16);
+      } else {
+        bool ok = true;
+        const long long* rp = acc + kTagResid + tid;
+        tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, L - 1), v, S, tmo,
+                         uint32_t(L) * 16u + 7u, ok);
+        if (!csync_and(ok)) return;
+        XRAY_END(s_wait_resid, L);
+      }
+      // the residual connection, added at once: every block has read the O stage of layer L-2
+      // (this buffer's previous content) before any block could finish layer L-1's MLP
+      seed_o(acc_o, v);
+      stream_rmsnorm(v, N + kNormInLn, sm.x, sm.red);
+    }
+    if (b == 0)
+      for (int i = tid; i < kHidden; i += kStreamConsumerThreads) scr[kScrNormIn + i] = sm.x[i];
+    {
+      const XHalf x = load_xhalf(sm.x);
+      for (int q = s.q0, rd = 0; q < s.q1; q += 8 * kRoundSlots, ++rd) {
+        const int nr = min(8 * kRoundSlots, s.q1 - q), n = (nr + 7) / 8;
+        float* part = sm.part[rd & 1];
+        if (!acquire_n(n, kPhase_s_qkv, L)) return;
+        round_1024(n, nr, x, part);
+        release_n(n);  // the barrier also publishes part: combine after it, in fixed order
+        if (tid < nr) {
+          const int row = qkv_std_row(g, q + tid);
+          const float a = combine_row(part, tid);
+          tagged_store(acc + kTagQKV + row, a, tag);
+          scr[kScrQKV + row] = a;  // phase diff only
+        }
+      }
+    }
+    XRAY_END(s_qkv, L);
+    if (p.stop_layer == L && p.stop_phase == kStopQKV) return;
+
+    // ---------------- attention splits of group g ----------------
+    if (s.gi < s.nsplit) {
+      const bool owner = (s.nsplit - 1) % s.ng == s.gi;  // owns the last split: appends K/V
+      {
+        // one value per consumer thread: seg 0/1 = q of heads 2g/2g+1, 2 = k, 3 = v (one warp
+        // never straddles two segments, so one reduction gives the three norms)
+        const int seg = tid >> 7, d = tid & (kHeadDim - 1);
+        bool ok = true;
+        const float v = tagged_wait(acc + kTagQKV + qkv_std_row(g, tid), tag, S, tmo, uint32_t(L) * 16u + 8u, ok);
+        if (!csync_and(ok)) return;
+        XRAY_END(s_wait_qkv, L);
+        const float ssw = warp_sum(v * v);
+        if (lane == 0) sm.red[warp] = ssw;
+        csync();
+        if (seg < 3) {
+          const int w0 = seg * 4;
+          const float ss = sm.red[w0] + sm.red[w0 + 1] + sm.red[w0 + 2] + sm.red[w0 + 3];
+          const uint16_t* nw = N + (seg < 2 ? kNormQ : kNormK);
+          sm.tmp[tid] = v * rsqrtf(ss / float(kHeadDim) + kRmsEps) * __uint_as_float(uint32_t(nw[d]) << 16);
+        } else {
+          const __nv_bfloat16 vb = __float2bfloat16_rn(v);
+          sm.vc[d] = __bfloat162float(vb);
+          if (owner) kv_base(p.kv, L, 1, g)[int64_t(pos) * kHeadDim + d] = __bfloat16_as_ushort(vb);
+        }
+        csync();
+        if (seg < 3) {
+          const int i = d & 63;
+          const float c = rope_row[i], sn = rope_row[64 + i];
+          const float* x = sm.tmp + seg * kHeadDim;
+          const float rr = d < 64 ? x[d] * c - x[d + 64] * sn : x[d] * c + x[d - 64] * sn;
+          if (seg < 2) {
+            sm.q[seg * kHeadDim + d] = rr;
+            if (owner) scr[kScrQRot + g * kGroupCols + seg * kHeadDim + d] = rr;
+          } else {
+            const __nv_bfloat16 kb = __float2bfloat16_rn(rr);
+            sm.kc[d] = __bfloat162float(kb);
+            if (owner) {
+              kv_base(p.kv, L, 0, g)[int64_t(pos) * kHeadDim + d] = __bfloat16_as_ushort(kb);
+              scr[kScrKRot + g * kHeadDim + d] = rr;
+            }
+          }
+        }
+        csync();
+      }
+      for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
+        const int t0 = sp * kSplitPositions, t1 = min(t0 + kSplitPositions, pos);
+        const int nh = t1 > t0 ? t1 - t0 : 0;      // cached positions in this split
+        const bool cur = sp == s.nsplit - 1;       // this position is the split's last entry
+        // scores: one half-warp per cached position, 16 lanes x 16 B = one K row, both heads
+        if (nh > 0) {
+          const uint4* slot = reinterpret_cast<const uint4*>(acquire(kPhase_s_attn, L));
+          if (slot == nullptr) return;
+          const int hw = tid >> 4, l16 = tid & 15;
+          const float4* q4 = reinterpret_cast<const float4*>(sm.q);
+          for (int rr = hw; rr < kSplitPositions; rr += kStreamConsumerThreads / 16) {
+            float a0 = 0.f, a1 = 0.f;
+            if (rr < nh) {
+              const uint4 kw = slot[rr * 16 + l16];
+              a0 = dot8_bf16(kw, q4[2 * l16], q4[2 * l16 + 1], 0.f);
+              a1 = dot8_bf16(kw, q4[32 + 2 * l16], q4[32 + 2 * l16 + 1], 0.f);
+            }
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) {
+              a0 += __shfl_xor_sync(0xffffffffu, a0, o);
+              a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+            }
+            if (l16 == 0 && rr < nh) {
+              sm.sc[rr] = a0 * scale;
+              sm.sc[kSplitPositions + rr] = a1 * scale;
+            }
+          }
+          release();
+        }
+        if (cur && warp == 0) {
+          float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+          for (int i = 0; i < kHeadDim / 32; ++i) {
+            a0 = fmaf(sm.q[lane + 32 * i], sm.kc[lane + 32 * i], a0);
+            a1 = fmaf(sm.q[kHeadDim + lane + 32 * i], sm.kc[lane + 32 * i], a1);
+          }
+          a0 = warp_sum(a0);
+          a1 = warp_sum(a1);
+          if (lane == 0) {
+            sm.sc[nh] = a0 * scale;
+            sm.sc[kSplitPositions + nh] = a1 * scale;
+          }
+        }
+        csync();
+        const int n = nh + (cur ? 1 : 0);
+        if (warp < kHeadsPerKV) {  // softmax statistics of this split, one warp per head
+          float* sc = sm.sc + warp * kSplitPositions;
+          const float x0 = lane < n ? sc[lane] : -INFINITY, x1 = lane + 32 < n ? sc[lane + 32] : -INFINITY;
+          const float m = warp_max(fmaxf(x0, x1));
+          const float e0 = lane < n ? __expf(x0 - m) : 0.f, e1 = lane + 32 < n ? __expf(x1 - m) : 0.f;
+          if (lane < n) sc[lane] = e0;
+          if (lane + 32 < n) sc[lane + 32] = e1;
+          const float l = warp_sum(e0 + e1);
+          if (lane == 0) {
+            sm.ml[2 * warp] = m;
+            sm.ml[2 * warp + 1] = l;
+          }
+        }
+        csync();
+        // V: warp w takes cached positions w, w + 16, w + 32, w + 48; lane holds dims 4 lane .. + 3
+        float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
+        if (nh > 0) {
+          const uint2* vslot = reinterpret_cast<const uint2*>(acquire(kPhase_s_attn, L));
+          if (vslot == nullptr) return;
+#pragma unroll
+          for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
+            const int rr = warp + kStreamConsumerWarps * j;
+            if (rr < nh) {
+              const uint2 vv = vslot[rr * 32 + lane];
+              const float p0 = sm.sc[rr], p1 = sm.sc[kSplitPositions + rr];
+              const float v4[4] = {__uint_as_float(vv.x << 16), __uint_as_float(vv.x & 0xffff0000u),
+                                   __uint_as_float(vv.y << 16), __uint_as_float(vv.y & 0xffff0000u)};
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                o0[i] = fmaf(p0, v4[i], o0[i]);
+                o1[i] = fmaf(p1, v4[i], o1[i]);
+              }
+            }
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          sm.vpart[warp * kGroupCols + 4 * lane + i] = o0[i];
+          sm.vpart[warp * kGroupCols + kHeadDim + 4 * lane + i] = o1[i];
+        }
+        if (nh > 0) release(); else csync();
+        if (tid < kGroupCols) {  // fixed order over warps, this position last
+          const int h = tid / kHeadDim, d = tid & (kHeadDim - 1);
+          float a = 0.f;
+#pragma unroll
+          for (int w = 0; w < kStreamConsumerWarps; ++w) a += sm.vpart[w * kGroupCols + tid];
+          if (cur) a = fmaf(sm.sc[h * kSplitPositions + nh], sm.vc[d], a);
+          long long* part = acc + kTagAttnPart + ((g * kMaxSplits + sp) * kHeadsPerKV + h) * kPartStride;
+          tagged_store(part + 2 + d, a, tag);
+          if (d == 0) {
+            tagged_store(part, sm.ml[2 * h], tag);
+            tagged_store(part + 1, sm.ml[2 * h + 1], tag);
+          }
+        }
+        csync();  // vpart and sc are reused by the next split
+      }
+      XRAY_END(s_attn, L);
+    }
+
+    // ---------------- merge + O partial sums ----------------
+    {
+      bool ok = true;
+      float num = 0.f, den = 0.f;
+      if (tid < kGroupCols) {
+        // online merge in split order (deterministic); the loads of 2 splits are issued together
+        const int h = tid / kHeadDim, d = tid & (kHeadDim - 1);
+        const long long* part0 = acc + kTagAttnPart + (g * kMaxSplits * kHeadsPerKV + h) * kPartStride;
+        constexpr int kSplitStride = kHeadsPerKV * kPartStride, kBatch = 2;
+        float m = -INFINITY;
+        for (int sp0 = 0; sp0 < s.nsplit && ok; sp0 += kBatch) {
+          float ms[kBatch], ls[kBatch], os[kBatch];
+          float got[3 * kBatch];
+          const int nb = min(kBatch, s.nsplit - sp0);
+          // words past the last split are read as split 0's (always written): same tag, unused
+          tagged_gather<3 * kBatch>(
+              [&](int i) {
+                const int j = i / 3, sp = j < nb ? sp0 + j : 0;
+                const long long* pp = part0 + sp * kSplitStride;
+                return pp + (i % 3 == 2 ? 2 + d : i % 3);
+              },
+              tag, got, S, tmo, uint32_t(L) * 16u + 9u, ok);
+#pragma unroll
+          for (int j = 0; j < kBatch; ++j) {
+            const bool in = j < nb;
+            ms[j] = in ? got[3 * j] : -INFINITY;
+            ls[j] = in ? got[3 * j + 1] : 0.f;
+            os[j] = in ? got[3 * j + 2] : 0.f;
+          }
+#pragma unroll
+          for (int j = 0; j < kBatch; ++j) {
+            if (sp0 + j < s.nsplit) {
+              const float mn = fmaxf(m, ms[j]);
+              const float ca = __expf(m - mn), cb = __expf(ms[j] - mn);
+              num = num * ca + os[j] * cb;
+              den = den * ca + ls[j] * cb;
+              m = mn;
+            }
+          }
+        }
+      }
+      if (!csync_and(ok)) return;
+      XRAY_END(s_wait_attn, L);
+      if (tid < kGroupCols) {
+        const float a = num / den;
+        sm.attn[tid] = a;
+        if (s.gi == 0) scr[kScrAttn + g * kGroupCols + tid] = a;
+      }
+    }
+    csync();
+    if (p.stop_layer == L && p.stop_phase == kStopAttn) return;
+    {
+      // lane's 8 attention values are the same for every O row: registers
+      const float4 at0 = reinterpret_cast<const float4*>(sm.attn)[2 * lane];
+      const float4 at1 = reinterpret_cast<const float4*>(sm.attn)[2 * lane + 1];
+      for (int o = s.o0; o < s.o1; o += 32 * kRoundSlots) {
+        const int nr = min(32 * kRoundSlots, s.o1 - o), n = (nr + 31) / 32;
+        if (!acquire_n(n, kPhase_s_oproj, L)) return;
+        float a[2 * kRoundSlots];
+#pragma unroll
+        for (int i = 0; i < kRoundSlots; ++i) {  // slot i, rows 2 w and 2 w + 1
+          const uint4* slot = slot_at(i);
+          a[2 * i] = i < n ? dot8_bf16(slot[(2 * warp) * 32 + lane], at0, at1, 0.f) : 0.f;
+          a[2 * i + 1] = i < n ? dot8_bf16(slot[(2 * warp + 1) * 32 + lane], at0, at1, 0.f) : 0.f;
+        }
+        // values 0..3 and 4..7: lane 8 v holds the sum of value v (of its group of four)
+        const float lo4 = warp_sum4(a[0], a[1], a[2], a[3]), hi4 = warp_sum4(a[4], a[5], a[6], a[7]);
+        if ((lane & 7) == 0) {
+#pragma unroll
+          for (int k = 0; k < 2; ++k) {
+            const int i = 4 * k + (lane >> 3);
+            const int rr = 32 * (i >> 1) + 2 * warp + (i & 1);
+            if (rr < nr) resid_add(acc_o + o + rr, to_fix(k == 0 ? lo4 : hi4));
+          }
+        }
+        release_n(n);
+      }
+    }
+    XRAY_END(s_oproj, L);
+
+    // ---------------- MLP 1: RMSNorm, gate/up rows of this block's units, SiLU(gate) * up ------
+    {
+      long long fix[2];
+      if (!resid_read(acc_o, kGroups + 1, rh, fix, S, tmo, uint32_t(L) * 16u + 10u)) return;
+      XRAY_END(s_wait_o, L);
+      float v[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        v[e] = from_fix(fix[e]);
+        sm.hval[tid + e * kStreamConsumerThreads] = v[e];
+      }
+      if (p.stop_layer == L && p.stop_phase == kStopO) {
+        if (b == 0)
+          for (int e = 0; e < 2; ++e) scr[kScrHidden + tid + e * kStreamConsumerThreads] = v[e];
+        return;
+      }
+      stream_rmsnorm(v, N + kNormPostLn, sm.x, sm.red);
+    }
+    if (b == 0)
+      for (int i = tid; i < kHidden; i += kStreamConsumerThreads) scr[kScrNormPost + i] = sm.x[i];
+    {
+      const XHalf xg = load_xhalf(sm.x);
+      // rounds of kRoundSlots / 2 units; slot rows 2i (gate) and 2i + 1 (up) of pair i
+      constexpr int kUnitsPerRound = kRoundSlots / 2;
+      for (int u = s.u0, rd = 0; u < s.u1; u += kUnitsPerRound, ++rd) {
+        const int nu = min(kUnitsPerRound, s.u1 - u), n = 2 * nu;
+        float* part = sm.part[rd & 1];
+        if (!acquire_n(n, kPhase_s_mlp, L)) return;
+        round_1024(n, 8 * n, xg, part);
+        release_n(n);
+        if (tid < 4 * n) {  // pair t of the round: gate j and up j, j = 8 u + t
+          const float gg = combine_row(part, 2 * tid), uu = combine_row(part, 2 * tid + 1);
+          const int j = kMlpUnitCols * u + tid;
+          const float av = gg / (1.f + __expf(-gg)) * uu;
+          tagged_store(acc + kTagAct + j, av, tag);
+          scr[kScrAct + j] = av;  // phase diff only
+        }
+      }
+    }
+    XRAY_END(s_mlp, L);
+
+    // ---------------- MLP 2: every activation, this block's down rows, the residual -------------
+    {
+      bool ok = true;
+      constexpr int kPer = kIntermediate / kStreamConsumerThreads;
+      float av[kPer];
+      const long long* ap = acc + kTagAct + tid;
+      tagged_gather<kPer>([&](int k) { return ap + k * kStreamConsumerThreads; }, tag, av, S, tmo,
+                          uint32_t(L) * 16u + 11u, ok);
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) sm.act[tid + k * kStreamConsumerThreads] = av[k];
+      if (!csync_and(ok)) return;  // also publishes sm.act
+      XRAY_END(s_wait_act, L);
+    }
+    {
+      // rows h0..h1 of down (row-major, K = 3072) as 1024-wide segments, 8 per slot; two warps
+      // per segment; thread 0 adds the segments of each row in order
+      const int nseg = 3 * (s.h1 - s.h0);
+      for (int q0 = 0, rd = 0; q0 < nseg; q0 += 8 * kRoundSlots, ++rd) {
+        const int nq = min(8 * kRoundSlots, nseg - q0), n = (nq + 7) / 8;
+        float* part = sm.part[rd & 1];
+        if (!acquire_n(n, kPhase_s_down, L)) return;
+        float a[kRoundSlots];
+#pragma unroll
+        for (int i = 0; i < kRoundSlots; ++i) {
+          const int q = q0 + 8 * i + (warp >> 1);  // segment q: row q / 3, columns 1024 (q % 3) ..
+          // the input half differs per segment: read it from shared memory (4 live XHalf would
+          // cost 64 registers)
+          a[i] = 0.f;
+          if (i < n && q < nseg) {
+            const XHalf xa = load_xhalf(sm.act + (q % 3) * kHidden);
+            a[i] = half_row_lane(slot_at(i), warp >> 1, xa);
+          }
+        }
+        const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
+        if ((lane & 7) == 0) part[(lane >> 3) * kStreamConsumerWarps + warp] = r4;
+        release_n(n);
+        if (tid == 0) {
+          for (int t = 0; t < nq; ++t) {
+            const int qq = q0 + t;
+            const float v = combine_row(part, t);
+            sm.rowacc[qq / 3] = (qq % 3 == 0) ? v : sm.rowacc[qq / 3] + v;
+          }
+        }
+      }
+      csync();
+      if (tid < s.h1 - s.h0) {
+        const int i = s.h0 + tid;
+        const float v = sm.hval[i] + sm.rowacc[tid];
+        tagged_store(acc + kTagResid + i, v, tag);
+        if (p.stop_layer == L && (p.stop_phase == kStopGateUp || p.stop_phase == kStopDown)) scr[kScrHidden + i] = v;
+      }
+    }
+    XRAY_END(s_down, L);
+    if (p.stop_layer == L && (p.stop_phase == kStopGateUp || p.stop_phase == kStopDown)) return;
+  }
+
+  // ---------------- final norm + LM head + argmax ----------------
+  {
+    float v[2];
+    bool ok = true;
+    const long long* rp = acc + kTagResid + tid;
+    tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, kNumLayers - 1), v, S,
+                     tmo, uint32_t(kNumLayers) * 16u + 7u, ok);
+    if (!csync_and(ok)) return;
+    XRAY_END(s_wait_final, kNumLayers);
+    stream_rmsnorm(v, p.final_norm, sm.x, sm.red);
+    if (b == 0) {  // the next launch starts from these counted words
+      static_assert((kNumLayers - 1) % kAccBuffers == 1, "snapshot order below assumes layer 27 in buffer 1");
+      long long* snap = acc + kAccSnap;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = tid + e * kStreamConsumerThreads;
+        snap[0 * kHidden + i] = rh.w2[e];  // layer 26 (buffer 0)
+        snap[1 * kHidden + i] = rh.w1[e];  // layer 27 (buffer 1)
+        scr[kScrHidden + i] = v[e];
+      }
+    }
+  }
+  if (b == 0)
+    for (int i = tid; i < kHidden; i += kStreamConsumerThreads) scr[kScrFinalNorm + i] = sm.x[i];
+  // Thread t < 32 combines row t of every round: rows are visited in increasing order per thread
+  // and only a strictly larger logit replaces the best, so ties keep the lowest index (as
+  // torch.argmax); the 32 threads' winners are reduced with the same rule.
+  float best = -INFINITY;
+  int best_i = 0x7fffffff;
+  {
+    const XHalf x = load_xhalf(sm.x);
+    for (int v = s.v0, rd = 0; v < s.v1; v += 8 * kRoundSlots, ++rd) {
+      const int nr = min(8 * kRoundSlots, s.v1 - v), n = (nr + 7) / 8;
+      float* part = sm.part[rd & 1];
+      if (!acquire_n(n, kPhase_lmhead, kNumLayers)) return;
+      round_1024(n, nr, x, part);
+      release_n(n);
+      if (tid < nr) {
+        const float a = combine_row(part, tid);
+        p.logits[v + tid] = a;
+        if (a > best) {
+          best = a;
+          best_i = v + tid;
+        }
+      }
+    }
+  }
+  if (warp == 0) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {  // lanes 0..31 of warp 0 hold the candidates
+      const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+      if (ov > best || (ov == best && oi < best_i)) {
+        best = ov;
+        best_i = oi;
+      }
+    }
+  }
+  if (tid == 0) {
+    const float bv = best;
+    const int bi = best_i;
+    *flag = publish_block_argmax(p, bv, bi) ? 1 : 0;
+  }
+  csync();
+  XRAY_END(lmhead, kNumLayers);
+  if (*flag == 0) return;
+  if (warp == 0) finish_argmax(p, pos);
+  XRAY_END(argmax, kNumLayers);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void stream_step(const StepParams& p) {
+  extern __shared__ __align__(128) uint8_t ring_slots[];
+  __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
+  __shared__ int quit;
+  __shared__ __align__(16) StreamSmem sm;
+  __shared__ StreamPlan plan;  // block-uniform: shared memory, not 14 registers per thread
+  const int tid = threadIdx.x;
+  int pos, token;
+  if (!step_inputs_ok(p, &pos, &token)) return;
+  if (p.stop_phase == kFaultBlock0Exits && blockIdx.x == 0) return;
+  if (tid == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(&full[i], 1);
+      mbar_init(&empty[i], 1);
+    }
+    quit = 0;
+    plan = make_plan(blockIdx.x, gridDim.x, pos);
+    mbar_fence_init();
+  }
+  __syncthreads();  // the schedule's only barrier 0: from here the consumers sync on barrier 1
+  const Ring r{ring_slots, full, empty, &quit};
+  if (tid >= kStreamConsumerThreads) {
+    if (tid == kStreamConsumerThreads) stream_producer(p, plan, pos, r);
+    return;
+  }
+  const uint32_t steps = *(volatile const uint32_t*)&p.sync->steps;  // names this launch in tagged words
+  stream_consumer<Cfg>(p, plan, pos, token, steps, r, sm);
+  if (tid == 0) *(volatile int*)&quit = 1;  // whatever path the consumers left by
+}
