@@ -27,6 +27,7 @@ from monolith.bench.power import PowerSampler, mean_power, tokens_per_joule
 from monolith.engine import Engine
 
 SWEEP_POSITIONS = (16, 128, 512, 1024, 2048)
+NO_CPU_PREDICTION = "none: the time model predicts a GPU (bandwidth and barrier costs), not a CPU run"
 
 
 @dataclass
@@ -141,7 +142,8 @@ def bench_engine(engine: Engine, prompts: list[list[int]], cfg: BenchConfig, swe
     mean_bytes = sum(engine.bytes_per_token(pos) for pos in positions) / len(positions)
     bw = bw_tbs if bw_tbs is not None else bytemodel.load_bw_tbs()[0]
     mean_pos = sum(positions) / len(positions)
-    pred = bytemodel.predict_us(dict(engine.info or {}), mean_pos, bw, byte_model)
+    # The time model's bandwidth and barrier costs are the GPU's (NOTES.md, Facts): no prediction for a CPU run.
+    pred = bytemodel.predict_us(dict(engine.info or {}), mean_pos, bw, byte_model) if clock.cuda else None
     row = {
         "timer": clock.kind,
         "tok_s": tok_s,
@@ -152,8 +154,8 @@ def bench_engine(engine: Engine, prompts: list[list[int]], cfg: BenchConfig, swe
         "mean_position": mean_pos,
         "eff_bw_tbs": mean_bytes * tok_s["median"] / 1e12,
         "roofline_frac": mean_bytes * tok_s["median"] / 1e12 / bw,
-        "predicted_us_per_token": pred["us"],
-        "prediction": pred,
+        "predicted_us_per_token": pred["us"] if pred else None,
+        "prediction": pred or {"kind": NO_CPU_PREDICTION},
         "tok_per_joule": None,
         "power": None,
     }
@@ -194,7 +196,7 @@ def sweep(engine: Engine, seq: list[int], cfg: BenchConfig, clock: Clock, bw_tbs
         out[str(p)] = {"status": "ok", "tok_s": s, "us_per_token": 1e6 / s["median"], "bytes_per_token": int(mb),
                        "eff_bw_tbs": mb * s["median"] / 1e12, "positions": [p + 1, p + R * W],
                        "predicted_us_per_token": bytemodel.predict_us(dict(engine.info or {}), p + R * W / 2, bw_tbs,
-                                                                        byte_model)["us"]}
+                                                                        byte_model)["us"] if clock.cuda else None}
     return out
 
 

@@ -29,9 +29,10 @@ WIKITEXT = "wikitext-2-raw-v1-test.txt"
 
 
 def default_text_path() -> Path:
-    from monolith import REPO_ROOT
+    """../shared/data/<WIKITEXT> beside the checkout, or $MONOLITH_DATA_DIR (monolith.prompts)."""
+    from monolith.prompts import wikitext_path
 
-    return REPO_ROOT.parent / "shared" / "data" / WIKITEXT
+    return wikitext_path()
 
 
 def windows(n_tokens: int, context: int, stride: int) -> list[tuple[int, int, int]]:

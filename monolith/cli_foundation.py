@@ -68,6 +68,8 @@ def register(app: typer.Typer) -> None:
         if not 1 <= layers <= 28:
             raise MonolithError(f"--layers must be in 1..28, got {layers}")
         t = time.perf_counter()
+        console.print(f"writing a synthetic checkpoint ({layers} layers, seed {seed}) to {out}; "
+                      "about half a minute for all 28 layers on two cores")
         write_synthetic(out, seed=seed, num_layers=layers, progress=True, force=force)
         console.print(f"wrote {out} (recipe {RECIPE_NAME}, seed {seed}, {layers} layers) in {time.perf_counter() - t:.1f} s")
 

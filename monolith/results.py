@@ -179,10 +179,7 @@ def render_md(doc: dict) -> str:
     if not proto.get("headline", True):
         lines += ["> **Not headline numbers** (quick/smoke protocol).", ""]
     lines += [
-        f"Written by the harness on {doc.get('created')}. GPU: {env.get('gpu')} · driver {env.get('driver')} · "
-        f"CUDA {env.get('cuda')} · torch {env.get('torch')} · SM {env.get('sm_clock_mhz')} MHz · "
-        f"mem {env.get('mem_clock_mhz')} MHz · power limit {env.get('power_limit_w')} W · "
-        f"{env.get('temperature_c')} °C.",
+        f"Written by the harness on {doc.get('created')}. {_env_desc(env)}.",
         f"Weights: {w.get('kind')} ({_weights_desc(w)}).",
         "",
         "| engine | status | gate | tok/s median | min–max | µs/token | predicted µs | MB/token | eff. TB/s | tok/J | notes |",
@@ -232,6 +229,15 @@ def render_md(doc: dict) -> str:
                      "only the ratio to the reference's counts.")
     lines += ["", "Protocol: " + json.dumps({k: v for k, v in proto.items() if k != "title"}, default=str), ""]
     return "\n".join(lines)
+
+
+def _env_desc(env: dict) -> str:
+    """The environment line, with only the fields that were read (a CPU run has no driver,
+    clocks or power: they are left out, not printed as None)."""
+    fields = (("gpu", "GPU: {}"), ("cpu", "CPU: {}"), ("driver", "driver {}"), ("cuda", "CUDA {}"), ("torch", "torch {}"),
+              ("sm_clock_mhz", "SM {} MHz"), ("mem_clock_mhz", "mem {} MHz"), ("power_limit_w", "power limit {} W"),
+              ("temperature_c", "{} °C"))
+    return " · ".join(f.format(env[k]) for k, f in fields if env.get(k) is not None) or "environment not recorded"
 
 
 def _weights_desc(w: dict) -> str:
