@@ -39,6 +39,10 @@ $(STAMP): pyproject.toml
 	fi
 	@echo "installing monolith and its dependencies (pyproject.toml) into $(VENV)"
 	$(PY) -m pip install --progress-bar on -e ".[dev]"
+	@# ruff is a binary that `python -m ruff` looks for in this environment's bin/: a copy found
+	@# only in the system's site-packages is not enough, so the pinned one goes into .venv too.
+	$(PY) -m pip install --progress-bar on --ignore-installed --no-deps \
+	  "$$($(PY) -c 'import tomllib; print(next(r for r in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dev"] if r.startswith("ruff")))')"
 	@touch $@
 	@echo "installed: run commands with $(VENV)/bin/monolith, or . $(VENV)/bin/activate"
 

@@ -106,6 +106,7 @@ def test_install_is_once_into_a_venv_and_without_the_pod_extra(tmp_path):
     first = _make_n("install", f"VENV={venv}")
     assert f"-m venv --system-site-packages {venv}" in first
     assert 'pip install --progress-bar on -e ".[dev]"' in first
+    assert "--ignore-installed --no-deps" in first  # ruff's binary in .venv/bin, even when the system has ruff
     assert "infra" not in first.replace("# The pod extra", "")
     # the stamp is newer than pyproject.toml: nothing left to do, no pip at all
     (venv / "bin").mkdir(parents=True)

@@ -152,7 +152,7 @@ def test_ruff_sorts_monolith_subpackages_as_first_party():
 
 
 def test_no_stale_test_file_references():
-    """Comments and docs name test files that exist (one named tests/test_config.py, long gone).
+    """Comments and docs name test files that exist (one named a test_config.py long gone).
     kernel/ sources are checked by their owner."""
     files = subprocess.run(["git", "ls-files"], capture_output=True, text=True, cwd=REPO_ROOT).stdout.split()
     stale = []
