@@ -146,6 +146,9 @@ constexpr int kScrStreamElems = kScrElems;
 enum StopPhase : int { kStopQKV = 0, kStopAttn = 1, kStopO = 2, kStopGateUp = 3, kStopDown = 4, kStopNever = 99,
                        // fault injection for the hang test: block 0 leaves at once, so every other
                        // block must time out at the first barrier and report it (never hang)
-                       kFaultBlock0Exits = 100 };
+                       kFaultBlock0Exits = 100,
+                       // bf16-stream fault injection: block 0 alone leaves after (stop_layer,
+                       // stop_phase - kFaultBlock0After); the wait that needs it must time out
+                       kFaultBlock0After = 110 };
 
 }  // namespace monolith

@@ -39,6 +39,8 @@ struct StepParams {
                                // 0 nothing, 1 this layer's O, gate/up, down (23 MB),
                                // 2 those and the next layer's qkv (31.5 MB),
                                // 3 the same 31.5 MB but issued at the start of the qkv phase
+  int jitter_ns;               // bf16-stream stress test: each block sleeps a pseudo-random 0..jitter_ns
+                               // ns before each phase (0: off); tokens must not change
 };
 
 #define MONOLITH_DECLARE_BUILD(ns)                                                                 \

@@ -484,6 +484,20 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 
   const float scale = rsqrtf(float(kHeadDim));
   ResidHist rh = resid_start(acc);
+  // Stress test (p.jitter_ns > 0): a pseudo-random sleep per block, layer and phase, so that blocks
+  // reach every wait in shuffled orders; the tokens must stay bitwise the same.
+  auto jitter = [&](int L, int phase) {
+    if (p.jitter_ns <= 0) return;
+    uint32_t x = uint32_t(b) * 0x9E3779B1u ^ uint32_t(L) * 0x85EBCA6Bu ^ uint32_t(phase) * 0xC2B2AE35u ^ steps * 0x27D4EB2Fu;
+    x ^= x >> 15;
+    x *= 0x2C1B3C6Du;
+    x ^= x >> 12;
+    __nanosleep(x % uint32_t(p.jitter_ns));
+  };
+  // A stop for the phase diff (every block), or the fault injection (block 0 alone leaves).
+  auto stop_after = [&](int L, int phase) {
+    return p.stop_layer == L && (p.stop_phase == phase || (p.stop_phase == kFaultBlock0After + phase && b == 0));
+  };
   // Block b seeds element i of a counted stage (the residual connection) when i % G == b.
   auto seed_o = [&](long long* buf, const float v[2]) {
 #pragma unroll
@@ -535,7 +549,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       }
     }
     XRAY_END(s_qkv, L);
-    if (p.stop_layer == L && p.stop_phase == kStopQKV) return;
+    if (stop_after(L, kStopQKV)) return;
+    jitter(L, 1);
 
     // ---------------- attention splits of group g ----------------
     if (s.gi < s.nsplit) {
@@ -735,7 +750,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       }
     }
     csync();
-    if (p.stop_layer == L && p.stop_phase == kStopAttn) return;
+    if (stop_after(L, kStopAttn)) return;
+    jitter(L, 2);
     {
       // lane's 8 attention values are the same for every O row: registers
       const float4 at0 = reinterpret_cast<const float4*>(sm.attn)[2 * lane];
@@ -764,6 +780,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       }
     }
     XRAY_END(s_oproj, L);
+    if (p.stop_layer == L && p.stop_phase == kFaultBlock0After + kStopO && b == 0) return;
+    jitter(L, 3);
 
     // ---------------- MLP 1: RMSNorm, gate/up rows of this block's units, SiLU(gate) * up ------
     {
@@ -805,6 +823,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       }
     }
     XRAY_END(s_mlp, L);
+    jitter(L, 4);
 
     // ---------------- MLP 2: every activation, this block's down rows, the residual -------------
     {
@@ -859,7 +878,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       }
     }
     XRAY_END(s_down, L);
-    if (p.stop_layer == L && (p.stop_phase == kStopGateUp || p.stop_phase == kStopDown)) return;
+    if (stop_after(L, kStopGateUp) || stop_after(L, kStopDown)) return;
+    jitter(L, 5);
   }
 
   // ---------------- final norm + LM head + argmax ----------------

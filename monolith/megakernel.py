@@ -50,10 +50,10 @@ WAITS: dict[str, dict[int, str]] = {
                       5: "barrier after gate/up", 6: "barrier after down"},
     # bf16-stream: counter waits of the consumers (kernel/schedule_stream.cuh) and the ring's two
     # sides; layer 28 = the LM head
-    "bf16-stream": {7: "residual words of the previous layer's MLP", 8: "the group's q/k/v rows (grp_qkv)",
-                    9: "the group's attention splits (grp_attn)", 10: "residual words after attention + O",
-                    11: "the last layer's residual before the LM head", 12: "a weight slot to land (ring full)",
-                    13: "a ring slot to be freed (producer)"},
+    "bf16-stream": {7: "residual words of the previous layer's MLP (tagged)",
+                    8: "the group's q/k/v rows (tagged)", 9: "the group's attention splits (tagged)",
+                    10: "residual words after attention + O (counted)", 11: "the layer's MLP activations (tagged)",
+                    12: "a weight slot to land (ring full)", 13: "a ring slot to be freed (producer)"},
 }
 WAITS["bf16-upstream-l2pre"] = WAITS["bf16-upstream"]
 
@@ -212,6 +212,7 @@ class MegakernelEngine(Engine):
         if self.l2_prefetch not in (0, 1, 2, 3):
             raise MonolithError(f"l2_prefetch must be 0, 1, 2 or 3, got {self.l2_prefetch}")
         self.stream = self.spec.get("schedule") == "stream"
+        self.jitter_ns = 0  # stress test only (bf16-stream): random per-block sleeps before each phase
         self.threads = self.k["stream_threads"] if self.stream else THREADS
         min_blocks = self.k["min_stream_blocks"] if self.stream else self.k["min_blocks"]
         self.device = torch.device(device)
@@ -272,7 +273,7 @@ class MegakernelEngine(Engine):
                         self.embed.data_ptr(), self.final_norm.data_ptr(), self.rope.data_ptr(), self.kv.data_ptr(),
                         self.scr.data_ptr(), self.acc.data_ptr(), self.logits_buf.data_ptr(), self.sync.data_ptr(),
                         in_ptr, out_ptr, xray_ptr,
-                        self.timeout_cycles, stop[0], stop[1], self.l2_prefetch,
+                        self.timeout_cycles, stop[0], stop[1], self.l2_prefetch, self.jitter_ns,
                         torch.cuda.current_stream(self.device).cuda_stream)
 
     def _sync_state(self) -> dict:
@@ -288,6 +289,11 @@ class MegakernelEngine(Engine):
             what = kernel_spec.describe_error(st["error"], st["error_info"], WAITS.get(self.variant, {}))
             self.reset()
             raise MonolithError(f"megakernel step failed: {what}; engine state reset")
+        if st["pos"] != self.position:  # the last block advances it: a step that never finished
+            got = st["pos"]
+            self.reset()
+            raise MonolithError(f"megakernel step did not complete: the kernel is at position {got}, the host "
+                                f"expected {self.position} (no block reduced the argmax); engine state reset")
 
     def _set_position(self, pos: int) -> None:
         self.sync.zero_()
@@ -364,17 +370,23 @@ class MegakernelEngine(Engine):
                 "attn_out": seg(k["scr_attn"], C.Q_DIM), "hidden": seg(k["scr_hidden"], C.HIDDEN),
                 "normed_post": seg(k["scr_norm_post"], C.HIDDEN), "mlp_act": seg(k["scr_act"], C.INTERMEDIATE)}
 
-    def inject_stuck_barrier(self, timeout_s: float = 0.05) -> None:
-        """Test hook: launch a step in which block 0 exits at once. The other blocks must time
-        out at the first grid barrier and the host must raise (the kernel never hangs)."""
+    def inject_stuck_barrier(self, timeout_s: float = 0.05, layer: int = 0, after_phase: int | None = None) -> None:
+        """Test hook: launch a step in which block 0 leaves early: at once (after_phase None), or
+        (bf16-stream) after its part of (layer, after_phase), a StopPhase. The blocks that need
+        its output must time out at that wait and the host must raise (the kernel never hangs).
+        The engine is reset afterwards either way."""
         saved = self.timeout_cycles
         self.timeout_cycles = int(timeout_s * 2.0e9)
         tok = torch.zeros(1, dtype=torch.int32, device=self.device)
+        stop = (0, 100) if after_phase is None else (layer, 110 + after_phase)
         try:
-            self._launch(tok.data_ptr(), self._scratch_tokens.data_ptr(), stop=(0, 100), record=False)
+            self._launch(tok.data_ptr(), self._scratch_tokens.data_ptr(), stop=stop, record=False)
+            if after_phase is not None:
+                self.position += 1  # every other block runs the whole step: the kernel should advance
             self.check()
         finally:
             self.timeout_cycles = saved
+            self.reset()
 
     def record_xray(self, prompt_tokens: list[int], position: int = 128, window: int = 16) -> tuple[dict, np.ndarray]:
         """Decode from the prompt up to `position` and return the trace of the step that consumes

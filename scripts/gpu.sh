@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [ab] [sweep] [devbench] [m4dev] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [ab] [sweep] [devbench] [m4dev] [m4] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 # MONOLITH_L2_PREFETCH (if set, or chosen by `ab`) is the megakernel's L2-prefetch launch parameter.
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
@@ -47,6 +47,19 @@ if want sanitize; then
   run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/gpu/sanitize_step.py
   run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 python3 tests/gpu/sanitize_step.py
 fi
+# racecheck's first hazards, with source lines (the full run can outlast its cap)
+if want racecheck-first; then
+  run racecheck-first env MONOLITH_VARIANT=bf16-stream MONOLITH_SANITIZE_BLOCKS=16 MONOLITH_SANITIZE_PROMPT=1 \
+    timeout "${SANITIZE_TIMEOUT:-120}" compute-sanitizer --tool racecheck --racecheck-report hazard --print-limit 12 \
+    --error-exitcode 9 python3 tests/gpu/sanitize_step.py
+fi
+# the streaming schedule's reduced configuration: 16 blocks, a 2-token prompt, each tool capped
+if want sanitize-stream; then
+  for tool in memcheck racecheck synccheck; do
+    run "$tool-stream" env MONOLITH_VARIANT=bf16-stream MONOLITH_SANITIZE_BLOCKS=16 MONOLITH_SANITIZE_PROMPT=2 \
+      timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tests/gpu/sanitize_step.py
+  done
+fi
 if want ab; then  # which attention-time L2 prefetch mode is fastest on this GPU (launch parameter)
   run l2-prefetch-ab python3 scripts/dev_bench.py --blocks 132 --l2-prefetch 0,1,2,3 \
     --out results/m1_l2_prefetch_ab.json --best-env "$OUT/l2_best.env"
@@ -67,6 +80,13 @@ if want m4dev; then
     python3 -m pytest -q -m gpu -x tests/test_kernel_gpu.py -s
   run devbench-m4 python3 scripts/dev_bench.py --variant "${M4_VARIANTS:-bf16-upstream,bf16-upstream-l2pre,bf16-stream}" \
     --blocks 132 --runs 3 --prompt-len "${M4_PROMPT:-2}" --out results/m4_devbench.json
+fi
+# M4: the streaming schedule against bf16-upstream in one harness session (gate, determinism,
+# benchmark, sweep), then the X-ray raw traces of both at position 128 (analyzed off the GPU)
+if want m4; then
+  run m4-bench python3 -m monolith bench --engine "${M4_ENGINES:-megakernel-bf16-upstream,megakernel-bf16-stream}" \
+    --out results/m4_stream_bf16.json
+  run m4-xray python3 scripts/xray_raw.py --variant "${M4_XRAY:-bf16-stream,bf16-upstream}" --position 128 --out results/xray
 fi
 want m1 && run m1 python3 -m monolith m1
 # Quality, full protocol, bf16 pairs: HF transformers (its parallel forward) and the megakernel,

@@ -6,10 +6,10 @@ import argparse
 from pathlib import Path
 
 import torch
-from monolith.xray.raw import save_raw
 
 from monolith.checkpoint import ensure_checkpoint, load_checkpoint
 from monolith.megakernel import MegakernelEngine
+from monolith.xray.raw import save_raw
 
 
 def main() -> None:

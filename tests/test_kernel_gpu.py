@@ -168,6 +168,55 @@ def test_stuck_barrier_fails_loudly_not_hangs(engines):
     mk.decode(1, 4)
 
 
+# bf16-stream: block 0 leaves after its part of (layer, phase); a wait that needs its output must
+# time out and name itself (wait ids: monolith.megakernel.WAITS["bf16-stream"]). After qkv three
+# waits need block 0 (its q/k/v rows; at position 0 its attention split, which it owns; its group's
+# O partial sums, which the other groups' blocks wait for), and whichever times out first reports.
+STREAM_FAULTS = [(0, 0, ("layer 0, the group's q/k/v rows", "layer 0, the group's attention splits",
+                         "layer 0, residual words after attention + O")),
+                 (0, 1, ("layer 0, residual words after attention + O",)),
+                 (0, 2, ("layer 0, the layer's MLP activations",)),
+                 # after its layer-0 MLP block 0's outputs are complete: layer 1 misses its q/k/v
+                 # rows, its attention split and its O partial sums
+                 (0, 4, ("layer 1, the group's q/k/v rows", "layer 1, the group's attention splits",
+                             "layer 1, residual words after attention + O")),
+                 # after the last layer only the LM head misses it: no wait needs it, the step never
+                 # finishes (no block reduces the argmax) and the host's position check says so
+                 (27, 4, ("did not complete",))]
+
+
+@pytest.mark.parametrize("layer,phase,waits", STREAM_FAULTS)
+def test_stream_each_wait_fails_loudly(engines, layer, phase, waits):
+    mk, _ = engines
+    if not mk.stream:
+        pytest.skip("fault points of the streaming schedule")
+    with pytest.raises(MonolithError, match="timed out|did not complete") as e:
+        mk.inject_stuck_barrier(timeout_s=0.05, layer=layer, after_phase=phase)
+    assert any(w in str(e.value) for w in waits), str(e.value)
+    _prefilled(engines, seed=7)  # and the engine works again
+    mk.decode(1, 4)
+
+
+def test_stream_random_delays_keep_tokens_bitwise(engines):
+    """Thousands of steps with pseudo-random per-block sleeps before every phase (the blocks reach
+    every wait in shuffled orders): the tokens must be bitwise those of the undisturbed run."""
+    mk, _ = engines
+    if not mk.stream:
+        pytest.skip("jitter hook of the streaming schedule")
+    g = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(0, C.VOCAB, (5,), generator=g).tolist() for _ in range(8)]
+    calm, shaken = [], []
+    for jitter, out in ((0, calm), (3000, shaken)):
+        mk.jitter_ns = jitter
+        try:
+            for pr in prompts:
+                mk.reset()
+                out.append(mk.decode(mk.prefill(pr), 256).cpu())
+        finally:
+            mk.jitter_ns = 0
+    assert all(torch.equal(a, b) for a, b in zip(calm, shaken, strict=True)), "random delays changed the tokens"
+
+
 def test_plain_build_reads_no_globaltimer(engines):
     mk, _ = engines
     cuobjdump = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"

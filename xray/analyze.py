@@ -121,7 +121,7 @@ def phase_bytes(variant: str, position: int) -> dict[str, dict]:
         return int(rows * cols * b + rows * s)
 
     kv = 2 * NUM_KV_HEADS * HEAD_DIM * 2 * (position + 1)
-    return {
+    out = {
         "qkv": {"bytes": mat(Q_DIM, HIDDEN) + 2 * mat(KV_DIM, HIDDEN), "per": "layer"},
         "attn": {"bytes": kv, "per": "layer", "note": f"K+V cache, positions 0..{position}"},
         "oproj": {"bytes": mat(HIDDEN, Q_DIM), "per": "layer"},
@@ -129,6 +129,10 @@ def phase_bytes(variant: str, position: int) -> dict[str, dict]:
         "down": {"bytes": mat(HIDDEN, INTERMEDIATE), "per": "layer"},
         "lmhead": {"bytes": mat(VOCAB, HIDDEN, head_bpw, head_scale), "per": "token"},
     }
+    if "stream" in v:  # the streaming schedule's phases read the same matrices (kernel/xray_phases.def)
+        names = {"qkv": "s_qkv", "attn": "s_attn", "oproj": "s_oproj", "gateup": "s_mlp", "down": "s_down"}
+        out = {names.get(k, k): val for k, val in out.items()}
+    return out
 
 
 # ---------------------------------------------------------------- analysis
@@ -172,6 +176,41 @@ def _issue_starts(s: np.ndarray, blk: np.ndarray, is_wait: np.ndarray) -> np.nda
                 issue[i] = run_start
             run_start = None
     return issue
+
+
+# Waits that are not dependency waits: a consumer waiting for weights to land in its ring.
+RING_PHASES = ("ring", "ring_head")
+# Hops: (producing work phase, the wait that consumes its output, layer offset of the consumer).
+# Latency = consumer's wait end - the last producer's end, per layer: "first" (the first block to
+# see it) and "last" (the last block to see it); the producer's end is stamped after its stores.
+HOPS = (("s_down", "s_wait_resid", 1), ("s_qkv", "s_wait_qkv", 0), ("s_attn", "s_wait_attn", 0),
+        ("s_oproj", "s_wait_o", 0), ("s_mlp", "s_wait_act", 0),
+        ("qkv", "bar_qkv", 0), ("oproj", "bar_o", 0), ("gateup", "bar_gateup", 0), ("down", "bar_down", 0),
+        ("attn", "flag_attn", 0))
+
+
+def hop_latency(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, phases) -> list[dict]:
+    """Per hop of HOPS present in the trace: median over layers of (first / last consumer wait end)
+    - (last producer end), in µs, and how many layers it was measured on."""
+    ids = {p.name: p.id for p in phases}
+    out = []
+    for prod, wait, off in HOPS:
+        if prod not in ids or wait not in ids:
+            continue
+        mp, mw = ph == ids[prod], ph == ids[wait]
+        first, last = [], []
+        for L in np.unique(lay[mw]):
+            src = mp & (lay == L - off)
+            dst = mw & (lay == L)
+            if not src.any() or not dst.any():
+                continue
+            t = e[src].max()
+            first.append(e[dst].min() - t)
+            last.append(e[dst].max() - t)
+        if first:
+            out.append({"producer": prod, "wait": wait, "layers": len(first),
+                        "first_sees_us": float(np.median(first) / 1e3), "last_sees_us": float(np.median(last) / 1e3)})
+    return out
 
 
 def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min_ns: float = 100.0) -> dict:
@@ -239,6 +278,14 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
     layer_us = (np.array(lend) - np.array(lstart)) / 1e3 if present else np.array([])
     layer_mask = lay < n_layers
     wait_per_layer = float(d[is_wait & layer_mask].sum() / 1e3 / nblocks / max(n_layers, 1))
+    is_ring = np.isin(ph, [p.id for p in phases if p.name in RING_PHASES])
+    dep = is_wait & ~is_ring
+    dep_per_layer = float(d[dep & layer_mask].sum() / 1e3 / nblocks / max(n_layers, 1))
+    ring_per_layer = float(d[is_ring & layer_mask].sum() / 1e3 / nblocks / max(n_layers, 1))
+    dep_token = float(d[dep].sum() / 1e3 / nblocks)  # per block, the whole token (LM head included)
+    ring_token = float(d[is_ring].sum() / 1e3 / nblocks)
+    hops = hop_latency(s, e, ph, lay, phases)
+    hops_per_layer = len({h["wait"] for h in hops if h["wait"].startswith("s_")}) or len(hops)
     bar_per_layer = float(d[bar & layer_mask].sum() / 1e3 / nblocks / max(n_layers, 1))
     mean_layer = float(layer_us.mean()) if len(layer_us) else None
 
@@ -288,7 +335,21 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
             "wait_share": wait_per_layer / mean_layer if mean_layer else None,
             "grid_barrier_share": bar_per_layer / mean_layer if mean_layer else None,
             "upstream": dict(UPSTREAM, share=UPSTREAM["barrier_us_per_layer"] / UPSTREAM["us_per_layer"]),
+            "dependency_wait_us_per_layer": dep_per_layer, "ring_wait_us_per_layer": ring_per_layer,
+            "dependency_wait_share": dep_per_layer / mean_layer if mean_layer else None,
         },
+        "token_waits": {
+            "note": "per block over the whole token: dependency waits (barriers, flags, counters, tagged and "
+                    "counted words) vs ring waits (weights not landed yet); share of the trace span",
+            "dependency_us": dep_token, "ring_us": ring_token,
+            "dependency_share": dep_token / (span / 1e3) if span > 0 else None,
+            "ring_share": ring_token / (span / 1e3) if span > 0 else None,
+        },
+        "hops": {"per_layer": hops_per_layer, "latency": hops,
+                 "method": "per layer: consumer wait end (first / last block) minus the last producer's phase end "
+                           "(stamped after its stores); median over layers"},
+        "grid_bandwidth_token_tbs": _tbs(float(sum(v["bytes"] * (n_layers if v["per"] == "layer" else 1)
+                                                   for v in bytes_model.values())), span) if span > 0 else None,
         "idle": {
             "idle_sms": idle_sms, "idle_sm_us_each": span / 1e3,
             "per_sm_us": {str(k): round(float(v), 4) for k, v in per_sm_idle.items()},
@@ -338,6 +399,15 @@ def print_report(summ: dict, console=None) -> None:
                   f"({bs['wait_share']:.1%}), grid barriers {bs['grid_barrier_us_per_layer']:.2f} µs "
                   f"({bs['grid_barrier_share']:.1%}) · upstream {UPSTREAM['barrier_us_per_layer']} of "
                   f"{UPSTREAM['us_per_layer']} µs ({bs['upstream']['share']:.1%})")
+    tw = summ.get("token_waits")
+    if tw and tw.get("dependency_share") is not None:
+        con.print(f"token: dependency waits {tw['dependency_us']:.1f} µs/block ({tw['dependency_share']:.1%}), "
+                  f"ring waits {tw['ring_us']:.1f} µs/block ({tw['ring_share']:.1%})"
+                  + (f" · grid bandwidth over the token {summ['grid_bandwidth_token_tbs']:.2f} TB/s"
+                     if summ.get("grid_bandwidth_token_tbs") else ""))
+    for h in summ.get("hops", {}).get("latency", []):
+        con.print(f"hop {h['producer']} → {h['wait']}: first block sees it after {h['first_sees_us']:.2f} µs, "
+                  f"last after {h['last_sees_us']:.2f} µs (median of {h['layers']} layers)")
     w = summ["waits"]
     con.print(f"wait per block: mean {w['mean_per_block_us']:.1f} µs, max block {w['max_block']} "
               f"({w['per_block_us'][w['max_block']]:.1f} µs), min block {w['min_block']} ({w['per_block_us'][w['min_block']]:.1f} µs)")
