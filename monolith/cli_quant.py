@@ -6,11 +6,11 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
+from monolith.console import make_console
 from monolith.errors import MonolithError
 
-console = Console()
+console = make_console()
 FORMATS = ("fp8",)
 
 

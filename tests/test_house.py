@@ -185,3 +185,11 @@ def test_repository_does_not_cite_documents_it_does_not_contain():
             if re.search(r"MISS" r"ION|\bthe brief\b", line):  # spelled apart so this line does not match itself
                 bad.append(f"{f}:{i}: {line.strip()[:100]}")
     assert bad == []
+
+
+def test_every_console_is_made_by_make_console():
+    """A bare rich Console lays logs out for 80 columns and cuts tables: every command's console
+    comes from monolith.console.make_console."""
+    files = subprocess.run(["git", "ls-files", "*.py"], capture_output=True, text=True, cwd=REPO_ROOT).stdout.split()
+    bare = [f for f in files if f != "monolith/console.py" and re.search(r"\bConsole\(", (REPO_ROOT / f).read_text())]
+    assert bare == []
