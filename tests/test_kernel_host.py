@@ -72,6 +72,33 @@ def test_pack_layer_weights_places_every_row():
         assert torch.equal(n[nb + mk.NORM_POST_LN: nb + mk.NORM_Q], t[pre + "post_attention_layernorm.weight"])
 
 
+def test_pack_layer_weights_stream_groups_rows_by_kv_head():
+    """bf16-stream's order (kernel/config.cuh): qkv [group g][q head 2g, q head 2g+1, k head g,
+    v head g], O [group g][row][the group's 256 columns]; gate/up and down as upstream. Every
+    (group, row) is checked against the checkpoint, so a swapped head or column block fails."""
+    g = torch.Generator().manual_seed(99)
+    t = _fake_layer_tensors(2, g)
+    w_up, n_up = mk.pack_layer_weights(t, 2)
+    w, n = mk.pack_layer_weights_stream(t, 2)
+    assert torch.equal(n, n_up)
+    H, D = C.HIDDEN, C.HEAD_DIM
+    for i in (0, 1):
+        base, pre = i * mk.LAYER_ELEMS, f"model.layers.{i}."
+        qkv = w[base + mk.OFF_QKV: base + mk.OFF_O].view(C.NUM_KV_HEADS, 4 * D, H)
+        o = w[base + mk.OFF_O: base + mk.OFF_GATEUP].view(C.NUM_KV_HEADS, H, 2 * D)
+        q, k, v = (t[pre + f"self_attn.{m}_proj.weight"] for m in "qkv")
+        wo = t[pre + "self_attn.o_proj.weight"]
+        for grp in range(C.NUM_KV_HEADS):
+            assert torch.equal(qkv[grp, :2 * D], q[2 * D * grp: 2 * D * (grp + 1)])
+            assert torch.equal(qkv[grp, 2 * D: 3 * D], k[D * grp: D * (grp + 1)])
+            assert torch.equal(qkv[grp, 3 * D:], v[D * grp: D * (grp + 1)])
+            assert torch.equal(o[grp], wo[:, 2 * D * grp: 2 * D * (grp + 1)])
+        tail = slice(base + mk.OFF_GATEUP, base + mk.LAYER_ELEMS)
+        assert torch.equal(w[tail], w_up[tail])
+    assert mk.PACKERS[kernel_spec.variant_spec("bf16-stream")["layout"]] is mk.pack_layer_weights_stream
+    assert mk.PACKERS[kernel_spec.variant_spec("bf16-upstream")["layout"]] is mk.pack_layer_weights
+
+
 def test_rope_table_uses_theta_1e6():
     r = mk.rope_table(context_cap=300)
     assert r.shape == (300, C.HEAD_DIM) and r.dtype == torch.float32

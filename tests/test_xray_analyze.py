@@ -120,3 +120,32 @@ def test_kernel_style_meta_and_warnings(tmp_path):
     text = " ".join(s["warnings"])
     assert "truncated" in text and "more than 5%" in text
     assert not s["span_vs_token_time"]["within_5pct"]
+
+
+def test_stream_trace_hops_and_wait_kinds():
+    """The committed bf16-stream trace: the analyzer finds its five hops, separates dependency
+    waits from ring waits, and the numbers hang together (shares in (0, 1), every hop seen by
+    the first block no later than by the last, a positive token bandwidth)."""
+    from pathlib import Path
+
+    from monolith import REPO_ROOT
+    from monolith.xray.raw import load_raw
+
+    raw = Path(REPO_ROOT) / "results" / "xray" / "bf16-stream.raw.npz"
+    if not raw.is_file():
+        pytest.skip("no committed bf16-stream trace")
+    meta, ev = load_raw(raw)
+    summ = analyze(meta, ev)
+    hops = {(h["producer"], h["wait"]): h for h in summ["hops"]["latency"]}
+    assert set(hops) == {("s_down", "s_wait_resid"), ("s_qkv", "s_wait_qkv"), ("s_attn", "s_wait_attn"),
+                         ("s_oproj", "s_wait_o"), ("s_mlp", "s_wait_act")}
+    assert summ["hops"]["per_layer"] == 5
+    for h in hops.values():
+        assert h["first_sees_us"] <= h["last_sees_us"] and h["layers"] >= 27
+    tw = summ["token_waits"]
+    assert 0 < tw["ring_share"] < tw["dependency_share"] < 1
+    bs = summ["barrier_share"]
+    assert bs["grid_barrier_us_per_layer"] == 0  # the streaming schedule has no grid barrier
+    assert abs(bs["dependency_wait_us_per_layer"] + bs["ring_wait_us_per_layer"] - bs["wait_us_per_layer"]) < 1e-6
+    assert summ["grid_bandwidth_token_tbs"] > 0
+    assert {"s_qkv", "s_mlp", "s_down"} <= {p["name"] for p in summ["phases"] if p.get("bytes")}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -129,7 +130,7 @@ def phase_bytes(variant: str, position: int) -> dict[str, dict]:
         "down": {"bytes": mat(HIDDEN, INTERMEDIATE), "per": "layer"},
         "lmhead": {"bytes": mat(VOCAB, HIDDEN, head_bpw, head_scale), "per": "token"},
     }
-    if "stream" in v:  # the streaming schedule's phases read the same matrices (kernel/xray_phases.def)
+    if re.search(r"(^|-)stream", v):  # bf16-stream, fp8-stream... (not "upstream"): same matrices, its own phases
         names = {"qkv": "s_qkv", "attn": "s_attn", "oproj": "s_oproj", "gateup": "s_mlp", "down": "s_down"}
         out = {names.get(k, k): val for k, val in out.items()}
     return out
