@@ -367,11 +367,7 @@ __device__ __forceinline__ void finish_argmax(const StepParams& p, int pos) {
     S->attn_done = 0;
     S->done = 0;
 #pragma unroll
-    for (int k = 0; k < kNumKVHeads; ++k) {
-      S->kv_flag[k] = 0;
-      S->grp_qkv[k] = 0;
-      S->grp_attn[k] = 0;
-    }
+    for (int k = 0; k < kNumKVHeads; ++k) S->kv_flag[k] = 0;
     __threadfence();
   }
 }

@@ -6,38 +6,37 @@
 //
 // The schedule (per block; 16 consumer warps + 1 producer warp):
 //   producer  lane 0 of warp 16 walks this block's whole-token stream list (StreamPlan): its qkv
-//             rows, the K/V history of its attention splits, its O rows, its MLP units of every
-//             layer, then its LM-head rows, and keeps a ring of kStages bulk copies of kSlotBytes
-//             in shared memory full. It never waits on activations, only on free slots.
-//   consumers per layer L; the residual stream is int64 words, stage 2L (after attention + O)
-//             and 2L+1 (after the MLP), each word counting its own contributions:
-//     wait_resid  stage 2L-1 complete in this thread's two words (G + 1 contributions) [grid hop]
-//     qkv         RMSNorm of the residual (every block, redundantly), this block's qkv rows of
-//                 its KV group g                                             -> grp_qkv[g] += 1
-//     wait_qkv    the group's 512 q/k/v rows are written                          [group hop]
-//     attn        (blocks owning a split) QK-norm + RoPE in registers, K/V append (owner of the
-//                 last split), scores / softmax / V of its 64-position splits -> grp_attn[g] += 1
-//     wait_attn   every split of the group is written                             [group hop]
-//     oproj       merge the splits (fixed order), O rows x the group's 256 columns, partial sums
-//                 added to stage 2L with int64 atomics (block b adds the previous stage's value
-//                 of the elements i with i % G == b as soon as it has read it: the residual)
-//     wait_o      stage 2L complete (8 groups + 1 seed per word)                  [grid hop]
-//     mlp         RMSNorm, per unit of 8 intermediate columns: 16 gate/up rows -> act[8] -> the
-//                 8 matching down columns, partials over all 1024 outputs, added to stage 2L+1
-//   then the final norm, the LM-head rows and the argmax (last block to arrive reduces).
-// Hops per layer: 4 (2 grid-wide through the residual words, 2 per-group counters), no grid
-// barrier and only the two group counters pay a release fence. The upstream schedule has 6
-// (4 grid barriers + 2 flag syncs).
+//             rows, the K/V history of its attention splits, its O rows, its MLP units, its down
+//             rows, every layer, then its LM-head rows, and keeps a ring of kStages bulk copies of
+//             kSlotBytes in shared memory full. It never waits on activations, only on free slots.
+//   consumers per layer L (blocks form 8 KV groups of G/8; words as in kernel/config.cuh):
+//     wait_resid  the residual after layer L-1: tagged words, this thread's two   [grid hop]
+//     qkv         RMSNorm (every block, redundantly), this block's rows of its group's 512
+//                 q/k/v rows                                        -> tagged q/k/v words
+//     wait_qkv    the group's 512 q/k/v words                                      [group hop]
+//     attn        (blocks owning a split) QK-norm + RoPE, K/V append (owner of the last split),
+//                 scores / softmax / V of its 64-position splits     -> tagged (m, l, o[128])
+//     wait_attn   the group's splits, merged online in split order                 [group hop]
+//     oproj       O rows x the group's 256 columns: partial sums    -> counted words (int64 adds)
+//     wait_o      the residual after attention + O: 8 groups + 1 residual seed per word [grid]
+//     mlp         RMSNorm, 8-column units: 16 gate/up rows -> SiLU(gate) * up -> tagged act words
+//     wait_act    all 3,072 activations                                            [grid hop]
+//     down        this block's rows of down + the residual           -> tagged residual words
+//   then the final norm, the LM-head rows and the argmax (the last block to arrive reduces).
+// Hops per layer: 5 (3 grid-wide, 2 inside a group); no grid barrier and no release fence: every
+// hop is data that carries its own readiness. The upstream schedule has 6 (4 grid barriers + 2
+// flag syncs), each a release.
 //
 // Determinism: every dot product is summed by one warp (or two, combined in a fixed order) in a
-// fixed lane order; a unit's partial sum is rounded to fixed point once (kFixShift) and integers
-// add associatively, so neither the order of the atomics nor the grid size changes a bit of the
-// residual stream. Attention splits depend on the position only and are merged in split order.
+// fixed lane order; each (row, group) O partial is rounded to fixed point once (kFixShift) and
+// integers add associatively, so neither the order of the atomics nor the grid size changes a
+// bit of the residual. Attention splits depend on the position only and merge in split order.
 //
-// Residual buffers: stage j accumulates in acc[j % 2] on top of stage j - 2's words (nothing is
-// ever cleared, see ResidHist). A writer of stage j has read stage j - 1 complete, and every
-// block read stage j - 2 before it contributed to stage j - 1 (stages are read in order): the
-// buffer's previous content is final and known to every reader.
+// Counted words: layer L's live in acc[kAccO + L % 2] on top of layer L-2's (nothing is ever
+// cleared, see ResidHist). A block adds to layer L's words only after reading the residual of
+// layer L-1, which needs every block's layer L-1 MLP, which each block ran after reading layer
+// L-1's counted words, so every block has read layer L-2's words (the buffer's previous content)
+// before anyone adds: that content is final and known to every reader.
 
 // ---- helpers --------------------------------------------------------------------------------
 __device__ __forceinline__ void csync() { consumer_sync<kStreamConsumerThreads>(); }

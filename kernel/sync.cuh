@@ -21,7 +21,7 @@ enum ErrorCode : uint32_t {
   kErrBadToken = 4,
   kErrBadPosition = 5,
   kErrBadLaunch = 6,
-  kErrCounterTimeout = 7,       // streaming schedule: a dependency counter or residual word never completed
+  kErrCounterTimeout = 7,       // streaming schedule: a tagged or counted word never completed
   kErrRingTimeout = 8,          // streaming schedule: a weight slot never landed or was never freed
 };
 
@@ -35,9 +35,8 @@ struct SyncState {
   uint32_t steps;               // launches completed (diagnostics)
   uint32_t pad;
   uint32_t kv_flag[8];          // per KV head: layer+1 once K/V of this position are in the cache
-  // streaming schedule (monotonic within a launch, reset by the last block):
-  uint32_t grp_qkv[8];          // per group: blocks that wrote their qkv rows (all layers so far)
-  uint32_t grp_attn[8];         // per group: attention splits written (all layers so far)
+  // (the streaming schedule keeps no counters here: its data carries its readiness, see
+  // kernel/config.cuh, "Data that carries its own readiness")
 };
 static_assert(sizeof(SyncState) % 16 == 0, "SyncState is memset as whole 16-byte words by the host");
 

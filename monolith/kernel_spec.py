@@ -177,7 +177,7 @@ ERROR_TEXT = {
     "kErrFlagAttnTimeout": "attention-done wait timed out",
     "kErrBadToken": "token id out of range",
     "kErrBadPosition": "position outside the KV cache",
-    "kErrCounterTimeout": "dependency counter wait timed out",
+    "kErrCounterTimeout": "dependency wait (tagged or counted words) timed out",
     "kErrRingTimeout": "weight ring wait timed out",
 }
 
