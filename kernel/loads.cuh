@@ -2,7 +2,7 @@
 // Weights are read exactly once per token and never by the same SM twice, so they bypass L1
 // (`L1::no_allocate`) through the read-only path (`.nc`). 16-byte loads, many in flight per
 // thread: a one-block-per-SM grid only reaches DRAM bandwidth with deep memory-level
-// parallelism (MISSION §1: 132x512 threads with 1 load in flight read at 2.45 TB/s, with 4 at 4.35).
+// parallelism (NOTES.md, Facts: 132x512 threads with 1 load in flight read at 2.45 TB/s, with 4 at 4.35).
 #pragma once
 #include <cstdint>
 #include <cuda_bf16.h>
