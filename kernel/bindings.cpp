@@ -27,7 +27,7 @@ T* ptr(uint64_t v) {
 void launch(int variant, int blocks, bool xray_build, uint64_t w, uint64_t norms, uint64_t embed, uint64_t final_norm,
             uint64_t rope, uint64_t kv, uint64_t scr, uint64_t acc, uint64_t logits, uint64_t sync, uint64_t token_in,
             uint64_t token_out, uint64_t xray, long long timeout_cycles, int stop_layer, int stop_phase,
-            int l2_prefetch, int jitter_ns, uint64_t stream) {
+            int jitter_ns, uint64_t stream) {
   StepParams p;
   p.w = ptr<const uint16_t>(w);
   p.norms = ptr<const uint16_t>(norms);
@@ -45,7 +45,6 @@ void launch(int variant, int blocks, bool xray_build, uint64_t w, uint64_t norms
   p.timeout_cycles = timeout_cycles;
   p.stop_layer = stop_layer;
   p.stop_phase = stop_phase;
-  p.l2_prefetch = l2_prefetch;
   p.jitter_ns = jitter_ns;
   auto s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(stream));
   cudaError_t e = xray_build ? xray_build::launch_step(p, variant, blocks, s) : plain_build::launch_step(p, variant, blocks, s);

@@ -1,5 +1,5 @@
 // monolith: every Qwen3-0.6B shape and launch constant, in one place.
-// monolith/config.py mirrors the model constants; tests/test_config.py parses this file and
+// monolith/config.py mirrors the model constants; tests/test_kernel_host.py parses this file and
 // asserts both agree, and monolith/megakernel.py packs weights with the offsets derived here.
 #pragma once
 #include <cstdint>

@@ -12,8 +12,8 @@
 //   attn     blocks 0..15, one per q head: QK-norm, RoPE, K/V append, attention over the cache;
 //            the even head of each KV pair appends K/V and raises a flag the odd head waits on
 //            (flag sync 1); meanwhile the other blocks may bulk-prefetch the next phases'
-//            weights into L2 (launch parameter l2_prefetch; off by default: it measured slower,
-//            see kernel/variants.json)
+//            weights into L2 (compile-time UpstreamCfg::kL2PrefetchMode; off: it measured slower,
+//            results/m1_l2_prefetch_ab.json)
 //   -- flag sync 2: all blocks wait until the 16 heads are done --
 //   oproj    O-projection rows + residual add, on the 116 blocks that did no attention
 //   -- grid barrier 2 --
@@ -52,6 +52,12 @@ struct UpstreamCfg {
   static constexpr int kBlockThreads = kThreads;
   static constexpr int kDynamicSmem = 0;
   static constexpr bool kPreloadL2 = false;     // step 0 of M4: see VariantCfg<kVariantBf16UpstreamL2Pre>
+  // Upstream's "productive wait": while 16 blocks do attention, the others ask L2 for the next
+  // phases' weights. 0 off, 1 this layer's O, gate/up, down (23 MB), 2 those and the next
+  // layer's qkv (31.5 MB), 3 the same issued at the start of the qkv phase. Measured (M1 A/B,
+  // results/m1_l2_prefetch_ab.json): 0 1,366 tok/s, 1 1,337, 2 1,337, 3 1,285: off. A compile-
+  // time choice, so the measured-slower modes cost the hot loop nothing.
+  static constexpr int kL2PrefetchMode = 0;
   static constexpr int kRowsPerIterQKV = 2;     // rows a warp streams at once (8 x 16 B per lane)
   static constexpr int kRowsPerIterHead = 4;    // LM head: 1152 rows per block, 16 loads per lane
   static constexpr int kUnitsPerIterO = 2;      // O: 9 rows x 2 chunks on the 116 non-attention blocks
@@ -297,7 +303,7 @@ __device__ __forceinline__ void prefetch_kv_history(const uint16_t* kv, int laye
 // The next phases' weights of layer L (its O, gate/up and down, then, when with_next_qkv, the
 // next layer's qkv: one contiguous range of the packed buffer) asked into L2 by warp 0 of each of
 // the G - 16 non-attention blocks. Weights never depend on activations, so they can be asked for
-// early; whether that pays is the l2_prefetch A/B (results/m1_l2_prefetch_ab.json).
+// early; whether that pays is the A/B of UpstreamCfg::kL2PrefetchMode (results/m1_l2_prefetch_ab.json).
 __device__ __forceinline__ void prefetch_next_phases(const uint16_t* W, int L, bool with_next_qkv, int b, int G) {
   const int64_t elems = (with_next_qkv && L + 1 < kNumLayers ? kLayerElems + kOffO : kLayerElems) - kOffO;
   const int lane = threadIdx.x & 31;
@@ -434,9 +440,9 @@ __device__ __forceinline__ void upstream_step(const StepParams& p) {
     if (b < kAttnBlocks && b % kHeadsPerKV == 0 && tid == 0 && pos > 0) {
       for (int l = (L == 0 ? 0 : L + 1); l <= L + 1 && l < kNumLayers; ++l) prefetch_kv_history(p.kv, l, b / kHeadsPerKV, pos);
     }
-    if (p.l2_prefetch == 3 && b >= kAttnBlocks && warp == 0) {
+    if constexpr (Cfg::kL2PrefetchMode == 3) {
       // mode 3: requested before this layer's qkv GEMV, so the burst drains while qkv runs
-      prefetch_next_phases(W, L, true, b, G);
+      if (b >= kAttnBlocks && warp == 0) prefetch_next_phases(W, L, true, b, G);
     }
     if (L == 0) {
       rmsnorm_to_smem<true>(emb_row, N + kNormInLn, s_x, s_red);
@@ -604,7 +610,9 @@ __device__ __forceinline__ void upstream_step(const StepParams& p) {
       XRAY_END(attn, L);
     } else {
       // modes 1 and 2: upstream's productive wait, while 16 blocks do attention (23 / 31.5 MB)
-      if (warp == 0 && (p.l2_prefetch == 1 || p.l2_prefetch == 2)) prefetch_next_phases(W, L, p.l2_prefetch == 2, b, G);
+      if constexpr (Cfg::kL2PrefetchMode == 1 || Cfg::kL2PrefetchMode == 2) {
+        if (warp == 0) prefetch_next_phases(W, L, Cfg::kL2PrefetchMode == 2, b, G);
+      }
       XRAY_END(prefetch, L);
     }
     RowRegs<kUo> pre_o;

@@ -35,10 +35,6 @@ struct StepParams {
   long long timeout_cycles;    // bound on every spin-wait, in SM clock cycles
   int stop_layer;              // phase diff: every block leaves after (stop_layer, stop_phase)
   int stop_phase;              // StopPhase; kStopNever for a normal step
-  int l2_prefetch;             // during attention the other blocks bulk-prefetch into L2:
-                               // 0 nothing, 1 this layer's O, gate/up, down (23 MB),
-                               // 2 those and the next layer's qkv (31.5 MB),
-                               // 3 the same 31.5 MB but issued at the start of the qkv phase
   int jitter_ns;               // bf16-stream stress test: each block sleeps a pseudo-random 0..jitter_ns
                                // ns before each phase (0: off); tokens must not change
 };

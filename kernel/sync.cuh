@@ -20,7 +20,6 @@ enum ErrorCode : uint32_t {
   kErrFlagAttnTimeout = 3,
   kErrBadToken = 4,
   kErrBadPosition = 5,
-  kErrBadLaunch = 6,
   kErrCounterTimeout = 7,       // streaming schedule: a tagged or counted word never completed
   kErrRingTimeout = 8,          // streaming schedule: a weight slot never landed or was never freed
 };

@@ -10,7 +10,6 @@ the grid can be co-resident (a persistent grid that cannot is a hang, so we refu
 from __future__ import annotations
 
 import hashlib
-import os
 from datetime import UTC, datetime
 
 import numpy as np
@@ -195,7 +194,7 @@ class MegakernelEngine(Engine):
     context_cap, vocab_size = C.CONTEXT_CAP, C.VOCAB  # Engine checks both before any launch
 
     def __init__(self, ckpt, variant: str = "bf16-upstream", xray: bool = False, blocks: int | None = None,
-                 timeout_s: float = 1.0, device: str = "cuda", l2_prefetch: int | None = None):
+                 timeout_s: float = 1.0, device: str = "cuda"):
         if ckpt.shape.num_layers != C.NUM_LAYERS:
             raise MonolithError(f"the kernel is compiled for {C.NUM_LAYERS} layers; checkpoint has {ckpt.shape.num_layers}")
         self.spec = variant_spec(variant)
@@ -203,14 +202,6 @@ class MegakernelEngine(Engine):
         self.k = dict(self.ext.constants())
         check_constants(self.k)
         self.variant, self.variant_id, self.xray = variant, int(self.spec["id"]), bool(xray)
-        # Launch parameter like the block count: explicit argument, else MONOLITH_L2_PREFETCH (how
-        # scripts/gpu.sh applies the winner of its A/B), else the variant's default. Recorded in info.
-        env = os.environ.get("MONOLITH_L2_PREFETCH")
-        if l2_prefetch is None:
-            l2_prefetch = int(env) if env else int(self.spec.get("l2_prefetch", 2))
-        self.l2_prefetch = int(l2_prefetch)
-        if self.l2_prefetch not in (0, 1, 2, 3):
-            raise MonolithError(f"l2_prefetch must be 0, 1, 2 or 3, got {self.l2_prefetch}")
         self.stream = self.spec.get("schedule") == "stream"
         self.jitter_ns = 0  # stress test only (bf16-stream): random per-block sleeps before each phase
         self.threads = self.k["stream_threads"] if self.stream else THREADS
@@ -251,7 +242,6 @@ class MegakernelEngine(Engine):
         self._scratch_tokens = torch.zeros(C.CONTEXT_CAP + 1, dtype=torch.int32, device=dev)
         attrs = dict(self.ext.attributes(self.variant_id, self.xray))
         self.info = {"variant": variant, "xray": self.xray, "blocks": self.blocks, "threads": self.threads,
-                     "l2_prefetch": self.l2_prefetch,
                      # The gate's near-tie tolerance for this engine (logits). The kernel computes in
                      # fp32 like the oracle; it differs only by its bf16 KV cache and summation order
                      # (phase diff: 0.8% relative on the last layer's residual), so it gets a
@@ -273,7 +263,7 @@ class MegakernelEngine(Engine):
                         self.embed.data_ptr(), self.final_norm.data_ptr(), self.rope.data_ptr(), self.kv.data_ptr(),
                         self.scr.data_ptr(), self.acc.data_ptr(), self.logits_buf.data_ptr(), self.sync.data_ptr(),
                         in_ptr, out_ptr, xray_ptr,
-                        self.timeout_cycles, stop[0], stop[1], self.l2_prefetch, self.jitter_ns,
+                        self.timeout_cycles, stop[0], stop[1], self.jitter_ns,
                         torch.cuda.current_stream(self.device).cuda_stream)
 
     def _sync_state(self) -> dict:
@@ -428,7 +418,7 @@ class MegakernelEngine(Engine):
                 "token_time_us": e0.elapsed_time(e1) * 1000.0 / (window + 1),
                 "token_time_method": f"CUDA events around {window + 1} back-to-back launches ending with the traced one",
                 "sm_clock_mhz": _sm_clock_mhz(), "build": self.ext.build_info, "weights": self.weights,
-                "l2_prefetch": self.l2_prefetch, "xray_max_events": self.k["xray_max_events"],
+                "xray_max_events": self.k["xray_max_events"],
                 "kernel_attributes": self.info["kernel_attributes"], "next_token": int(buf[-1].item()),
                 "created": datetime.now(UTC).isoformat(timespec="seconds")}
         return meta, events

@@ -1,8 +1,10 @@
-"""Development timing of the megakernel: launch-shape and L2-prefetch sweeps. Not a headline
+"""Development timing of the megakernel: variants and launch shapes. Not a headline
 number (headline numbers come only from `monolith bench`, which gates every engine first); run
 it after tests/test_kernel_gpu.py passed on the same build (scripts/gpu.sh does).
 usage: python scripts/dev_bench.py [--variant bf16-upstream,bf16-stream] [--blocks 132,128,...]
-       [--l2-prefetch 0,1,2,3] [--prompt-len N] [--out FILE.json]"""
+       [--prompt-len N] [--out FILE.json]
+(The L2-prefetch modes of bf16-upstream became a compile-time choice, UpstreamCfg::kL2PrefetchMode
+in kernel/megakernel.cu; their A/B is results/m1_l2_prefetch_ab.json.)"""
 import argparse
 import json
 from datetime import UTC, datetime
@@ -21,17 +23,14 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--xray", action="store_true")
-    ap.add_argument("--l2-prefetch", default="", help="comma list of l2_prefetch modes to try (0,1,2,3)")
     ap.add_argument("--out", default="", help="write the rows (and the environment) as JSON")
-    ap.add_argument("--best-env", default="", help="write MONOLITH_L2_PREFETCH=<fastest mode> to this file")
     a = ap.parse_args()
     ckpt = load_checkpoint(ensure_checkpoint(None, progress=False))
     shapes = [int(b) for b in a.blocks.split(",") if b] or [None]
-    modes = [int(m) for m in a.l2_prefetch.split(",") if m] or [None]
     rows = []
     prompt = ([9707, 1879] * (a.prompt_len // 2 + 1))[: a.prompt_len]
-    for variant, blocks, mode in [(v, b, m) for v in a.variant.split(",") for b in shapes for m in modes]:
-        mk = MegakernelEngine(ckpt, variant=variant, blocks=blocks, xray=a.xray, l2_prefetch=mode)
+    for variant, blocks in [(v, b) for v in a.variant.split(",") for b in shapes]:
+        mk = MegakernelEngine(ckpt, variant=variant, blocks=blocks, xray=a.xray)
         times = []
         for _ in range(a.runs + 1):
             mk.reset()
@@ -46,10 +45,10 @@ def main() -> None:
         med = times[len(times) // 2]
         p0 = len(prompt)
         bpt = sum(bytes_per_token(p) for p in range(p0, p0 + a.tokens)) / a.tokens
-        print(f"[dev] {variant} pos={p0} blocks={mk.blocks} l2_prefetch={mk.l2_prefetch} xray={a.xray} tok/s median {a.tokens / med:.0f} "
+        print(f"[dev] {variant} pos={p0} blocks={mk.blocks} xray={a.xray} tok/s median {a.tokens / med:.0f} "
               f"(min {a.tokens / times[-1]:.0f}, max {a.tokens / times[0]:.0f}) us/token {med / a.tokens * 1e6:.1f} "
               f"eff BW {bpt * a.tokens / med / 1e12:.2f} TB/s regs {mk.info['kernel_attributes']['num_regs']}")
-        rows.append({"variant": variant, "prompt_len": p0, "blocks": mk.blocks, "l2_prefetch": mk.l2_prefetch, "xray": a.xray,
+        rows.append({"variant": variant, "prompt_len": p0, "blocks": mk.blocks, "xray": a.xray,
                      "tok_s": {"median": a.tokens / med, "min": a.tokens / times[-1], "max": a.tokens / times[0]},
                      "us_per_token": med / a.tokens * 1e6, "eff_bw_tbs": bpt * a.tokens / med / 1e12})
         del mk
@@ -60,15 +59,12 @@ def main() -> None:
         from monolith.envinfo import collect
 
         doc = {"schema": "monolith-devbench/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
-               "note": "dev timing: CUDA events around a 256-token decode after a 2-token prompt, median of 5 "
-                       "after 1 warm-up; same build as the GPU tests that passed in this run; not a headline",
+               "note": f"dev timing: CUDA events around a {a.tokens}-token decode after a {len(prompt)}-token prompt, "
+                       f"median of {a.runs} after 1 warm-up; same build as the GPU tests that passed in this run; "
+                       "not a headline",
                "env": collect(), "weights": ckpt.describe(), "rows": rows}
         with open(a.out, "w") as f:
             json.dump(doc, f, indent=1)
-    if a.best_env and rows:
-        best = max(rows, key=lambda r: r["tok_s"]["median"])
-        with open(a.best_env, "w") as f:
-            f.write(f"MONOLITH_L2_PREFETCH={best['l2_prefetch']}\n")
 
 
 if __name__ == "__main__":

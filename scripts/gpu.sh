@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [ab] [sweep] [devbench] [m4dev] [m4] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
-# MONOLITH_L2_PREFETCH (if set, or chosen by `ab`) is the megakernel's L2-prefetch launch parameter.
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [sweep] [devbench] [m4dev] [m4] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 set -uo pipefail
-if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/monolith-out}
 mkdir -p "$OUT" results
@@ -59,11 +58,6 @@ if want sanitize-stream; then
     run "$tool-stream" env MONOLITH_VARIANT=bf16-stream MONOLITH_SANITIZE_BLOCKS=16 MONOLITH_SANITIZE_PROMPT=2 \
       timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tests/gpu/sanitize_step.py
   done
-fi
-if want ab; then  # which attention-time L2 prefetch mode is fastest on this GPU (launch parameter)
-  run l2-prefetch-ab python3 scripts/dev_bench.py --blocks 132 --l2-prefetch 0,1,2,3 \
-    --out results/m1_l2_prefetch_ab.json --best-env "$OUT/l2_best.env"
-  [ -f "$OUT/l2_best.env" ] && export "$(cat "$OUT/l2_best.env")" && echo "using $(cat "$OUT/l2_best.env")"
 fi
 if want sweep; then
   run launch-sweep python3 scripts/dev_bench.py --blocks "${BLOCKS:-132,128,120,116,100,96,80,66,48,33}" \
@@ -124,4 +118,4 @@ want xray && run xray python3 -m monolith m2
 want overhead && run overhead python3 -m monolith bench --engine megakernel-bf16-upstream,megakernel-bf16-upstream-xray \
   --out results/m2_xray_overhead_harness.json
 pack
-echo; echo "==== summary (MONOLITH_L2_PREFETCH=${MONOLITH_L2_PREFETCH:-default})"; printf '%s\n' "${summary[@]}"; grep -h "^\[dev\]" "$OUT/log.txt" || true
+echo; echo "==== summary"; printf '%s\n' "${summary[@]}"; grep -h "^\[dev\]" "$OUT/log.txt" || true
