@@ -93,18 +93,23 @@ __device__ __forceinline__ float ldcg_f32(const float* p) { return __ldcg(p); }
 
 // ---- block-wide helpers -------------------------------------------------------------------
 
-// Block sum of one value per thread, in a fixed order (deterministic). `red` >= kWarps floats.
-__device__ __forceinline__ float block_sum(float v, float* red) {
+// Sum of one value per thread over kNWarps warps that meet at Sync, in a fixed order
+// (deterministic). `red` >= kNWarps floats.
+template <int kNWarps, void (*Sync)()>
+__device__ __forceinline__ float block_sum_over(float v, float* red) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   v = warp_sum(v);
-  __syncthreads();  // `red` may still be read by a previous call
+  Sync();  // `red` may still be read by a previous call
   if (lane == 0) red[warp] = v;
-  __syncthreads();
+  Sync();
   float t = 0.f;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) t += red[w];
+  for (int w = 0; w < kNWarps; ++w) t += red[w];
   return t;
 }
+__device__ __forceinline__ void sync_block() { __syncthreads(); }
+// The whole block (the upstream schedule).
+__device__ __forceinline__ float block_sum(float v, float* red) { return block_sum_over<kWarps, sync_block>(v, red); }
 
 // Two block sums in one reduction (one pair of barriers instead of two).
 __device__ __forceinline__ float2 block_sum2(float a, float b, float* red) {
@@ -356,15 +361,7 @@ __device__ __forceinline__ void finish_argmax(const StepParams& p, int pos) {
       bi = id;
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (ov > bv || (ov == bv && oi < bi)) {
-      bv = ov;
-      bi = oi;
-    }
-  }
+  warp_argmax(bv, bi);
   if (lane == 0) {
     *p.token_out = bi;
     S->pos = pos + 1;

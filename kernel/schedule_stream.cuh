@@ -172,17 +172,7 @@ __device__ __forceinline__ void tagged_gather(Addr p, uint32_t tag, float out[N]
 }
 
 // Consumer-only block sum (the producer warp never joins barrier 1).
-__device__ __forceinline__ float csum(float v, float* red) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  v = warp_sum(v);
-  csync();  // `red` may still be read by a previous call
-  if (lane == 0) red[warp] = v;
-  csync();
-  float t = 0.f;
-#pragma unroll
-  for (int w = 0; w < kStreamConsumerWarps; ++w) t += red[w];
-  return t;
-}
+__device__ __forceinline__ float csum(float v, float* red) { return block_sum_over<kStreamConsumerWarps, csync>(v, red); }
 
 // s_x[i] = RMSNorm(residual)[i] * weight[i]; thread t holds elements t and t + 512 (v).
 __device__ __forceinline__ void stream_rmsnorm(const float v[2], const uint16_t* weight, float* s_x, float* red) {
@@ -928,17 +918,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       }
     }
   }
-  if (warp == 0) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {  // lanes 0..31 of warp 0 hold the candidates
-      const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-      if (ov > best || (ov == best && oi < best_i)) {
-        best = ov;
-        best_i = oi;
-      }
-    }
-  }
+  if (warp == 0) warp_argmax(best, best_i);  // lanes 0..31 of warp 0 hold the candidates
   if (tid == 0) {
     const float bv = best;
     const int bi = best_i;
