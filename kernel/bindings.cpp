@@ -103,7 +103,7 @@ py::dict constants() {
   d["norm_post_ln"] = kNormPostLn;
   d["norm_q"] = kNormQ;
   d["norm_k"] = kNormK;
-  d["scr_elems"] = kScrStreamElems;
+  d["scr_elems"] = kScrElems;
   d["scr_hidden"] = kScrHidden;
   d["scr_qkv"] = kScrQKV;
   d["scr_qrot"] = kScrQRot;

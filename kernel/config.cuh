@@ -140,8 +140,6 @@ static_assert(kStreamConsumerThreads * 2 == kHidden, "each consumer thread holds
 static_assert(kIntermediate % kStreamConsumerThreads == 0, "each consumer thread gathers whole activations");
 static_assert(kRingBytes + 32 * 1024 <= 227 * 1024, "ring + static shared memory must fit an sm_90 block");
 
-constexpr int kScrStreamElems = kScrElems;
-
 // ---- the phases a test can stop after (phase diff) ----------------------------------------
 enum StopPhase : int { kStopQKV = 0, kStopAttn = 1, kStopO = 2, kStopGateUp = 3, kStopDown = 4, kStopNever = 99,
                        // fault injection for the hang test: block 0 leaves at once, so every other

@@ -24,7 +24,7 @@ struct StepParams {
   const uint16_t* final_norm;  // [kHidden] bf16 bits
   const float* rope;           // [kContextCap][128]: cos of the 64 frequencies, then sin
   uint16_t* kv;                // [kNumLayers][2][kNumKVHeads][kContextCap][kHeadDim] bf16 bits
-  float* scr;                  // fp32 scratch, kScrStreamElems
+  float* scr;                  // fp32 scratch, kScrElems
   long long* acc;              // stream: residual words [kAccBuffers][kHidden] + snapshot [kAccBuffers][kHidden]
                                // (all zero at the first launch and after every reset)
   float* logits;               // [kVocab] fp32
