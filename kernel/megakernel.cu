@@ -4,6 +4,10 @@
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -c kernel/megakernel.cu
 // The X-ray build is the same source with -DMONOLITH_XRAY (kernel/megakernel_xray.cu).
 //
+// Two schedules, chosen at compile time by VariantCfg<variant>::kStream: the upstream design
+// below (bf16-upstream, and its step-0 A/B bf16-upstream-l2pre), and the streaming schedule
+// (bf16-stream), described in kernel/schedule_stream.cuh.
+//
 // Schedule of the `bf16-upstream` variant (the published qwen_megakernel design, re-implemented):
 // a persistent grid of one 512-thread block per SM; per layer
 //   qkv      every block recomputes the RMSNorm of the residual (cheaper than a barrier) and
