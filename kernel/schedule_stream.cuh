@@ -408,27 +408,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // on a timeout while another waits at a barrier. Every consumer thread polling the mbarrier
   // itself cost ~1.2 us per round of 4 slots (X-ray, NOTES.md M4): mbarrier probes are issued
   // per thread, not per warp.
-  auto acquire = [&](uint16_t work_phase, int layer) -> const uint8_t* {
-    const uint32_t slot = kc % kStages, par = (kc / kStages) & 1u;
-    if (tid == 0) {
-      bool ok = true;
-      if (!mbar_test_wait(&r.full[slot], par)) {
-        XRAY_STAMP(tg, tcy);
-        ok = mbar_wait_bounded(&r.full[slot], par, S, tmo, kErrRingTimeout, uint32_t(layer) * 16u + 12u);
-        if (ok) XRAY_STALL(work_phase, layer < kNumLayers ? kPhase_ring : kPhase_ring_head, layer, tg, tcy);
-      }
-      *flag = ok ? 1 : 0;
-    }
-    csync();
-    if (*flag == 0) return nullptr;
-    return r.slots + size_t(slot) * kSlotBytes;
-  };
-  auto release = [&]() {
-    csync();  // every consumer is done with the slot
-    if (tid == 0) mbar_arrive(&r.empty[kc % kStages]);
-    ++kc;
-  };
-  // A round: the next n slots (n <= kRoundSlots), one barrier to start and one to end.
+  // A round: the next n slots (n <= kRoundSlots), one barrier to start and one to end (the
+  // attention's K and V chunks are rounds of one slot).
   auto acquire_n = [&](int n, uint16_t work_phase, int layer) -> bool {
     if (tid == 0) {
       bool ok = true;
@@ -469,6 +450,20 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   auto combine_row = [&](const float* part, int t) {  // row t of the round (slot t / 8, row t % 8)
     const float* pp = part + (t >> 3) * kStreamConsumerWarps + 2 * (t & 7);
     return pp[0] + pp[1];
+  };
+  // Rows [r0, r1) of K = 1024 streamed in rounds against x; after each round's closing barrier,
+  // thread t < rows of the round calls on_row(r0' + t, dot product) (rows in increasing order
+  // per thread). False when a slot never landed.
+  auto rows_1024 = [&](int r0, int r1, uint16_t work_phase, int layer, const XHalf& x, auto&& on_row) -> bool {
+    for (int q = r0, rd = 0; q < r1; q += 8 * kRoundSlots, ++rd) {
+      const int nr = min(8 * kRoundSlots, r1 - q), n = (nr + 7) / 8;
+      float* part = sm.part[rd & 1];
+      if (!acquire_n(n, work_phase, layer)) return false;
+      round_1024(n, nr, x, part);
+      release_n(n);  // the barrier also publishes part: combine after it, in fixed order
+      if (tid < nr) on_row(q + tid, combine_row(part, tid));
+    }
+    return true;
   };
 
   const float scale = rsqrtf(float(kHeadDim));
@@ -521,22 +516,12 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     }
     if (b == 0)
       for (int i = tid; i < kHidden; i += kStreamConsumerThreads) scr[kScrNormIn + i] = sm.x[i];
-    {
-      const XHalf x = load_xhalf(sm.x);
-      for (int q = s.q0, rd = 0; q < s.q1; q += 8 * kRoundSlots, ++rd) {
-        const int nr = min(8 * kRoundSlots, s.q1 - q), n = (nr + 7) / 8;
-        float* part = sm.part[rd & 1];
-        if (!acquire_n(n, kPhase_s_qkv, L)) return;
-        round_1024(n, nr, x, part);
-        release_n(n);  // the barrier also publishes part: combine after it, in fixed order
-        if (tid < nr) {
-          const int row = qkv_std_row(g, q + tid);
-          const float a = combine_row(part, tid);
+    if (!rows_1024(s.q0, s.q1, kPhase_s_qkv, L, load_xhalf(sm.x), [&](int q, float a) {
+          const int row = qkv_std_row(g, q);
           tagged_store(acc + kTagQKV + row, a, tag);
           scr[kScrQKV + row] = a;  // phase diff only
-        }
-      }
-    }
+        }))
+      return;
     XRAY_END(s_qkv, L);
     if (stop_after(L, kStopQKV)) return;
     jitter(L, 1);
@@ -591,8 +576,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const bool cur = sp == s.nsplit - 1;       // this position is the split's last entry
         // scores: one half-warp per cached position, 16 lanes x 16 B = one K row, both heads
         if (nh > 0) {
-          const uint4* slot = reinterpret_cast<const uint4*>(acquire(kPhase_s_attn, L));
-          if (slot == nullptr) return;
+          if (!acquire_n(1, kPhase_s_attn, L)) return;
+          const uint4* slot = slot_at(0);
           const int hw = tid >> 4, l16 = tid & 15;
           const float4* q4 = reinterpret_cast<const float4*>(sm.q);
           for (int rr = hw; rr < kSplitPositions; rr += kStreamConsumerThreads / 16) {
@@ -612,7 +597,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
               sm.sc[kSplitPositions + rr] = a1 * scale;
             }
           }
-          release();
+          release_n(1);
         }
         if (cur && warp == 0) {
           float a0 = 0.f, a1 = 0.f;
@@ -647,8 +632,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         // V: warp w takes cached positions w, w + 16, w + 32, w + 48; lane holds dims 4 lane .. + 3
         float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
         if (nh > 0) {
-          const uint2* vslot = reinterpret_cast<const uint2*>(acquire(kPhase_s_attn, L));
-          if (vslot == nullptr) return;
+          if (!acquire_n(1, kPhase_s_attn, L)) return;
+          const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(0));
 #pragma unroll
           for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
             const int rr = warp + kStreamConsumerWarps * j;
@@ -670,7 +655,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           sm.vpart[warp * kGroupCols + 4 * lane + i] = o0[i];
           sm.vpart[warp * kGroupCols + kHeadDim + 4 * lane + i] = o1[i];
         }
-        if (nh > 0) release(); else csync();
+        if (nh > 0) release_n(1); else csync();
         if (tid < kGroupCols) {  // fixed order over warps, this position last
           const int h = tid / kHeadDim, d = tid & (kHeadDim - 1);
           float a = 0.f;
@@ -900,24 +885,14 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // torch.argmax); the 32 threads' winners are reduced with the same rule.
   float best = -INFINITY;
   int best_i = 0x7fffffff;
-  {
-    const XHalf x = load_xhalf(sm.x);
-    for (int v = s.v0, rd = 0; v < s.v1; v += 8 * kRoundSlots, ++rd) {
-      const int nr = min(8 * kRoundSlots, s.v1 - v), n = (nr + 7) / 8;
-      float* part = sm.part[rd & 1];
-      if (!acquire_n(n, kPhase_lmhead, kNumLayers)) return;
-      round_1024(n, nr, x, part);
-      release_n(n);
-      if (tid < nr) {
-        const float a = combine_row(part, tid);
-        p.logits[v + tid] = a;
+  if (!rows_1024(s.v0, s.v1, kPhase_lmhead, kNumLayers, load_xhalf(sm.x), [&](int v, float a) {
+        p.logits[v] = a;
         if (a > best) {
           best = a;
-          best_i = v + tid;
+          best_i = v;
         }
-      }
-    }
-  }
+      }))
+    return;
   if (warp == 0) warp_argmax(best, best_i);  // lanes 0..31 of warp 0 hold the candidates
   if (tid == 0) {
     const float bv = best;
