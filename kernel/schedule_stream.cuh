@@ -40,6 +40,7 @@
 
 // ---- helpers --------------------------------------------------------------------------------
 __device__ __forceinline__ void csync() { consumer_sync<kStreamConsumerThreads>(); }
+__device__ __forceinline__ float bf16_as_float(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
 
 __device__ __forceinline__ long long to_fix(float x) { return __float2ll_rn(x * float(1ll << kFixShift)); }
 __device__ __forceinline__ float from_fix(long long v) { return float(v) * (1.0f / float(1ll << kFixShift)); }
@@ -154,10 +155,10 @@ template <int N, class Addr>
 __device__ __forceinline__ void tagged_gather(Addr p, uint32_t tag, float out[N], SyncState* S, long long tmo,
                                               uint32_t info, bool& ok) {
   unsigned long long w[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) w[i] = (unsigned long long)ld_relaxed_s64(p(i));
   const long long t0 = clock64();
   for (uint32_t it = 0; ok; ++it) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) w[i] = (unsigned long long)ld_relaxed_s64(p(i));
     bool all = true;
 #pragma unroll
     for (int i = 0; i < N; ++i) all = all && uint32_t(w[i] >> 32) == tag;
@@ -165,7 +166,13 @@ __device__ __forceinline__ void tagged_gather(Addr p, uint32_t tag, float out[N]
     if ((it & 15u) == 15u && (*(volatile uint32_t*)&S->error != 0u || clock64() - t0 > tmo)) {
       raise_error(S, kErrCounterTimeout, info);
       ok = false;
+      break;
     }
+    // poll again only the words still missing: 132 blocks polling every word of a grid hop
+    // each round put ~3 MB per round on L2 (the activation hop), most of it words already seen
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (uint32_t(w[i] >> 32) != tag) w[i] = (unsigned long long)ld_relaxed_s64(p(i));
   }
 #pragma unroll
   for (int i = 0; i < N; ++i) out[i] = __uint_as_float(uint32_t(w[i]));
@@ -174,16 +181,26 @@ __device__ __forceinline__ void tagged_gather(Addr p, uint32_t tag, float out[N]
 // Consumer-only block sum (the producer warp never joins barrier 1).
 __device__ __forceinline__ float csum(float v, float* red) { return block_sum_over<kStreamConsumerWarps, csync>(v, red); }
 
+// This thread's two elements (t, t + 512) of a bf16 norm vector, as fp32. Issued before the wait
+// that precedes the norm: the vectors do not depend on the token, and a load issued after the
+// wait costs one L2 round trip on the critical path (~0.5-1 us under the ring's load).
+struct Norm2 {
+  float w[2];
+};
+__device__ __forceinline__ Norm2 load_norm2(const uint16_t* weight) {
+  Norm2 n;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) n.w[j] = bf16_as_float(__ldg(weight + threadIdx.x + j * kStreamConsumerThreads));
+  return n;
+}
+
 // s_x[i] = RMSNorm(residual)[i] * weight[i]; thread t holds elements t and t + 512 (v).
-__device__ __forceinline__ void stream_rmsnorm(const float v[2], const uint16_t* weight, float* s_x, float* red) {
+__device__ __forceinline__ void stream_rmsnorm(const float v[2], const Norm2& nw, float* s_x, float* red) {
   const int t = threadIdx.x;
   const float total = csum(v[0] * v[0] + v[1] * v[1], red);
   const float inv = rsqrtf(total / float(kHidden) + kRmsEps);
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int i = t + j * kStreamConsumerThreads;
-    s_x[i] = v[j] * inv * __uint_as_float(uint32_t(weight[i]) << 16);
-  }
+  for (int j = 0; j < 2; ++j) s_x[t + j * kStreamConsumerThreads] = v[j] * inv * nw.w[j];
   csync();
 }
 
@@ -366,6 +383,8 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
 constexpr int kRoundSlots = 4;
 static_assert(kRoundSlots <= kStages / 2, "a round leaves the producer half the ring");
 
+static_assert(kIntermediate == 3 * kHidden, "a down row is three 1024-wide segments");
+
 struct StreamSmem {
   float x[kHidden];                                 // normed residual (qkv, MLP, LM head input)
   float hval[kHidden];                              // the residual after attention + O (MLP's seed)
@@ -375,11 +394,12 @@ struct StreamSmem {
   float kc[kHeadDim], vc[kHeadDim];                 // this position's K and V (bf16-rounded)
   float sc[kHeadsPerKV * kSplitPositions];          // scores, then probabilities, of one split
   float ml[2 * kHeadsPerKV];                        // (max, sum) per head of one split
+  float rope[kHeadDim];                             // this position's cos | sin, read once per launch
   union {
     float vpart[kStreamConsumerWarps * kGroupCols];  // attention: per-warp V partial sums
     float act[kIntermediate];                        // MLP down: every activation of the layer
   };
-  float rowacc[kHidden / kMinStreamBlocks];         // MLP down: this block's row sums
+  float segsum[3 * (kHidden / kMinStreamBlocks)];   // MLP down: this block's 1024-wide segment sums
   float part[2][kRoundSlots * kStreamConsumerWarps];  // half-row sums of the last two rounds
   float red[2 * kStreamConsumerWarps];
   int flag;
@@ -468,6 +488,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 
   const float scale = rsqrtf(float(kHeadDim));
   ResidHist rh = resid_start(acc);
+  // the position's RoPE row, once per launch (published by the first barrier of layer 0)
+  if (tid < kHeadDim) sm.rope[tid] = rope_row[tid];
   // Stress test (p.jitter_ns > 0): a pseudo-random sleep per block, layer and phase, so that blocks
   // reach every wait in shuffled orders; the tokens must stay bitwise the same.
   auto jitter = [&](int L, int phase) {
@@ -498,9 +520,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     // ---------------- qkv ----------------
     {
       float v[2];
+      const Norm2 nin = load_norm2(N + kNormInLn);  // in flight during the wait below
       if (L == 0) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) v[e] = __uint_as_float(uint32_t(emb_row[tid + e * kStreamConsumerThreads]) << 16);
+        for (int e = 0; e < 2; ++e) v[e] = bf16_as_float(emb_row[tid + e * kStreamConsumerThreads]);
       } else {
         bool ok = true;
         const long long* rp = acc + kTagResid + tid;
@@ -512,7 +535,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // the residual connection, added at once: every block has read the O stage of layer L-2
       // (this buffer's previous content) before any block could finish layer L-1's MLP
       seed_o(acc_o, v);
-      stream_rmsnorm(v, N + kNormInLn, sm.x, sm.red);
+      stream_rmsnorm(v, nin, sm.x, sm.red);
     }
     if (b == 0)
       for (int i = tid; i < kHidden; i += kStreamConsumerThreads) scr[kScrNormIn + i] = sm.x[i];
@@ -533,6 +556,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         // one value per consumer thread: seg 0/1 = q of heads 2g/2g+1, 2 = k, 3 = v (one warp
         // never straddles two segments, so one reduction gives the three norms)
         const int seg = tid >> 7, d = tid & (kHeadDim - 1);
+        // this thread's norm weight, issued before the wait (seg 3, v, has none)
+        const float nwd = seg < 3 ? bf16_as_float(__ldg(N + (seg < 2 ? kNormQ : kNormK) + d)) : 0.f;
         bool ok = true;
         const float v = tagged_wait(acc + kTagQKV + qkv_std_row(g, tid), tag, S, tmo, uint32_t(L) * 16u + 8u, ok);
         if (!csync_and(ok)) return;
@@ -543,8 +568,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (seg < 3) {
           const int w0 = seg * 4;
           const float ss = sm.red[w0] + sm.red[w0 + 1] + sm.red[w0 + 2] + sm.red[w0 + 3];
-          const uint16_t* nw = N + (seg < 2 ? kNormQ : kNormK);
-          sm.tmp[tid] = v * rsqrtf(ss / float(kHeadDim) + kRmsEps) * __uint_as_float(uint32_t(nw[d]) << 16);
+          sm.tmp[tid] = v * rsqrtf(ss / float(kHeadDim) + kRmsEps) * nwd;
         } else {
           const __nv_bfloat16 vb = __float2bfloat16_rn(v);
           sm.vc[d] = __bfloat162float(vb);
@@ -553,7 +577,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         csync();
         if (seg < 3) {
           const int i = d & 63;
-          const float c = rope_row[i], sn = rope_row[64 + i];
+          const float c = sm.rope[i], sn = sm.rope[64 + i];
           const float* x = sm.tmp + seg * kHeadDim;
           const float rr = d < 64 ? x[d] * c - x[d + 64] * sn : x[d] * c + x[d - 64] * sn;
           if (seg < 2) {
@@ -679,10 +703,11 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       bool ok = true;
       float num = 0.f, den = 0.f;
       if (tid < kGroupCols) {
-        // online merge in split order (deterministic); the loads of 2 splits are issued together
+        // online merge in split order (deterministic); the loads of 4 splits are issued together (one
+        // L2 round trip per poll round covers positions < 256)
         const int h = tid / kHeadDim, d = tid & (kHeadDim - 1);
         const long long* part0 = acc + kTagAttnPart + (g * kMaxSplits * kHeadsPerKV + h) * kPartStride;
-        constexpr int kSplitStride = kHeadsPerKV * kPartStride, kBatch = 2;
+        constexpr int kSplitStride = kHeadsPerKV * kPartStride, kBatch = 4;
         float m = -INFINITY;
         for (int sp0 = 0; sp0 < s.nsplit && ok; sp0 += kBatch) {
           float ms[kBatch], ls[kBatch], os[kBatch];
@@ -760,6 +785,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     // ---------------- MLP 1: RMSNorm, gate/up rows of this block's units, SiLU(gate) * up ------
     {
       long long fix[2];
+      const Norm2 npost = load_norm2(N + kNormPostLn);  // in flight during the wait below
       if (!resid_read(acc_o, kGroups + 1, rh, fix, S, tmo, uint32_t(L) * 16u + 10u)) return;
       XRAY_END(s_wait_o, L);
       float v[2];
@@ -773,7 +799,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int e = 0; e < 2; ++e) scr[kScrHidden + tid + e * kStreamConsumerThreads] = v[e];
         return;
       }
-      stream_rmsnorm(v, N + kNormPostLn, sm.x, sm.red);
+      stream_rmsnorm(v, npost, sm.x, sm.red);
     }
     if (b == 0)
       for (int i = tid; i < kHidden; i += kStreamConsumerThreads) scr[kScrNormPost + i] = sm.x[i];
@@ -814,7 +840,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     }
     {
       // rows h0..h1 of down (row-major, K = 3072) as 1024-wide segments, 8 per slot; two warps
-      // per segment; thread 0 adds the segments of each row in order
+      // per segment; thread t keeps segment t's sum, and thread r adds row r's three in order
+      // (one thread adding all 24 of a block serially cost ~0.3 us per layer)
       const int nseg = 3 * (s.h1 - s.h0);
       for (int q0 = 0, rd = 0; q0 < nseg; q0 += 8 * kRoundSlots, ++rd) {
         const int nq = min(8 * kRoundSlots, nseg - q0), n = (nq + 7) / 8;
@@ -835,18 +862,13 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
         if ((lane & 7) == 0) part[(lane >> 3) * kStreamConsumerWarps + warp] = r4;
         release_n(n);
-        if (tid == 0) {
-          for (int t = 0; t < nq; ++t) {
-            const int qq = q0 + t;
-            const float v = combine_row(part, t);
-            sm.rowacc[qq / 3] = (qq % 3 == 0) ? v : sm.rowacc[qq / 3] + v;
-          }
-        }
+        if (tid < nq) sm.segsum[q0 + tid] = combine_row(part, tid);
       }
       csync();
       if (tid < s.h1 - s.h0) {
         const int i = s.h0 + tid;
-        const float v = sm.hval[i] + sm.rowacc[tid];
+        const float* sg = sm.segsum + 3 * tid;  // the row's three segments, added in order
+        const float v = sm.hval[i] + ((sg[0] + sg[1]) + sg[2]);
         tagged_store(acc + kTagResid + i, v, tag);
         if (p.stop_layer == L && (p.stop_phase == kStopGateUp || p.stop_phase == kStopDown)) scr[kScrHidden + i] = v;
       }
@@ -860,12 +882,13 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   {
     float v[2];
     bool ok = true;
+    const Norm2 nfin = load_norm2(p.final_norm);  // in flight during the wait below
     const long long* rp = acc + kTagResid + tid;
     tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, kNumLayers - 1), v, S,
                      tmo, uint32_t(kNumLayers) * 16u + 7u, ok);
     if (!csync_and(ok)) return;
     XRAY_END(s_wait_final, kNumLayers);
-    stream_rmsnorm(v, p.final_norm, sm.x, sm.red);
+    stream_rmsnorm(v, nfin, sm.x, sm.red);
     if (b == 0) {  // the next launch starts from these counted words
       static_assert((kNumLayers - 1) % kAccBuffers == 1, "snapshot order below assumes layer 27 in buffer 1");
       long long* snap = acc + kAccSnap;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [sweep] [devbench] [m4dev] [m4] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [sweep] [devbench] [m4dev] [xraydev] [m4] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -75,6 +75,10 @@ if want m4dev; then
   run devbench-m4 python3 scripts/dev_bench.py --variant "${M4_VARIANTS:-bf16-upstream,bf16-upstream-l2pre,bf16-stream}" \
     --blocks 132 --runs 3 --prompt-len "${M4_PROMPT:-2}" --out results/m4_devbench.json
 fi
+# development X-ray: raw traces at position 128 straight into $OUT (analyzed off the GPU with
+# `monolith xray`), one per variant named
+want xraydev && run xray-dev python3 scripts/xray_raw.py --variant "${XRAY_VARIANTS:-bf16-stream}" --position 128 \
+  --out "$OUT/xray"
 # M4: the streaming schedule against bf16-upstream in one harness session (gate, determinism,
 # benchmark, sweep), then the X-ray raw traces of both at position 128 (analyzed off the GPU)
 if want m4; then
