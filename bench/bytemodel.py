@@ -59,6 +59,25 @@ class ByteModel:
     def bf16(cls, shape: ModelShape = QWEN3_0_6B) -> ByteModel:
         return cls(shape, layer_bytes(shape), head_bytes(shape), shape.hidden * BF16, kv_bytes_per_position(shape))
 
+    @classmethod
+    def fp8(cls, shape: ModelShape = QWEN3_0_6B) -> ByteModel:
+        """E4M3 codes + one fp32 scale per row (quant/fp8_layout.py, scheme fp8-e4m3-rowscale) for
+        every projection and the tied LM head; norms stay bf16; the embedding row is its codes + scale."""
+        rows = sum(s[0] for k, s in shape.layer_weight_shapes().items() if len(s) == 2)
+        norms = sum(s[0] for s in shape.layer_weight_shapes().values() if len(s) == 1)
+        layer = layer_weight_count(shape) - norms + 4 * rows + BF16 * norms
+        head = shape.vocab * shape.hidden + 4 * shape.vocab + shape.hidden * BF16
+        return cls(shape, layer, head, shape.hidden + 4, kv_bytes_per_position(shape))
+
+    @classmethod
+    def for_weights(cls, weights: str, shape: ModelShape = QWEN3_0_6B) -> ByteModel:
+        """The byte model of a weight format ("bf16" or "fp8")."""
+        if weights == "fp8":
+            return cls.fp8(shape)
+        if weights != "bf16":
+            raise ValueError(f"no byte model for weight format {weights!r}")
+        return cls.bf16(shape)
+
     @property
     def weight_bytes(self) -> int:
         return self.shape.num_layers * self.layer_bytes + self.head_bytes + self.embed_row_bytes

@@ -108,16 +108,25 @@ def run_suite(cfg: SuiteConfig) -> dict:
     seq = sweep_sequence(bench_prompts, max(cfg.bench.sweep_positions or (0,)) + 1)
 
     locals_ = [e for e in cfg.engines if registry.spec(e).kind == "local"]
-    oracle_set = None
-    if locals_:
-        log(f"oracle: fp32 reference, {cfg.gate_prompts} prompts x {cfg.gate_tokens} tokens")
+    # One oracle per weight format among the engines: fp32 compute on the weights each engine
+    # multiplies (bf16: the checkpoint; fp8: its pack dequantized, registry.checkpoint_for), so
+    # every gate checks an implementation, never a quantizer.
+    ckpts, oracle_sets = {"bf16": ckpt}, {}
+    for fmt in dict.fromkeys(registry.weights_of(e) for e in locals_):
+        ck = ckpts[fmt] = registry.checkpoint_for(fmt, ckpt)
+        on = "" if fmt == "bf16" else f" on the {fmt} weights dequantized ({ck.describe().get('scheme')})"
+        log(f"oracle: fp32 reference{on}, {cfg.gate_prompts} prompts x {cfg.gate_tokens} tokens")
         ta = time.perf_counter()
-        orc = registry.oracle(ckpt, cfg.device)
-        oracle_set = correctness.oracle_runs(orc, bench_prompts[:cfg.gate_prompts], cfg.gate_tokens,
-                                             progress=_oracle_progress(cfg.gate_prompts, cfg.gate_tokens, ta))
-        oracle_set.desc["seconds"] = round(time.perf_counter() - ta, 1)
-        log(f"  oracle done in {oracle_set.desc['seconds']} s: distinct {oracle_set.desc['distinct_frac']:.2f}, "
-            f"repeats {oracle_set.desc['repeat_frac']:.2f}, median margin {oracle_set.desc['margin_median']:.2f}")
+        orc = registry.oracle(ck, cfg.device)
+        oset = correctness.oracle_runs(orc, bench_prompts[:cfg.gate_prompts], cfg.gate_tokens,
+                                       progress=_oracle_progress(cfg.gate_prompts, cfg.gate_tokens, ta))
+        oset.desc["seconds"] = round(time.perf_counter() - ta, 1)
+        if fmt != "bf16":
+            oset.desc["weights"] = ck.describe()
+            doc["protocol"].setdefault("oracles", {})[fmt] = f"fp32 reference on the {fmt} weights dequantized"
+        oracle_sets[fmt] = oset
+        log(f"  oracle done in {oset.desc['seconds']} s: distinct {oset.desc['distinct_frac']:.2f}, "
+            f"repeats {oset.desc['repeat_frac']:.2f}, median margin {oset.desc['margin_median']:.2f}")
         orc = None
         _free()
 
@@ -137,7 +146,9 @@ def run_suite(cfg: SuiteConfig) -> dict:
         if spec.kind == "external":
             doc["rows"].extend(external_rows(name, cfg, ckpt))
             continue
-        doc["rows"].append(measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg, budget, bw))
+        fmt = registry.weights_of(name)
+        doc["rows"].append(measure(name, spec, ckpts.get(fmt, ckpt), tok, bench_prompts, seq, oracle_sets.get(fmt), cfg,
+                                   budget, bw, weights=fmt))
 
     for q in ([cfg.quality] if isinstance(cfg.quality, dict) else cfg.quality or []):
         left = cfg.max_total_s - (time.perf_counter() - t0) if cfg.max_total_s else None
@@ -151,8 +162,14 @@ def run_suite(cfg: SuiteConfig) -> dict:
     return doc
 
 
-def measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg: SuiteConfig, budget, bw) -> dict:
+def measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg: SuiteConfig, budget, bw,
+            weights: str = "bf16") -> dict:
+    """Gate then time one engine. `ckpt` and `oracle_set` are those of the engine's weight format
+    (registry.checkpoint_for), `weights` names it (the byte model counts its bytes)."""
     row = results.base_row(name, spec.label, spec.experimental)
+    if weights != "bf16":
+        row["weights"] = ckpt.describe()
+        row["weight_format"] = weights
     ta = time.perf_counter()
     try:
         eng = registry.build(name, ckpt, cfg.device)
@@ -204,7 +221,7 @@ def measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg: SuiteCon
             bcfg.sweep_reps = 1
             row["sweep_reps"] = 1
         row.update(bench_engine(eng, bench_prompts, bcfg, sweep_seq=seq, bw_tbs=bw, tok_s_est=est, log=log,
-                                byte_model=bytemodel.ByteModel.bf16(ckpt.shape)))
+                                byte_model=bytemodel.ByteModel.for_weights(weights, ckpt.shape)))
         row["status"] = "ok"
         pred = row.get("predicted_us_per_token")
         log(f"  {row['tok_s']['median']:,.1f} tok/s (min {row['tok_s']['min']:,.1f}, max {row['tok_s']['max']:,.1f}), "

@@ -27,8 +27,9 @@ T* ptr(uint64_t v) {
 void launch(int variant, int blocks, bool xray_build, uint64_t w, uint64_t norms, uint64_t embed, uint64_t final_norm,
             uint64_t rope, uint64_t kv, uint64_t scr, uint64_t acc, uint64_t logits, uint64_t sync, uint64_t token_in,
             uint64_t token_out, uint64_t xray, long long timeout_cycles, int stop_layer, int stop_phase,
-            int jitter_ns, uint64_t stream) {
-  StepParams p;
+            int jitter_ns, uint64_t stream, uint64_t codes, uint64_t row_scales, uint64_t embed_codes,
+            uint64_t embed_scales) {
+  StepParams p{};
   p.w = ptr<const uint16_t>(w);
   p.norms = ptr<const uint16_t>(norms);
   p.embed = ptr<const uint16_t>(embed);
@@ -46,6 +47,10 @@ void launch(int variant, int blocks, bool xray_build, uint64_t w, uint64_t norms
   p.stop_layer = stop_layer;
   p.stop_phase = stop_phase;
   p.jitter_ns = jitter_ns;
+  p.codes = ptr<const uint8_t>(codes);  // fp8 variants (0 for bf16 ones)
+  p.row_scales = ptr<const float>(row_scales);
+  p.embed_codes = ptr<const uint8_t>(embed_codes);
+  p.embed_scales = ptr<const float>(embed_scales);
   auto s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(stream));
   cudaError_t e = xray_build ? xray_build::launch_step(p, variant, blocks, s) : plain_build::launch_step(p, variant, blocks, s);
   check(e, "megakernel launch");
@@ -103,6 +108,11 @@ py::dict constants() {
   d["norm_post_ln"] = kNormPostLn;
   d["norm_q"] = kNormQ;
   d["norm_k"] = kNormK;
+  d["sc_qkv"] = kScQKV;  // fp8 layout rowmajor-v1: per-layer scale offsets (quant/fp8_layout.py)
+  d["sc_o"] = kScO;
+  d["sc_gateup"] = kScGateUp;
+  d["sc_down"] = kScDown;
+  d["layer_rows"] = kLayerRows;
   d["scr_elems"] = kScrElems;
   d["scr_hidden"] = kScrHidden;
   d["scr_qkv"] = kScrQKV;

@@ -40,6 +40,19 @@ constexpr int kNormQ = kNormPostLn + kHidden;
 constexpr int kNormK = kNormQ + kHeadDim;
 constexpr int kNormLayerElems = kNormK + kHeadDim;  // 2304
 
+// ---- packed fp8 weights (scheme fp8-e4m3-rowscale, layout rowmajor-v1: quant/fp8_layout.py) ----
+// Codes: one byte per weight, the same rows in the same order as the bf16 buffer above, so every
+// element offset (kOffQKV .. kLayerElems) is also the codes' byte offset. Scales: one fp32 per
+// output row, per layer in the same row order (the scale of segment row r at kSc<segment> + r).
+constexpr int kScQKV = 0;
+constexpr int kScO = kScQKV + kQKVRows;
+constexpr int kScGateUp = kScO + kHidden;
+constexpr int kScDown = kScGateUp + kGateUpRows;
+constexpr int kLayerRows = kScDown + kHidden;  // 12288 scales per layer
+static_assert(kLayerRows == kQKVRows + kHidden + kGateUpRows + kHidden, "one scale per row of each segment");
+static_assert((kScO * 4) % 16 == 0 && (kScGateUp * 4) % 16 == 0 && (kScDown * 4) % 16 == 0 && (kLayerRows * 4) % 16 == 0,
+              "every scale segment starts 16-byte aligned");
+
 // ---- launch ------------------------------------------------------------------------------
 constexpr int kThreads = 512;  // 16 warps: enough loads in flight per SM with one block per SM
 constexpr int kWarps = kThreads / 32;

@@ -28,6 +28,8 @@
 #include <cstdint>
 #include <cuda_fp16.h>
 
+#include "loads.cuh"  // dot8_bf16: the bf16 side of the weight formats below
+
 namespace monolith {
 
 static_assert(sizeof(__half2) == 4, "half2 must be 32 bits: decoders return packed pairs");
@@ -94,7 +96,8 @@ __device__ __forceinline__ void e4m3x4_to_half2x2(uint32_t v, __half2& lo, __hal
   hi = e4m3x2_to_half2(uint16_t(v >> 16));
 }
 
-// One E4M3 scale byte -> float (per-row FP8 scales and NVFP4 per-16 block scales are E4M3).
+// One E4M3 byte -> float (exact): NVFP4's per-16 block scales, and single fp8 weights (the fp8
+// embedding lookup). The per-row scales of the fp8 layout rowmajor-v1 are fp32, not E4M3.
 __device__ __forceinline__ float e4m3_to_float(uint8_t b) {
   return __low2float(e4m3x2_to_half2(uint16_t(b)));
 }
@@ -113,7 +116,53 @@ __device__ __forceinline__ float dot8_e4m3(uint2 w, float4 a0, float4 a1, float 
   f = __half22float2(p3); acc = fmaf(f.x, a1.z, acc); acc = fmaf(f.y, a1.w, acc);
   return acc;
 }
+// acc + dot(16 E4M3 weights = one 16-byte load of a row, x[0..15] = a[0..3]): fp32 FMAs in element
+// order, so one lane's share of a row is summed exactly as quant/fp8_kernel_model.py models it
+// (kernel_gemv(..., group=16)). The per-row scale is applied once per row by the caller.
+__device__ __forceinline__ float dot16_e4m3(uint4 w, const float4 (&a)[4], float acc) {
+  acc = dot8_e4m3(make_uint2(w.x, w.y), a[0], a[1], acc);
+  return dot8_e4m3(make_uint2(w.z, w.w), a[2], a[3], acc);
+}
 // tour:end dequant
+
+// ---------------------------------------------------------------------------------------------
+// Weight formats of the megakernel's GEMVs
+// ---------------------------------------------------------------------------------------------
+// The GEMV code is written once; a format says how wide a weight is, how one 16-byte load meets
+// its activations, and whether the row carries a scale. A variant picks one
+// (VariantCfg<...>::Weights in megakernel.cu), so the choice costs the hot loop nothing.
+// - WeightsBf16: the bf16 layouts (2 bytes per weight, no scale).
+// - WeightsE4M3: `fp8-e4m3-rowscale`, layout rowmajor-v1 (quant/fp8_layout.py): 1 byte per weight,
+//   rows in the bf16 order, one fp32 scale per output row applied after the row's dot product:
+//   y[r] = (sum_k f32(f16(code[r, k])) * x[k]) * scale[r].
+struct WeightsBf16 {
+  using Elem = uint16_t;
+  static constexpr int kPer16B = 8;           // weights per 16-byte load
+  static constexpr bool kRowScale = false;
+  // acc + dot(one 16-byte load, its kPer16B activations a[0 .. kPer16B/4 - 1])
+  static __device__ __forceinline__ float dot16B(uint4 w, const float4 (&a)[2], float acc) {
+    return dot8_bf16(w, a[0], a[1], acc);
+  }
+  // element i of a row (the embedding lookup); `scale` unused
+  static __device__ __forceinline__ float value(const Elem* row, int i, float) {
+    return __uint_as_float(uint32_t(row[i]) << 16);
+  }
+};
+struct WeightsE4M3 {
+  using Elem = uint8_t;
+  static constexpr int kPer16B = 16;
+  static constexpr bool kRowScale = true;
+  static __device__ __forceinline__ float dot16B(uint4 w, const float4 (&a)[4], float acc) {
+    return dot16_e4m3(w, a, acc);
+  }
+  // fp32(e4m3) * scale: one fp32 multiply, bit for bit the dequantized weight of the packer
+  // (quant/pack_fp8.py dequantize_rows), which is what the fp8 gate's oracle multiplies
+  static __device__ __forceinline__ float value(const Elem* row, int i, float scale) {
+    return e4m3_to_float(row[i]) * scale;
+  }
+};
+static_assert(WeightsBf16::kPer16B * sizeof(WeightsBf16::Elem) == 16 && WeightsE4M3::kPer16B * sizeof(WeightsE4M3::Elem) == 16,
+              "a 16-byte load holds kPer16B whole weights");
 
 // ---------------------------------------------------------------------------------------------
 // E2M1 (NVFP4 elements)

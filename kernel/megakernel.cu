@@ -34,6 +34,7 @@
 #include <cuda_runtime.h>
 
 #include "config.cuh"
+#include "dequant.cuh"
 #include "loads.cuh"
 #include "megakernel.cuh"
 #include "ring.cuh"
@@ -53,6 +54,7 @@ struct VariantCfg;
 
 struct UpstreamCfg {
   static constexpr bool kStream = false;
+  using Weights = WeightsBf16;                  // weight format of every GEMV and the embedding (dequant.cuh)
   static constexpr int kBlockThreads = kThreads;
   static constexpr int kDynamicSmem = 0;
   static constexpr bool kPreloadL2 = false;     // step 0 of M4: see VariantCfg<kVariantBf16UpstreamL2Pre>
@@ -84,6 +86,24 @@ struct VariantCfg<kVariantBf16UpstreamL2Pre> : UpstreamCfg {
   static constexpr bool kPreloadL2 = true;
 };
 
+// fp8-upstream: the same schedule on E4M3 weights with one fp32 scale per row (quant/fp8_layout.py,
+// rowmajor-v1: the rows, their order and the element offsets of the bf16 buffer, one byte per
+// weight). Every GEMV and the LM head dequantize in registers (dequant.cuh, WeightsE4M3); the
+// embedding lookup dequantizes the token's row of the same (tied) matrix.
+// A row of 1,024 weights is now 1 KB: 2 loads per lane instead of 4. The row partition per block
+// stays: at 132 blocks qkv (31 rows per block), O (9 rows x 2 chunks), gate/up (47 rows) and down
+// (8 rows x 3 chunks) are already one iteration of the block's 16 warps, so the whole slice of
+// each phase is in flight before the wait that precedes it, with either format; more rows per warp
+// would only leave warps idle. The LM head (1,151 rows per block) is the one phase with many
+// iterations: 8 rows per warp keeps bf16's bytes per iteration (16 loads per lane, 128 KB per
+// block, 17.3 MB grid-wide), so the L2 prefetch distance of 2 iterations still asks for ~35 MB
+// of the 60 MB L2, and 9 iterations instead of 18 halve its per-iteration overheads.
+template <>
+struct VariantCfg<kVariantFp8Upstream> : UpstreamCfg {
+  using Weights = WeightsE4M3;
+  static constexpr int kRowsPerIterHead = 8;
+};
+
 template <>
 struct VariantCfg<kVariantBf16Stream> {
   static constexpr bool kStream = true;
@@ -94,6 +114,26 @@ struct VariantCfg<kVariantBf16Stream> {
 __device__ __forceinline__ int64_t part_begin(int64_t n, int parts, int i) { return n * i / parts; }
 
 __device__ __forceinline__ float ldcg_f32(const float* p) { return __ldcg(p); }
+
+// The packed layer weights and the embedding (= tied LM head) of a weight format.
+template <class Fmt>
+__device__ __forceinline__ const typename Fmt::Elem* weights_of(const StepParams& p) {
+  if constexpr (Fmt::kRowScale) return p.codes; else return p.w;
+}
+template <class Fmt>
+__device__ __forceinline__ const typename Fmt::Elem* embed_of(const StepParams& p) {
+  if constexpr (Fmt::kRowScale) return p.embed_codes; else return p.embed;
+}
+
+// Bulk L2 prefetch of [p, p + bytes) widened to whole 16-byte units (the instruction's
+// granularity). Only for arrays that start 16-byte aligned and whose size is a multiple of 16, so
+// the widened range stays inside them (the fp8 scale vectors: kVocab * 4 and kLayerRows * 4 bytes).
+__device__ __forceinline__ void prefetch_l2_span(const void* p, int64_t bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15);
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes) + 15) & ~uintptr_t(15);
+  if (e > a) prefetch_l2_bulk(reinterpret_cast<const void*>(a), uint32_t(e - a));
+}
+static_assert((int64_t(kVocab) * 4) % 16 == 0, "the LM-head scale vector is whole 16-byte units");
 
 // ---- block-wide helpers -------------------------------------------------------------------
 
@@ -135,21 +175,18 @@ __device__ __forceinline__ float2 block_sum2(float a, float b, float* red) {
   return t;
 }
 
-// s_x[i] = RMSNorm(src)[i] * weight[i] over kHidden elements. `src` is the fp32 residual
-// (read through L2: it was written by other blocks) or, for layer 0, a bf16 embedding row.
-template <bool kSrcBf16>
-__device__ __forceinline__ void rmsnorm_to_smem(const void* src, const uint16_t* weight, float* s_x, float* red) {
+// s_x[i] = RMSNorm(src)[i] * weight[i] over kHidden elements, src(i) the fp32 value of element i:
+// the fp32 residual (read through L2: it was written by other blocks) or, for layer 0, the
+// embedding row in the variant's weight format (rmsnorm_to_smem_by).
+template <class Src>
+__device__ __forceinline__ void rmsnorm_to_smem_by(Src src, const uint16_t* weight, float* s_x, float* red) {
   constexpr int kPer = kHidden / kThreads;
   float v[kPer];
   float ss = 0.f;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const int i = threadIdx.x + j * kThreads;
-    if constexpr (kSrcBf16) {
-      v[j] = __uint_as_float(uint32_t(static_cast<const uint16_t*>(src)[i]) << 16);
-    } else {
-      v[j] = ldcg_f32(static_cast<const float*>(src) + i);
-    }
+    v[j] = src(i);
     ss += v[j] * v[j];
   }
   const float total = block_sum(ss, red);
@@ -161,6 +198,19 @@ __device__ __forceinline__ void rmsnorm_to_smem(const void* src, const uint16_t*
   }
   __syncthreads();
 }
+// The fp32 residual (kSrcBf16 = false) or a bf16 row.
+template <bool kSrcBf16>
+__device__ __forceinline__ void rmsnorm_to_smem(const void* src, const uint16_t* weight, float* s_x, float* red) {
+  rmsnorm_to_smem_by(
+      [src](int i) {
+        if constexpr (kSrcBf16) {
+          return __uint_as_float(uint32_t(static_cast<const uint16_t*>(src)[i]) << 16);
+        } else {
+          return ldcg_f32(static_cast<const float*>(src) + i);
+        }
+      },
+      weight, s_x, red);
+}
 
 // Copy n fp32 activations written by other blocks into shared memory.
 __device__ __forceinline__ void load_to_smem(const float* src, float* s_x, int n) {
@@ -171,55 +221,89 @@ __device__ __forceinline__ void load_to_smem(const float* src, float* s_x, int n
 }
 
 // ---- GEMV, rows of exactly one chunk (K = 1024) -------------------------------------------
-// Each warp streams kR rows at once: kR x 4 independent 16-byte loads per lane in flight.
+// Written once for every weight format (Fmt = WeightsBf16 / WeightsE4M3, kernel/dequant.cuh):
+// a 1024-wide chunk of a row is 32 lanes x kLoadsPerChunk<Fmt> 16-byte loads (bf16 4, E4M3 2),
+// and lane l's load j holds the weights 16 B / size * (32 j + l) ... of the chunk.
+// Each warp streams kR rows at once: kR x kLoadsPerChunk independent 16-byte loads per lane in flight.
 // The loads of a warp's FIRST iteration are issued separately (preload_k1024), before the
 // barrier that guards the phase's input: weights do not depend on activations, so a phase's
 // weights are already in flight while the block waits, and arithmetic starts the moment the
-// input vector is ready. epi(row, acc, end) runs on lane 0 of the warp that owns the rows.
-template <int kR>
-using RowRegs = uint4[kR][kLoadsPerChunk];
+// input vector is ready. epi(row, acc, end) runs on lane 0 of the warp that owns the rows; acc is
+// the row's result (for a format with row scales: already multiplied by the row's scale).
+template <class Fmt>
+constexpr int kLoadsPerChunkOf = kChunk / (32 * Fmt::kPer16B);
+static_assert(kLoadsPerChunkOf<WeightsBf16> == kLoadsPerChunk, "bf16 keeps config.cuh's 4 loads per lane per chunk");
+static_assert(kLoadsPerChunkOf<WeightsE4M3> * 32 * 16 == kChunk, "an E4M3 chunk is exactly 2 x 16 B per lane");
 
-template <int kR>
-__device__ __forceinline__ void preload_k1024(const uint16_t* __restrict__ W, int r, int row_end, RowRegs<kR>& w) {
+// One matrix (segment) of the packed weights: rows of `w` and, for a format with row scales,
+// `scale[r]` for row r (unused otherwise).
+template <class Fmt>
+struct Mat {
+  const typename Fmt::Elem* w;
+  const float* scale;
+};
+
+// A warp's kR rows in registers; a format with row scales also holds the kR scales (loaded with
+// the weights, so the multiply after the dot product never waits for memory).
+template <class Fmt, int kR, bool = Fmt::kRowScale>
+struct RowRegs {
+  uint4 w[kR][kLoadsPerChunkOf<Fmt>];
+};
+template <class Fmt, int kR>
+struct RowRegs<Fmt, kR, true> {
+  uint4 w[kR][kLoadsPerChunkOf<Fmt>];
+  float sc[kR];
+};
+
+template <class Fmt, int kR>
+__device__ __forceinline__ void preload_k1024(const Mat<Fmt>& M, int r, int row_end, RowRegs<Fmt, kR>& w) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < kR; ++i) {
-    const uint4* row = reinterpret_cast<const uint4*>(W + int64_t(r + i) * kChunk);
+    const uint4* row = reinterpret_cast<const uint4*>(M.w + int64_t(r + i) * kChunk);
 #pragma unroll
-    for (int j = 0; j < kLoadsPerChunk; ++j)
-      w[i][j] = (r + i < row_end) ? ld_weights_16B(row + j * 32 + lane) : make_uint4(0, 0, 0, 0);
+    for (int j = 0; j < kLoadsPerChunkOf<Fmt>; ++j)
+      w.w[i][j] = (r + i < row_end) ? ld_weights_16B(row + j * 32 + lane) : make_uint4(0, 0, 0, 0);
+    if constexpr (Fmt::kRowScale) w.sc[i] = (r + i < row_end) ? __ldg(M.scale + r + i) : 0.f;
   }
 }
 
 // tour:begin gemv
-template <int kR, class Epi>
-__device__ __forceinline__ void rows_k1024(const RowRegs<kR>& w, int r, int row_end, const float* s_x, Epi& epi) {
+template <class Fmt, int kR, class Epi>
+__device__ __forceinline__ void rows_k1024(const RowRegs<Fmt, kR>& w, int r, int row_end, const float* s_x, Epi& epi) {
+  constexpr int kF4 = Fmt::kPer16B / 4;  // float4s of activations per 16-byte load of weights
   const int lane = threadIdx.x & 31;
   const float4* x4 = reinterpret_cast<const float4*>(s_x);
   float acc[kR];
 #pragma unroll
   for (int i = 0; i < kR; ++i) acc[i] = 0.f;
 #pragma unroll
-  for (int j = 0; j < kLoadsPerChunk; ++j) {
-    // lane owns elements 8 * (32 j + lane) .. + 7 of the row: two float4 of the input vector
-    const float4 a0 = x4[(j * 32 + lane) * 2], a1 = x4[(j * 32 + lane) * 2 + 1];
+  for (int j = 0; j < kLoadsPerChunkOf<Fmt>; ++j) {
+    // lane owns elements kPer16B * (32 j + lane) .. + kPer16B - 1 of the row
+    float4 a[kF4];
 #pragma unroll
-    for (int i = 0; i < kR; ++i) acc[i] = dot8_bf16(w[i][j], a0, a1, acc[i]);
+    for (int q = 0; q < kF4; ++q) a[q] = x4[(j * 32 + lane) * kF4 + q];
+#pragma unroll
+    for (int i = 0; i < kR; ++i) acc[i] = Fmt::dot16B(w.w[i][j], a, acc[i]);
   }
 #pragma unroll
-  for (int i = 0; i < kR; ++i) acc[i] = warp_sum(acc[i]);
+  for (int i = 0; i < kR; ++i) {
+    acc[i] = warp_sum(acc[i]);
+    if constexpr (Fmt::kRowScale) acc[i] *= w.sc[i];  // once per row, after the whole sum
+  }
   if (lane == 0) epi(r, acc, row_end);
 }
 // tour:end gemv
 
-// The rows [row_begin, row_end) of W (K = 1024) against s_x. `pre` holds the warp's first
+// The rows [row_begin, row_end) of M (K = 1024) against s_x. `pre` holds the warp's first
 // iteration (from preload_k1024 with r = row_begin + warp * kR). kPfDist > 0 additionally asks
-// L2 for the rows kPfDist iterations ahead (the LM head: 18 iterations per warp).
-template <int kR, int kPfDist, class Epi>
-__device__ __forceinline__ void gemv_k1024(const uint16_t* __restrict__ W, int row_begin, int row_end, const float* s_x,
-                                           const RowRegs<kR>& pre, Epi epi) {
+// L2 for the rows kPfDist iterations ahead (the LM head: 9-18 iterations per warp).
+template <class Fmt, int kR, int kPfDist, class Epi>
+__device__ __forceinline__ void gemv_k1024(const Mat<Fmt> M, int row_begin, int row_end, const float* s_x,
+                                           const RowRegs<Fmt, kR>& pre, Epi epi) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   constexpr int kStride = kWarps * kR;
+  constexpr uint32_t kRowBytes = kChunk * sizeof(typename Fmt::Elem);
   int r = row_begin + warp * kR;
   if (r >= row_end) return;
   if constexpr (kPfDist > 0) {
@@ -227,45 +311,54 @@ __device__ __forceinline__ void gemv_k1024(const uint16_t* __restrict__ W, int r
 #pragma unroll
       for (int d = 1; d <= kPfDist; ++d) {
         const int rp = r + d * kStride;
-        if (rp < row_end) prefetch_l2_bulk(W + int64_t(rp) * kChunk, uint32_t(min(kR, row_end - rp)) * kChunk * 2);
+        if (rp < row_end) prefetch_l2_bulk(M.w + int64_t(rp) * kChunk, uint32_t(min(kR, row_end - rp)) * kRowBytes);
       }
     }
   }
-  rows_k1024<kR>(pre, r, row_end, s_x, epi);
+  rows_k1024<Fmt, kR>(pre, r, row_end, s_x, epi);
   for (r += kStride; r < row_end; r += kStride) {
     if constexpr (kPfDist > 0) {
       const int rp = r + kPfDist * kStride;
       if (lane == 0 && rp < row_end)
-        prefetch_l2_bulk(W + int64_t(rp) * kChunk, uint32_t(min(kR, row_end - rp)) * kChunk * 2);
+        prefetch_l2_bulk(M.w + int64_t(rp) * kChunk, uint32_t(min(kR, row_end - rp)) * kRowBytes);
     }
-    RowRegs<kR> w;
-    preload_k1024<kR>(W, r, row_end, w);
-    rows_k1024<kR>(w, r, row_end, s_x, epi);
+    RowRegs<Fmt, kR> w;
+    preload_k1024<Fmt, kR>(M, r, row_end, w);
+    rows_k1024<Fmt, kR>(w, r, row_end, s_x, epi);
   }
 }
 
 // ---- GEMV, rows spanning kChunks chunks (O: K = 2048, down: K = 3072) ---------------------
 // Units (row, chunk) are spread over the warps, kU per warp per iteration; partial sums go to
 // shared memory and are added in chunk order by one thread per row (fixed order:
-// deterministic). The first iteration's loads come preloaded, as above.
-template <int kChunks, int kU>
-__device__ __forceinline__ void preload_chunked(const uint16_t* __restrict__ W, int row_begin, int row_end, int u,
-                                                RowRegs<kU>& w) {
+// deterministic), which then applies the row's scale (formats with row scales: `row_scale`, that
+// thread's row's scale, loaded by the caller before the wait that precedes the phase). The first
+// iteration's loads come preloaded, as above.
+template <class Fmt, int kU>
+struct UnitRegs {
+  uint4 w[kU][kLoadsPerChunkOf<Fmt>];
+};
+
+template <class Fmt, int kChunks, int kU>
+__device__ __forceinline__ void preload_chunked(const Mat<Fmt>& M, int row_begin, int row_end, int u,
+                                                UnitRegs<Fmt, kU>& w) {
   const int lane = threadIdx.x & 31;
   const int units = (row_end - row_begin) * kChunks;
 #pragma unroll
   for (int i = 0; i < kU; ++i) {
     const int uu = u + i;
-    const uint4* src = reinterpret_cast<const uint4*>(W + int64_t(row_begin + uu / kChunks) * (kChunks * kChunk) +
+    const uint4* src = reinterpret_cast<const uint4*>(M.w + int64_t(row_begin + uu / kChunks) * (kChunks * kChunk) +
                                                       (uu % kChunks) * kChunk);
 #pragma unroll
-    for (int j = 0; j < kLoadsPerChunk; ++j)
-      w[i][j] = uu < units ? ld_weights_16B(src + j * 32 + lane) : make_uint4(0, 0, 0, 0);
+    for (int j = 0; j < kLoadsPerChunkOf<Fmt>; ++j)
+      w.w[i][j] = uu < units ? ld_weights_16B(src + j * 32 + lane) : make_uint4(0, 0, 0, 0);
   }
 }
 
-template <int kChunks, int kU>
-__device__ __forceinline__ void units_chunked(const RowRegs<kU>& w, int u, int units, const float* s_x, float* s_part) {
+template <class Fmt, int kChunks, int kU>
+__device__ __forceinline__ void units_chunked(const UnitRegs<Fmt, kU>& w, int u, int units, const float* s_x,
+                                              float* s_part) {
+  constexpr int kF4 = Fmt::kPer16B / 4;
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < kU; ++i) {
@@ -273,24 +366,39 @@ __device__ __forceinline__ void units_chunked(const RowRegs<kU>& w, int u, int u
     const float4* x4 = reinterpret_cast<const float4*>(s_x + (uu % kChunks) * kChunk);
     float acc = 0.f;
 #pragma unroll
-    for (int j = 0; j < kLoadsPerChunk; ++j)
-      acc = dot8_bf16(w[i][j], x4[(j * 32 + lane) * 2], x4[(j * 32 + lane) * 2 + 1], acc);
+    for (int j = 0; j < kLoadsPerChunkOf<Fmt>; ++j) {
+      float4 a[kF4];
+#pragma unroll
+      for (int q = 0; q < kF4; ++q) a[q] = x4[(j * 32 + lane) * kF4 + q];
+      acc = Fmt::dot16B(w.w[i][j], a, acc);
+    }
     acc = warp_sum(acc);
     if (lane == 0 && uu < units) s_part[uu] = acc;
   }
 }
 
-template <int kChunks, int kU, class Epi>
-__device__ __forceinline__ void gemv_chunked(const uint16_t* __restrict__ W, int row_begin, int row_end, const float* s_x,
-                                             float* s_part, const RowRegs<kU>& pre, Epi epi) {
+// This thread's epilogue row's scale in gemv_chunked (thread t finishes row row_begin + t); 0 for
+// a format without row scales (unused).
+template <class Fmt>
+__device__ __forceinline__ float chunked_row_scale(const Mat<Fmt>& M, int row_begin, int row_end) {
+  if constexpr (Fmt::kRowScale) {
+    return int(threadIdx.x) < row_end - row_begin ? __ldg(M.scale + row_begin + threadIdx.x) : 0.f;
+  } else {
+    return 0.f;
+  }
+}
+
+template <class Fmt, int kChunks, int kU, class Epi>
+__device__ __forceinline__ void gemv_chunked(const Mat<Fmt> M, int row_begin, int row_end, const float* s_x,
+                                             float* s_part, const UnitRegs<Fmt, kU>& pre, float row_scale, Epi epi) {
   const int warp = threadIdx.x >> 5;
   const int units = (row_end - row_begin) * kChunks;
   int u = warp * kU;
-  if (u < units) units_chunked<kChunks, kU>(pre, u, units, s_x, s_part);
+  if (u < units) units_chunked<Fmt, kChunks, kU>(pre, u, units, s_x, s_part);
   for (u += kWarps * kU; u < units; u += kWarps * kU) {
-    RowRegs<kU> w;
-    preload_chunked<kChunks, kU>(W, row_begin, row_end, u, w);
-    units_chunked<kChunks, kU>(w, u, units, s_x, s_part);
+    UnitRegs<Fmt, kU> w;
+    preload_chunked<Fmt, kChunks, kU>(M, row_begin, row_end, u, w);
+    units_chunked<Fmt, kChunks, kU>(w, u, units, s_x, s_part);
   }
   __syncthreads();
   const int rows = row_end - row_begin;
@@ -298,6 +406,7 @@ __device__ __forceinline__ void gemv_chunked(const uint16_t* __restrict__ W, int
     float acc = 0.f;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) acc += s_part[threadIdx.x * kChunks + c];
+    if constexpr (Fmt::kRowScale) acc *= row_scale;  // once per row, after the chunks' sum
     epi(row_begin + threadIdx.x, acc);
   }
 }
@@ -313,10 +422,12 @@ __device__ __forceinline__ void prefetch_kv_history(const uint16_t* kv, int laye
 // next layer's qkv: one contiguous range of the packed buffer) asked into L2 by warp 0 of each of
 // the G - 16 non-attention blocks. Weights never depend on activations, so they can be asked for
 // early; whether that pays is the A/B of UpstreamCfg::kL2PrefetchMode (results/m1_l2_prefetch_ab.json).
-__device__ __forceinline__ void prefetch_next_phases(const uint16_t* W, int L, bool with_next_qkv, int b, int G) {
+template <class Elem>
+__device__ __forceinline__ void prefetch_next_phases(const Elem* W, int L, bool with_next_qkv, int b, int G) {
   const int64_t elems = (with_next_qkv && L + 1 < kNumLayers ? kLayerElems + kOffO : kLayerElems) - kOffO;
   const int lane = threadIdx.x & 31;
-  prefetch_l2_range(W + kOffO, elems * 2, (b - kAttnBlocks) * 32 + lane, (G - kAttnBlocks) * 32, 16 * 1024);
+  prefetch_l2_range(W + kOffO, elems * int64_t(sizeof(Elem)), (b - kAttnBlocks) * 32 + lane, (G - kAttnBlocks) * 32,
+                    16 * 1024);
 }
 
 // ---- what every schedule does first and last ----------------------------------------------
@@ -404,7 +515,18 @@ __device__ __forceinline__ void upstream_step(const StepParams& p) {
   int pos, token;
   if (!step_inputs_ok(p, &pos, &token)) return;
   if (p.stop_phase == kFaultBlock0Exits && b == 0) return;
-  const uint16_t* emb_row = p.embed + int64_t(token) * kHidden;
+  // The variant's weight format: bf16 (p.w, p.embed) or E4M3 codes with row scales (p.codes,
+  // p.row_scales, p.embed_codes, p.embed_scales); every GEMV below is written once for both.
+  using Fmt = typename Cfg::Weights;
+  using Elem = typename Fmt::Elem;
+  const Elem* const w_all = weights_of<Fmt>(p);
+  const Elem* const embed = embed_of<Fmt>(p);
+  // Segment (byte/element offset `off`, first scale `sc`) of layer L's packed weights.
+  auto seg = [&](int L, int64_t off, int sc) -> Mat<Fmt> {
+    return {w_all + int64_t(L) * kLayerElems + off, Fmt::kRowScale ? p.row_scales + int64_t(L) * kLayerRows + sc : nullptr};
+  };
+  const Elem* emb_row = embed + int64_t(token) * kHidden;
+  const float emb_scale = Fmt::kRowScale ? __ldg(p.embed_scales + token) : 0.f;
   const float* rope_row = p.rope + int64_t(pos) * kHeadDim;
   uint32_t gen = 0;  // grid barriers passed in this launch
   const long long tmo = p.timeout_cycles;
@@ -426,13 +548,13 @@ __device__ __forceinline__ void upstream_step(const StepParams& p) {
   const int o0 = ob < 0 ? 0 : int(part_begin(kHidden, og, ob)), o1 = ob < 0 ? 0 : int(part_begin(kHidden, og, ob + 1));
   const int g0 = 2 * int(part_begin(kIntermediate, G, b)), g1 = 2 * int(part_begin(kIntermediate, G, b + 1));
 
-  RowRegs<kRq> pre_qkv;  // next qkv phase's first loads, issued before the barrier that precedes it
-  if constexpr (!Cfg::kPreloadL2) preload_k1024<kRq>(p.w + kOffQKV, q0 + warp * kRq, q1, pre_qkv);
+  RowRegs<Fmt, kRq> pre_qkv;  // next qkv phase's first loads, issued before the barrier that precedes it
+  if constexpr (!Cfg::kPreloadL2) preload_k1024<Fmt, kRq>(seg(0, kOffQKV, kScQKV), q0 + warp * kRq, q1, pre_qkv);
 
   for (int L = 0; L < kNumLayers; ++L) {
-    const uint16_t* W = p.w + int64_t(L) * kLayerElems;
+    const Elem* W = w_all + int64_t(L) * kLayerElems;
     const uint16_t* N = p.norms + int64_t(L) * kNormLayerElems;
-    if constexpr (Cfg::kPreloadL2) preload_k1024<kRq>(W + kOffQKV, q0 + warp * kRq, q1, pre_qkv);
+    if constexpr (Cfg::kPreloadL2) preload_k1024<Fmt, kRq>(seg(L, kOffQKV, kScQKV), q0 + warp * kRq, q1, pre_qkv);
 
     // ---------------- qkv ----------------
     // The attention of a layer reads K/V of positions 0..pos-1, written by earlier steps and
@@ -446,9 +568,11 @@ __device__ __forceinline__ void upstream_step(const StepParams& p) {
       if (b >= kAttnBlocks && warp == 0) prefetch_next_phases(W, L, true, b, G);
     }
     if (L == 0) {
-      rmsnorm_to_smem<true>(emb_row, N + kNormInLn, s_x, s_red);
+      // the token's embedding row, dequantized in the variant's format (fp8: code * row scale,
+      // bit for bit the packer's dequantized value)
+      rmsnorm_to_smem_by([&](int i) { return Fmt::value(emb_row, i, emb_scale); }, N + kNormInLn, s_x, s_red);
       // Seed the residual stream with the embedding row (this block's slice; read after barrier 1).
-      for (int i = h0 + tid; i < h1; i += kThreads) hidden[i] = __uint_as_float(uint32_t(emb_row[i]) << 16);
+      for (int i = h0 + tid; i < h1; i += kThreads) hidden[i] = Fmt::value(emb_row, i, emb_scale);
     } else {
       rmsnorm_to_smem<false>(hidden, N + kNormInLn, s_x, s_red);
     }
@@ -456,7 +580,7 @@ __device__ __forceinline__ void upstream_step(const StepParams& p) {
       for (int i = tid; i < kHidden; i += kThreads) scr[kScrNormIn + i] = s_x[i];
     {
       float* qkv = scr + kScrQKV;
-      gemv_k1024<kRq, 0>(W + kOffQKV, q0, q1, s_x, pre_qkv, [&](int r, const float* acc, int end) {
+      gemv_k1024<Fmt, kRq, 0>(seg(L, kOffQKV, kScQKV), q0, q1, s_x, pre_qkv, [&](int r, const float* acc, int end) {
 #pragma unroll
         for (int i = 0; i < kRq; ++i)
           if (r + i < end) qkv[r + i] = acc[i];
@@ -616,38 +740,41 @@ __device__ __forceinline__ void upstream_step(const StepParams& p) {
       }
       XRAY_END(prefetch, L);
     }
-    RowRegs<kUo> pre_o;
+    UnitRegs<Fmt, kUo> pre_o;
     if constexpr (Cfg::kPreloadL2) {
-      if (tid == 0 && o1 > o0) prefetch_l2_bulk(W + kOffO + int64_t(o0) * kQDim, uint32_t(o1 - o0) * kQDim * 2);
+      if (tid == 0 && o1 > o0)
+        prefetch_l2_bulk(W + kOffO + int64_t(o0) * kQDim, uint32_t(o1 - o0) * kQDim * uint32_t(sizeof(Elem)));
     } else {
-      preload_chunked<kQDim / kChunk, kUo>(W + kOffO, o0, o1, warp * kUo, pre_o);
+      preload_chunked<Fmt, kQDim / kChunk, kUo>(seg(L, kOffO, kScO), o0, o1, warp * kUo, pre_o);
     }
     // the residual rows this block will update, stable since barrier 1: read them before the wait
     const float resid_o = tid < o1 - o0 ? ldcg_f32(hidden + o0 + tid) : 0.f;
+    const float sc_o = chunked_row_scale<Fmt>(seg(L, kOffO, kScO), o0, o1);  // fp8: this thread's O row's scale
     if (!block_wait_geq(S, &S->attn_done, uint32_t(kAttnBlocks * (L + 1)), tmo, kErrFlagAttnTimeout, L * 16 + 3,
                         &s_flag))
       return;
     XRAY_END(flag_attn, L);
     if (p.stop_layer == L && p.stop_phase == kStopAttn) return;
-    if constexpr (Cfg::kPreloadL2) preload_chunked<kQDim / kChunk, kUo>(W + kOffO, o0, o1, warp * kUo, pre_o);
+    if constexpr (Cfg::kPreloadL2) preload_chunked<Fmt, kQDim / kChunk, kUo>(seg(L, kOffO, kScO), o0, o1, warp * kUo, pre_o);
 
     // ---------------- O projection + residual ----------------
     if (o1 > o0) {
       load_to_smem(scr + kScrAttn, s_x, kQDim);
-      gemv_chunked<kQDim / kChunk, kUo>(W + kOffO, o0, o1, s_x, s_part, pre_o,
-                                        [&](int r, float d) { hidden[r] = resid_o + d; });
+      gemv_chunked<Fmt, kQDim / kChunk, kUo>(seg(L, kOffO, kScO), o0, o1, s_x, s_part, pre_o, sc_o,
+                                             [&](int r, float d) { hidden[r] = resid_o + d; });
     }
-    RowRegs<kRg> pre_gu;
+    RowRegs<Fmt, kRg> pre_gu;
     if constexpr (Cfg::kPreloadL2) {
-      if (tid == 0 && g1 > g0) prefetch_l2_bulk(W + kOffGateUp + int64_t(g0) * kHidden, uint32_t(g1 - g0) * kHidden * 2);
+      if (tid == 0 && g1 > g0)
+        prefetch_l2_bulk(W + kOffGateUp + int64_t(g0) * kHidden, uint32_t(g1 - g0) * kHidden * uint32_t(sizeof(Elem)));
     } else {
-      preload_k1024<kRg>(W + kOffGateUp, g0 + warp * kRg, g1, pre_gu);
+      preload_k1024<Fmt, kRg>(seg(L, kOffGateUp, kScGateUp), g0 + warp * kRg, g1, pre_gu);
     }
     XRAY_END(oproj, L);
     if (!barrier(L, 4)) return;
     XRAY_END(bar_o, L);
     if (p.stop_layer == L && p.stop_phase == kStopO) return;
-    if constexpr (Cfg::kPreloadL2) preload_k1024<kRg>(W + kOffGateUp, g0 + warp * kRg, g1, pre_gu);
+    if constexpr (Cfg::kPreloadL2) preload_k1024<Fmt, kRg>(seg(L, kOffGateUp, kScGateUp), g0 + warp * kRg, g1, pre_gu);
 
     // ---------------- gate/up + SiLU ----------------
     rmsnorm_to_smem<false>(hidden, N + kNormPostLn, s_x, s_red);
@@ -657,7 +784,7 @@ __device__ __forceinline__ void upstream_step(const StepParams& p) {
       float* act = scr + kScrAct;
       // rows 2i (gate i) and 2i+1 (up i) are streamed together by one warp
       static_assert(kRg % 2 == 0, "gate and up rows of a pair stay in one warp");
-      gemv_k1024<kRg, 0>(W + kOffGateUp, g0, g1, s_x, pre_gu, [&](int r, const float* acc, int end) {
+      gemv_k1024<Fmt, kRg, 0>(seg(L, kOffGateUp, kScGateUp), g0, g1, s_x, pre_gu, [&](int r, const float* acc, int end) {
 #pragma unroll
         for (int i = 0; i < kRg; i += 2) {
           if (r + i < end) {
@@ -667,31 +794,36 @@ __device__ __forceinline__ void upstream_step(const StepParams& p) {
         }
       });
     }
-    RowRegs<kUd> pre_dn;
+    UnitRegs<Fmt, kUd> pre_dn;
     if constexpr (Cfg::kPreloadL2) {
       if (tid == 0 && h1 > h0)
-        prefetch_l2_bulk(W + kOffDown + int64_t(h0) * kIntermediate, uint32_t(h1 - h0) * kIntermediate * 2);
+        prefetch_l2_bulk(W + kOffDown + int64_t(h0) * kIntermediate,
+                         uint32_t(h1 - h0) * kIntermediate * uint32_t(sizeof(Elem)));
     } else {
-      preload_chunked<kIntermediate / kChunk, kUd>(W + kOffDown, h0, h1, warp * kUd, pre_dn);
+      preload_chunked<Fmt, kIntermediate / kChunk, kUd>(seg(L, kOffDown, kScDown), h0, h1, warp * kUd, pre_dn);
     }
     const float resid_d = tid < h1 - h0 ? ldcg_f32(hidden + h0 + tid) : 0.f;  // stable since barrier 2
+    const float sc_d = chunked_row_scale<Fmt>(seg(L, kOffDown, kScDown), h0, h1);  // fp8: this thread's down row's scale
     XRAY_END(gateup, L);
     if (!barrier(L, 5)) return;
     XRAY_END(bar_gateup, L);
     if (p.stop_layer == L && p.stop_phase == kStopGateUp) return;
-    if constexpr (Cfg::kPreloadL2) preload_chunked<kIntermediate / kChunk, kUd>(W + kOffDown, h0, h1, warp * kUd, pre_dn);
+    if constexpr (Cfg::kPreloadL2)
+      preload_chunked<Fmt, kIntermediate / kChunk, kUd>(seg(L, kOffDown, kScDown), h0, h1, warp * kUd, pre_dn);
 
     // ---------------- down + residual ----------------
     load_to_smem(scr + kScrAct, s_x, kIntermediate);
-    gemv_chunked<kIntermediate / kChunk, kUd>(W + kOffDown, h0, h1, s_x, s_part, pre_dn,
-                                              [&](int r, float d) { hidden[r] = resid_d + d; });
+    gemv_chunked<Fmt, kIntermediate / kChunk, kUd>(seg(L, kOffDown, kScDown), h0, h1, s_x, s_part, pre_dn, sc_d,
+                                                   [&](int r, float d) { hidden[r] = resid_d + d; });
     // Next layer's first qkv loads (an empty row range after the last layer keeps the
     // definition unconditional, so the registers are not live across the whole loop).
     if constexpr (Cfg::kPreloadL2) {
       if (tid == 0 && L + 1 < kNumLayers)
-        prefetch_l2_bulk(W + kLayerElems + kOffQKV + int64_t(q0) * kHidden, uint32_t(q1 - q0) * kHidden * 2);
+        prefetch_l2_bulk(W + kLayerElems + kOffQKV + int64_t(q0) * kHidden,
+                         uint32_t(q1 - q0) * kHidden * uint32_t(sizeof(Elem)));
     } else {
-      preload_k1024<kRq>(W + kLayerElems + kOffQKV, q0 + warp * kRq, L + 1 < kNumLayers ? q1 : 0, pre_qkv);
+      // (the scale pointer of layer kNumLayers is formed but never read: the row range is empty)
+      preload_k1024<Fmt, kRq>(seg(L + 1, kOffQKV, kScQKV), q0 + warp * kRq, L + 1 < kNumLayers ? q1 : 0, pre_qkv);
     }
     XRAY_END(down, L);
     if (!barrier(L, 6)) return;
@@ -702,8 +834,19 @@ __device__ __forceinline__ void upstream_step(const StepParams& p) {
   // ---------------- final norm + LM head + argmax ----------------
   constexpr int kRh = Cfg::kRowsPerIterHead;
   const int v0 = int(part_begin(kVocab, G, b)), v1 = int(part_begin(kVocab, G, b + 1));
-  RowRegs<kRh> pre_head;  // first LM-head rows in flight while the final norm runs
-  preload_k1024<kRh>(p.embed, v0 + warp * kRh, v1, pre_head);
+  // Bytes of LM-head rows in flight per block per iteration: the L2 prefetch distance
+  // (kHeadPrefetchDistance iterations ahead, grid-wide) was sized for bf16's 128 KB (VariantCfg).
+  static_assert(kWarps * kRh * kChunk * sizeof(Elem) == 128 * 1024,
+                "an LM-head iteration streams 128 KB per block whatever the weight format");
+  static_assert(kRh * kLoadsPerChunkOf<Fmt> <= 16, "at most 16 loads (64 registers) of LM-head rows per lane");
+  const Mat<Fmt> head{embed, p.embed_scales};
+  if constexpr (Fmt::kRowScale) {
+    // The block's 1,151 LM-head scales (4.6 KB) into L2 at once: the codes of later iterations
+    // come from the L2 prefetch, and their scale loads must not be the ones that go to DRAM.
+    if (tid == 0) prefetch_l2_span(p.embed_scales + v0, int64_t(v1 - v0) * 4);
+  }
+  RowRegs<Fmt, kRh> pre_head;  // first LM-head rows in flight while the final norm runs
+  preload_k1024<Fmt, kRh>(head, v0 + warp * kRh, v1, pre_head);
   rmsnorm_to_smem<false>(hidden, p.final_norm, s_x, s_red);
   if (b == 0)
     for (int i = tid; i < kHidden; i += kThreads) scr[kScrFinalNorm + i] = s_x[i];
@@ -713,7 +856,7 @@ __device__ __forceinline__ void upstream_step(const StepParams& p) {
     constexpr int kR = kRh;
     // Rows are visited in increasing order per warp and only a strictly larger logit replaces
     // the best: ties keep the lowest index, as torch.argmax does.
-    gemv_k1024<kR, Cfg::kHeadPrefetchDistance>(p.embed, v0, v1, s_x, pre_head,
+    gemv_k1024<Fmt, kR, Cfg::kHeadPrefetchDistance>(head, v0, v1, s_x, pre_head,
                    [&](int r, const float* acc, int end) {
 #pragma unroll
                      for (int i = 0; i < kR; ++i) {
@@ -767,15 +910,26 @@ struct KernelInfo {
   const void* fn;
   int threads;
   int dynamic_smem;
+  bool row_scaled;  // reads StepParams::codes / row_scales / embed_codes / embed_scales
+};
+
+template <class Cfg, class = void>
+struct CfgRowScaled {
+  static constexpr bool value = false;  // the streaming schedule's bf16 cfg has no Weights yet
+};
+template <class Cfg>
+struct CfgRowScaled<Cfg, decltype(void(Cfg::Weights::kRowScale))> {
+  static constexpr bool value = Cfg::Weights::kRowScale;
 };
 
 template <int kVariant>
 KernelInfo info_of() {
   using Cfg = VariantCfg<kVariant>;
-  return {reinterpret_cast<const void*>(&decode_step<kVariant>), Cfg::kBlockThreads, Cfg::kDynamicSmem};
+  return {reinterpret_cast<const void*>(&decode_step<kVariant>), Cfg::kBlockThreads, Cfg::kDynamicSmem,
+          CfgRowScaled<Cfg>::value};
 }
 
-static KernelInfo kernel_for(int variant) {
+static KernelInfo kernel_for(int variant) {  // {nullptr, ...}: not a variant of this build
   switch (variant) {
     case kVariantBf16Upstream:
       return info_of<kVariantBf16Upstream>();
@@ -783,8 +937,10 @@ static KernelInfo kernel_for(int variant) {
       return info_of<kVariantBf16UpstreamL2Pre>();
     case kVariantBf16Stream:
       return info_of<kVariantBf16Stream>();
+    case kVariantFp8Upstream:
+      return info_of<kVariantFp8Upstream>();
     default:
-      return {nullptr, 0, 0};
+      return {nullptr, 0, 0, false};
   }
 }
 
@@ -799,6 +955,10 @@ cudaError_t launch_step(const StepParams& p, int variant, int blocks, cudaStream
   const KernelInfo k = kernel_for(variant);
   const int min_blocks = variant == kVariantBf16Stream ? kMinStreamBlocks : kMinBlocks;
   if (k.fn == nullptr || blocks < min_blocks || blocks > kMaxGrid) return cudaErrorInvalidValue;
+  // a row-scaled variant without its codes and scales would read through null pointers
+  if (k.row_scaled && (p.codes == nullptr || p.row_scales == nullptr || p.embed_codes == nullptr ||
+                       p.embed_scales == nullptr))
+    return cudaErrorInvalidValue;
   cudaError_t e = prepare(k);
   if (e != cudaSuccess) return e;
   void* args[] = {const_cast<StepParams*>(&p)};

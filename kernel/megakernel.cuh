@@ -15,6 +15,7 @@ enum Variant : int {
   kVariantBf16Upstream = 0,       // the upstream design: 4 grid barriers + 2 flag syncs per layer
   kVariantBf16UpstreamL2Pre = 1,  // M4 step 0: the same, next-phase weights asked into L2 (not registers) before each wait
   kVariantBf16Stream = 2,         // the streaming schedule (kernel/schedule_stream.cuh)
+  kVariantFp8Upstream = 3,        // the upstream schedule on E4M3 weights with fp32 row scales (rowmajor-v1)
 };
 
 struct StepParams {
@@ -37,6 +38,13 @@ struct StepParams {
   int stop_phase;              // StopPhase; kStopNever for a normal step
   int jitter_ns;               // bf16-stream stress test: each block sleeps a pseudo-random 0..jitter_ns
                                // ns before each phase (0: off); tokens must not change
+  // Weights with one scale per output row (the fp8 variants; nullptr for bf16 ones, which read w
+  // and embed). Layout rowmajor-v1 (quant/fp8_layout.py): the codes have the rows and element
+  // offsets of `w`, one byte per weight. Added last so the bf16 variants' fields keep their offsets.
+  const uint8_t* codes;        // [kNumLayers * kLayerElems] layer weights, E4M3 codes
+  const float* row_scales;     // [kNumLayers * kLayerRows] fp32, per layer in row order (kScQKV ...)
+  const uint8_t* embed_codes;  // [kVocab, kHidden] E4M3 codes; also the (tied) LM head
+  const float* embed_scales;   // [kVocab] fp32
 };
 
 #define MONOLITH_DECLARE_BUILD(ns)                                                                 \

@@ -55,6 +55,7 @@ WAITS: dict[str, dict[int, str]] = {
                     12: "a weight slot to land (ring full)", 13: "a ring slot to be freed (producer)"},
 }
 WAITS["bf16-upstream-l2pre"] = WAITS["bf16-upstream"]
+WAITS["fp8-upstream"] = WAITS["bf16-upstream"]  # the same schedule on fp8 weights
 
 
 def variant_spec(name: str) -> dict:
@@ -106,6 +107,9 @@ def pack_layer_weights_stream(tensors: dict[str, torch.Tensor], num_layers: int)
 
 
 PACKERS = {"upstream": pack_layer_weights, "stream": pack_layer_weights_stream}
+# fp8 variants ("weights": "fp8" in kernel/variants.json) read quant/pack_fp8.py's packed tensors;
+# their variants.json layout names the fp8 layout (quant/fp8_layout.py) they were written for.
+FP8_LAYOUTS = {"fp8-rowmajor-v1": "rowmajor-v1"}
 
 
 def rope_table(context_cap: int = C.CONTEXT_CAP, theta: float = C.ROPE_THETA, head_dim: int = C.HEAD_DIM) -> torch.Tensor:
@@ -120,12 +124,25 @@ def kv_bytes_per_position(num_layers: int = C.NUM_LAYERS) -> int:
     return num_layers * 2 * C.KV_DIM * 2
 
 
-def bytes_per_token(position: int, num_layers: int = C.NUM_LAYERS) -> int:
+def bytes_per_token(position: int, num_layers: int = C.NUM_LAYERS, weights: str = "bf16") -> int:
     """Bytes one step reads from DRAM: all layer weights and norms, the LM head (= embedding),
-    the embedding row of the input token, and K/V of positions 0..position."""
+    the embedding row of the input token, and K/V of positions 0..position. weights="fp8": the
+    E4M3 codes + fp32 row scales of quant/fp8_layout.py (layers, LM head and embedding row)."""
+    if weights == "fp8":
+        from monolith.quant import fp8_layout
+        return fp8_layout.bytes_per_token(num_layers, "fp8") + (position + 1) * kv_bytes_per_position(num_layers)
     layers = num_layers * (LAYER_ELEMS + NORM_LAYER_ELEMS) * 2
     head = C.VOCAB * C.HIDDEN * 2 + C.HIDDEN * 2
     return layers + head + C.HIDDEN * 2 + (position + 1) * kv_bytes_per_position(num_layers)
+
+
+def time_model_bytes(weights: str = "bf16") -> dict:
+    """bytes_layer / bytes_head of the time model (bench/bytemodel.py predict_us) for a format."""
+    if weights == "fp8":
+        from monolith.quant import fp8_layout as F
+        return {"bytes_layer": F.LAYER_BYTES + 4 * F.LAYER_SCALES + 2 * F.NORM_LAYER_ELEMS,
+                "bytes_head": F.EMBED_BYTES + 4 * F.EMBED_SCALES}
+    return {"bytes_layer": (LAYER_ELEMS + NORM_LAYER_ELEMS) * 2, "bytes_head": C.VOCAB * C.HIDDEN * 2}
 
 
 def _arch_flags() -> list[str]:
@@ -172,8 +189,12 @@ def load_extension(variant: str = "bf16-upstream", verbose: bool = False):
 
 
 def expected_constants() -> dict:
-    """The layout this module packs for, as the extension's constants() names it."""
-    return {"hidden": C.HIDDEN, "intermediate": C.INTERMEDIATE, "num_layers": C.NUM_LAYERS, "vocab": C.VOCAB,
+    """The layout this module packs for, as the extension's constants() names it (the fp8 scale
+    offsets: quant/fp8_layout.py, the packer's contract)."""
+    from monolith.quant import fp8_layout as F
+
+    return {"sc_qkv": F.SC_QKV, "sc_o": F.SC_O, "sc_gateup": F.SC_GATEUP, "sc_down": F.SC_DOWN,
+            "layer_rows": F.LAYER_SCALES,"hidden": C.HIDDEN, "intermediate": C.INTERMEDIATE, "num_layers": C.NUM_LAYERS, "vocab": C.VOCAB,
               "num_q_heads": C.NUM_Q_HEADS, "num_kv_heads": C.NUM_KV_HEADS, "head_dim": C.HEAD_DIM,
               "context_cap": C.CONTEXT_CAP, "threads": THREADS, "layer_elems": LAYER_ELEMS, "off_qkv": OFF_QKV,
               "off_o": OFF_O, "off_gateup": OFF_GATEUP, "off_down": OFF_DOWN, "norm_layer_elems": NORM_LAYER_ELEMS,
@@ -194,10 +215,16 @@ class MegakernelEngine(Engine):
     context_cap, vocab_size = C.CONTEXT_CAP, C.VOCAB  # Engine checks both before any launch
 
     def __init__(self, ckpt, variant: str = "bf16-upstream", xray: bool = False, blocks: int | None = None,
-                 timeout_s: float = 1.0, device: str = "cuda"):
+                 timeout_s: float = 1.0, device: str = "cuda", packed=None):
+        """ckpt: the checkpoint. An fp8 variant ("weights": "fp8" in kernel/variants.json) runs on
+        `packed` (a `monolith pack --format fp8` dir/file or a PackedFP8 made from ckpt), else on
+        ckpt's own pack when ckpt is the dequantized fp8 checkpoint (its gate's oracle,
+        quant/pack_fp8.dequantized_checkpoint), else on ckpt packed in memory (seconds)."""
         if ckpt.shape.num_layers != C.NUM_LAYERS:
             raise MonolithError(f"the kernel is compiled for {C.NUM_LAYERS} layers; checkpoint has {ckpt.shape.num_layers}")
         self.spec = variant_spec(variant)
+        self.weight_format = self.spec.get("weights", "bf16")
+        fp8_pack = self._fp8_pack(ckpt, variant, packed)  # before any GPU work: refusals are cheap
         self.ext = load_extension(variant)
         self.k = dict(self.ext.constants())
         check_constants(self.k)
@@ -222,12 +249,30 @@ class MegakernelEngine(Engine):
         self.name = f"megakernel-{variant}" + ("-xray" if xray else "")
         self.weights = ckpt.describe() if hasattr(ckpt, "describe") else {}
 
-        t = ckpt.tensors
-        w, n = PACKERS[self.spec.get("layout", "upstream")](t, C.NUM_LAYERS)
         dev = self.device
-        self.w, self.norms = w.to(dev), n.to(dev)
-        self.embed = t["model.embed_tokens.weight"].to(dev, torch.bfloat16).contiguous()
-        self.final_norm = t["model.norm.weight"].to(dev, torch.bfloat16).contiguous()
+        # fp8 buffers (None for bf16 variants; the kernel gets null pointers and never reads them)
+        self.codes = self.row_scales = self.embed_codes = self.embed_scales = None
+        if fp8_pack is None:
+            t = ckpt.tensors
+            w, n = PACKERS[self.spec.get("layout", "upstream")](t, C.NUM_LAYERS)
+            self.w, self.norms = w.to(dev), n.to(dev)
+            self.embed = t["model.embed_tokens.weight"].to(dev, torch.bfloat16).contiguous()
+            self.final_norm = t["model.norm.weight"].to(dev, torch.bfloat16).contiguous()
+        else:
+            from monolith.quant import fp8_layout as F
+
+            pt = fp8_pack.tensors
+            self.w = self.embed = None
+            self.codes = pt[F.T_LAYER_CODES].to(dev).contiguous().view(-1)
+            self.row_scales = pt[F.T_LAYER_SCALES].to(dev).contiguous().view(-1)
+            self.embed_codes = pt[F.T_EMBED_CODES].to(dev).contiguous()
+            self.embed_scales = pt[F.T_EMBED_SCALES].to(dev).contiguous()
+            self.norms = pt[F.T_NORMS].to(dev).contiguous().view(-1)
+            self.final_norm = pt[F.T_FINAL_NORM].to(dev).contiguous()
+            m = fp8_pack.meta
+            self.weights = {"kind": "fp8-packed", "scheme": m["scheme"], "layout": m["layout"], "head": m["head"],
+                            "packed": str(fp8_pack.path) if fp8_pack.path is not None else "in memory",
+                            "source": m["source"].get("weights") or {"sha256": m["source"]["sha256"]}}
         self.rope = rope_table().to(dev)
         self.kv = torch.zeros(C.NUM_LAYERS * 2 * C.KV_DIM * C.CONTEXT_CAP, dtype=torch.bfloat16, device=dev)
         self.scr = torch.zeros(self.k["scr_elems"], dtype=torch.float32, device=dev)
@@ -251,20 +296,77 @@ class MegakernelEngine(Engine):
                      "build": self.ext.build_info, "context_cap": C.CONTEXT_CAP,
                      "grid_barriers_per_layer": self.spec["grid_barriers_per_layer"],
                      "flag_syncs_per_layer": self.spec["flag_syncs_per_layer"],
-                     "time_model": {"bytes_layer": (LAYER_ELEMS + NORM_LAYER_ELEMS) * 2,
-                                    "bytes_head": C.VOCAB * C.HIDDEN * 2,
+                     "weight_format": self.weight_format,
+                     "time_model": {**time_model_bytes(self.weight_format),
                                     "syncs_per_layer": self.spec["grid_barriers_per_layer"] + self.spec["flag_syncs_per_layer"]}}
+        if fp8_pack is not None:
+            # the gate checks the implementation against fp32 on these dequantized weights
+            self.info["gate_oracle"] = "fp32 reference on the fp8 weights dequantized (quant/pack_fp8.py)"
         self.reset()
+
+    def _fp8_pack(self, ckpt, variant: str, packed):
+        """The PackedFP8 an fp8 variant runs on (None for a bf16 variant), refusing what it cannot
+        run: a bf16 variant on fp8 weights, a pack of another layout or with a bf16 LM head, a pack
+        made from other weights than ckpt."""
+        own = getattr(ckpt, "packed", None)  # quant.pack_fp8.DequantizedCheckpoint
+        if self.weight_format == "bf16":
+            if packed is not None or own is not None:
+                raise MonolithError(f"variant {variant} reads bf16 weights; refusing fp8 weights (it would round their "
+                                    "dequantized values to bf16: a third model). Use an fp8 variant")
+            return None
+        if self.weight_format != "fp8":
+            raise MonolithError(f"variant {variant}: weight format {self.weight_format!r} is not known to this engine")
+        from monolith.quant import fp8_layout as F
+        from monolith.quant import pack_fp8
+
+        want = FP8_LAYOUTS.get(self.spec.get("layout", ""))
+        if want is None:
+            raise MonolithError(f"variant {variant}: its layout {self.spec.get('layout')!r} is not an fp8 layout this "
+                                f"engine packs ({sorted(FP8_LAYOUTS)})")
+        if packed is not None:
+            src = getattr(own, "meta", {}).get("source", {}).get("sha256") if own is not None else None
+            pk = packed if isinstance(packed, pack_fp8.PackedFP8) else pack_fp8.load_packed_fp8(
+                packed, model=None if own is not None else ckpt)
+            if own is not None and pk.source_sha256 != src:
+                raise MonolithError("the packed fp8 weights given and the checkpoint's own pack come from different sources")
+            if own is None and isinstance(packed, pack_fp8.PackedFP8) and pk.source_sha256 != ckpt.sha256():
+                raise MonolithError(f"the packed fp8 weights were made from another checkpoint (source sha256 "
+                                    f"{pk.source_sha256[:12]}…, this checkpoint {ckpt.sha256()[:12]}…); re-pack them")
+        elif own is not None:
+            pk = own
+        else:
+            pk = pack_fp8.pack_in_memory(ckpt)
+        pack_fp8.check_meta(pk.meta, str(pk.path or "in-memory fp8 pack"))
+        if pk.meta["layout"] != want:
+            raise MonolithError(f"variant {variant} reads fp8 layout {want!r}; the pack is {pk.meta['layout']!r}")
+        if pk.meta["head"] != "fp8":
+            raise MonolithError(f"variant {variant} reads an fp8 LM head; this pack keeps the head in "
+                                f"{pk.meta['head']} (`--head {pk.meta['head']}`): no kernel variant reads that yet")
+        if pk.num_layers != C.NUM_LAYERS:
+            raise MonolithError(f"the kernel is compiled for {C.NUM_LAYERS} layers; the fp8 pack has {pk.num_layers}")
+        for name, (shape, dtype) in pack_fp8._expected_shapes(C.NUM_LAYERS, "fp8").items():
+            t = pk.tensors.get(name)
+            if t is None or list(t.shape) != shape or str(t.dtype).removeprefix("torch.") != dtype:
+                raise MonolithError(f"fp8 pack tensor {name}: expected {dtype} {shape}, got "
+                                    f"{None if t is None else (str(t.dtype), list(t.shape))}")
+        assert F.LAYER_BYTES == LAYER_ELEMS and F.NORM_LAYER_ELEMS == NORM_LAYER_ELEMS  # one row order for both
+        return pk
+
+    @staticmethod
+    def _ptr(t) -> int:
+        return 0 if t is None else t.data_ptr()
 
     # ---- low level ----------------------------------------------------------------------
     def _launch(self, in_ptr: int, out_ptr: int, stop: tuple[int, int] = (99, 99), record: bool = True) -> None:
         xray_ptr = self.xray_buf.data_ptr() if (self.xray_buf is not None and record) else 0
-        self.ext.launch(self.variant_id, self.blocks, self.xray, self.w.data_ptr(), self.norms.data_ptr(),
-                        self.embed.data_ptr(), self.final_norm.data_ptr(), self.rope.data_ptr(), self.kv.data_ptr(),
+        p = self._ptr
+        self.ext.launch(self.variant_id, self.blocks, self.xray, p(self.w), self.norms.data_ptr(),
+                        p(self.embed), self.final_norm.data_ptr(), self.rope.data_ptr(), self.kv.data_ptr(),
                         self.scr.data_ptr(), self.acc.data_ptr(), self.logits_buf.data_ptr(), self.sync.data_ptr(),
                         in_ptr, out_ptr, xray_ptr,
                         self.timeout_cycles, stop[0], stop[1], self.jitter_ns,
-                        torch.cuda.current_stream(self.device).cuda_stream)
+                        torch.cuda.current_stream(self.device).cuda_stream,
+                        p(self.codes), p(self.row_scales), p(self.embed_codes), p(self.embed_scales))
 
     def _sync_state(self) -> dict:
         s = self.sync.cpu().tolist()
@@ -330,7 +432,7 @@ class MegakernelEngine(Engine):
         return self._forced(tokens, want_logits=True)[1]
 
     def bytes_per_token(self, position: int) -> int:
-        return bytes_per_token(position)
+        return bytes_per_token(position, weights=self.weight_format)
 
     # ---- test and instrument modes --------------------------------------------------------
     def step_until(self, token: int, stop_layer: int, stop_phase: int) -> dict[str, torch.Tensor]:

@@ -162,7 +162,30 @@ def pack_fp8(model, out, *, head: str = "fp8", progress: bool = True) -> dict:
     t_load = time.perf_counter() - t0
     packed = pack_tensors(ckpt.tensors, ckpt.shape.num_layers, head=head, progress=progress)
     t_pack = time.perf_counter() - t0 - t_load
-    meta = {
+    meta = _pack_meta(ckpt, packed, head, t_pack, t_load)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / (L.FILE + ".tmp")
+    save_file(packed, str(tmp), metadata={L.META_KEY: json.dumps(meta)})
+    os.chmod(tmp, 0o644)
+    tmp.replace(out / L.FILE)
+    return meta
+
+
+def pack_in_memory(model, *, head: str = "fp8", progress: bool = False) -> PackedFP8:
+    """The pack `pack_fp8` would write, kept in memory (path None): what an fp8 kernel engine and
+    its gate's oracle use when no packed file is given (packing takes seconds). Same tensors, same
+    metadata, so `dequantized_checkpoint` and the engine treat it like a loaded file."""
+    t0 = time.perf_counter()
+    ckpt = model if isinstance(model, Checkpoint) else load_checkpoint(model, allow_reduced_depth=True)
+    t_load = time.perf_counter() - t0
+    packed = pack_tensors(ckpt.tensors, ckpt.shape.num_layers, head=head, progress=progress)
+    meta = _pack_meta(ckpt, packed, head, time.perf_counter() - t0 - t_load, t_load)
+    return PackedFP8(path=None, meta=meta, tensors=packed)
+
+
+def _pack_meta(ckpt: Checkpoint, packed: dict[str, torch.Tensor], head: str, t_pack: float, t_load: float) -> dict:
+    return {
         "format": L.FORMAT, "scheme": L.SCHEME, "layout": L.LAYOUT, "layout_version": L.LAYOUT_VERSION,
         "element": L.ELEMENT, "scale_dtype": L.SCALE_DTYPE, "rounding": "nearest-even after clamp to +-448",
         "symmetric": True, "head": head, "num_layers": ckpt.shape.num_layers,
@@ -174,19 +197,12 @@ def pack_fp8(model, out, *, head: str = "fp8", progress: bool = True) -> dict:
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "pack_seconds": round(t_pack, 2), "load_seconds": round(t_load, 2),
     }
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / (L.FILE + ".tmp")
-    save_file(packed, str(tmp), metadata={L.META_KEY: json.dumps(meta)})
-    os.chmod(tmp, 0o644)
-    tmp.replace(out / L.FILE)
-    return meta
 
 
 # ---- loading ----------------------------------------------------------------------------------
 @dataclass
 class PackedFP8:
-    path: Path
+    path: Path | None  # None: packed in memory (pack_in_memory), never written
     meta: dict
     tensors: dict[str, torch.Tensor]
 
@@ -231,6 +247,20 @@ class PackedFP8:
 
     def bytes_per_token(self) -> int:
         return L.bytes_per_token(self.num_layers, self.meta["head"])
+
+    def digest(self) -> str:
+        """sha256 of the file, or for an in-memory pack of its tensors' bytes (name, dtype, shape and
+        data of each, in name order): the identity results record for the fp8 weights."""
+        if self.path is not None:
+            return sha256_file(self.path / L.FILE)
+        import hashlib
+
+        h = hashlib.sha256()
+        for name in sorted(self.tensors):
+            t = self.tensors[name].contiguous()
+            h.update(f"{name}:{t.dtype}:{list(t.shape)};".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+        return h.hexdigest()
 
 
 def _read_meta(file: Path) -> dict:
@@ -336,12 +366,13 @@ class DequantizedCheckpoint(Checkpoint):
 
     def sha256(self) -> str:
         if self._sha256 is None:
-            self._sha256 = sha256_file(self.packed.path / L.FILE)
+            self._sha256 = self.packed.digest()
         return self._sha256
 
     def describe(self) -> dict:
         m = self.packed.meta
-        return {"kind": "fp8-dequantized", "path": str(self.packed.path), "num_layers": self.shape.num_layers,
+        where = str(self.packed.path) if self.packed.path is not None else "in memory (packed from the source below)"
+        return {"kind": "fp8-dequantized", "path": where, "num_layers": self.shape.num_layers,
                 "sha256": self.sha256(), "scheme": m["scheme"], "layout": m["layout"], "head": m["head"],
                 "seed": self.source.get("seed"), "recipe": self.source.get("recipe"),
                 "source": self.source}
@@ -353,7 +384,7 @@ def dequantized_checkpoint(packed, model) -> DequantizedCheckpoint:
     src = model if isinstance(model, Checkpoint) else load_checkpoint(model, allow_reduced_depth=True)
     pk = packed if isinstance(packed, PackedFP8) else load_packed_fp8(packed, model=src)
     if isinstance(packed, PackedFP8) and pk.source_sha256 != src.sha256():
-        raise MonolithError(f"{pk.path} was packed from a different checkpoint than {src.path}; re-pack it")
+        raise MonolithError(f"{pk.path or 'the in-memory fp8 pack'} was packed from a different checkpoint than {src.path}; re-pack it")
     return DequantizedCheckpoint(path=src.path, shape=src.shape, config=src.config,
                                  tensors=pk.dequantized_tensors(), tokenizer_path=src.tokenizer_path,
                                  packed=pk, source=src.describe())

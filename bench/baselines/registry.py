@@ -33,6 +33,10 @@ SPECS = {s.name: s for s in [
     Spec("megakernel-bf16-upstream", "monolith megakernel, bf16-upstream design", needs_cuda=True),
     Spec("megakernel-bf16-upstream-xray", "monolith megakernel, bf16-upstream, X-ray build (recording every token)",
          needs_cuda=True),
+    Spec("megakernel-fp8-upstream", "monolith megakernel, fp8-upstream (E4M3 weights, fp32 row scales, bf16-upstream's "
+         "schedule; gated against fp32 on the dequantized weights)", needs_cuda=True),
+    Spec("megakernel-fp8-upstream-xray", "monolith megakernel, fp8-upstream, X-ray build (recording every token)",
+         needs_cuda=True),
     Spec("mutant-rope10k", "negative control: reference with RoPE theta 10,000 (must FAIL the gate)"),
     Spec("llamacpp", "llama.cpp llama-bench tg (BF16, Q8_0)", kind="external"),
     Spec("vllm", "vLLM bf16, CUDA graphs, batch 1", kind="external"),
@@ -46,6 +50,35 @@ def spec(name: str) -> Spec:
         v = name.removeprefix("megakernel-")
         return Spec(name, f"monolith megakernel, {v}", needs_cuda=True, experimental=v.startswith("nvfp4"))
     raise MonolithError(f"unknown engine {name!r}; known: {', '.join(SPECS)}, megakernel-<variant>")
+
+
+def weights_of(name: str) -> str:
+    """The weight format an engine computes with: a megakernel variant's `weights` in
+    kernel/variants.json ("fp8" for fp8-upstream, ...), "bf16" for everything else."""
+    if not name.startswith("megakernel-"):
+        return "bf16"
+    from monolith import kernel_spec
+
+    v = name.removeprefix("megakernel-").removesuffix("-xray")
+    try:
+        return kernel_spec.variant_spec(v).get("weights", "bf16")
+    except MonolithError:
+        return "bf16"  # an unknown variant fails in build() with its own message
+
+
+def checkpoint_for(weights: str, ckpt):
+    """The checkpoint an engine of weight format `weights` runs on, and its gate's oracle with it:
+    `ckpt` itself for bf16; for fp8, ckpt packed in memory (quant/pack_fp8.py) and dequantized to
+    fp32, so the fp8 gate checks the kernel against fp32 on the numbers it multiplies (the
+    quantizer's error is the quality runs' business, not the gate's). A fp8 megakernel built from
+    that checkpoint runs on the very pack the oracle dequantized."""
+    if weights == "bf16":
+        return ckpt
+    if weights != "fp8":
+        raise MonolithError(f"no checkpoint for weight format {weights!r}")
+    from monolith.quant.pack_fp8 import dequantized_checkpoint, pack_in_memory
+
+    return dequantized_checkpoint(pack_in_memory(ckpt), ckpt)
 
 
 def build(name: str, ckpt, device: str | torch.device):
