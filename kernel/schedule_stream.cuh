@@ -90,9 +90,9 @@ __device__ __forceinline__ ResidHist resid_start(const long long* acc) {
 }
 
 // Wait until this layer's counted words (buf) have `expected` contributions in this thread's two
-// elements, return the values (fixed point) in fix and shift the history. Bounded; false in every
-// consumer if any thread failed.
-__device__ __forceinline__ bool resid_read(const long long* buf, uint32_t expected, ResidHist& h, long long fix[2],
+// elements, return the values (fixed point) in fix and shift the history. Bounded; false in this
+// thread when its wait failed (the caller's next barrier is an AND over the threads: acquire_n).
+__device__ __forceinline__ bool resid_poll(const long long* buf, uint32_t expected, ResidHist& h, long long fix[2],
                                            SyncState* S, long long tmo, uint32_t info) {
   constexpr unsigned long long kMask = (1ull << kCountBits) - 1ull;
   bool ok = true;
@@ -110,7 +110,7 @@ __device__ __forceinline__ bool resid_read(const long long* buf, uint32_t expect
       break;
     }
   }
-  if (!csync_and(ok)) return false;
+  if (!ok) return false;
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     fix[e] = (w[e] - h.w2[e]) >> kCountBits;  // arithmetic shift: the signed stage value
@@ -178,8 +178,6 @@ __device__ __forceinline__ void tagged_gather(Addr p, uint32_t tag, float out[N]
   for (int i = 0; i < N; ++i) out[i] = __uint_as_float(uint32_t(w[i]));
 }
 
-// Consumer-only block sum (the producer warp never joins barrier 1).
-__device__ __forceinline__ float csum(float v, float* red) { return block_sum_over<kStreamConsumerWarps, csync>(v, red); }
 
 // This thread's two elements (t, t + 512) of a bf16 norm vector, as fp32. Issued before the wait
 // that precedes the norm: the vectors do not depend on the token, and a load issued after the
@@ -194,14 +192,25 @@ __device__ __forceinline__ Norm2 load_norm2(const uint16_t* weight) {
   return n;
 }
 
-// s_x[i] = RMSNorm(residual)[i] * weight[i]; thread t holds elements t and t + 512 (v).
-__device__ __forceinline__ void stream_rmsnorm(const float v[2], const Norm2& nw, float* s_x, float* red) {
+// RMSNorm without its own barriers. RMSNorm(v) * w = (v * w) / rms(v), and 1/rms is one scalar
+// per token, so the GEMV that follows can multiply its dot products by it at the end: the norm
+// then needs no block reduction before the first round, only the round's own opening barrier,
+// which publishes s_x and this warp's sum of squares (ssq[warp]) together. Thread t holds
+// elements t and t + 512 (v). (Two barriers and a reduction less per norm than normalising first.)
+__device__ __forceinline__ void stream_prenorm(const float v[2], const Norm2& nw, float* s_x, float* ssq) {
   const int t = threadIdx.x;
-  const float total = csum(v[0] * v[0] + v[1] * v[1], red);
-  const float inv = rsqrtf(total / float(kHidden) + kRmsEps);
 #pragma unroll
-  for (int j = 0; j < 2; ++j) s_x[t + j * kStreamConsumerThreads] = v[j] * inv * nw.w[j];
-  csync();
+  for (int j = 0; j < 2; ++j) s_x[t + j * kStreamConsumerThreads] = v[j] * nw.w[j];
+  const float q = warp_sum(v[0] * v[0] + v[1] * v[1]);
+  if ((t & 31) == 0) ssq[t >> 5] = q;
+}
+// 1 / rms from the warps' sums of squares, after the barrier that published them; the same
+// fixed order in every thread (deterministic).
+__device__ __forceinline__ float norm_inv(const float* ssq) {
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < kStreamConsumerWarps; ++w) total += ssq[w];
+  return rsqrtf(total / float(kHidden) + kRmsEps);
 }
 
 // K = 1024 rows from a slot: two warps per row (8 rows, 16 warps), warp w takes row w / 2 and
@@ -381,7 +390,11 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
 // and the 4 slots' dot products are independent (ILP). Measured: ~0.57 us per 16 KB slot at one
 // slot per round (NOTES.md, M4).
 constexpr int kRoundSlots = 4;
-static_assert(kRoundSlots <= kStages / 2, "a round leaves the producer half the ring");
+// MLP-1 takes a block's gate/up units (3 at 128 blocks: 6 slots) in one round: two pieces of
+// round_1024 between one pair of barriers.
+constexpr int kMlpRoundSlots = 6;
+static_assert(kRoundSlots <= kStages / 2 && kMlpRoundSlots <= kStages / 2, "a round leaves the producer half the ring");
+static_assert(kMlpRoundSlots % 2 == 0 && kMlpRoundSlots <= 2 * kRoundSlots, "whole units, at most two pieces");
 
 static_assert(kIntermediate == 3 * kHidden, "a down row is three 1024-wide segments");
 
@@ -400,8 +413,9 @@ struct StreamSmem {
     float act[kIntermediate];                        // MLP down: every activation of the layer
   };
   float segsum[3 * (kHidden / kMinStreamBlocks)];   // MLP down: this block's 1024-wide segment sums
-  float part[2][kRoundSlots * kStreamConsumerWarps];  // half-row sums of the last two rounds
-  float red[2 * kStreamConsumerWarps];
+  float part[2][kMlpRoundSlots * kStreamConsumerWarps];  // half-row sums of the last two rounds
+  float red[kStreamConsumerWarps];                  // per-warp sums (attention's QK-norm)
+  float ssq[kStreamConsumerWarps];                  // per-warp sums of squares (stream_prenorm)
   int flag;
 };
 
@@ -429,10 +443,11 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // itself cost ~1.2 us per round of 4 slots (X-ray, NOTES.md M4): mbarrier probes are issued
   // per thread, not per warp.
   // A round: the next n slots (n <= kRoundSlots), one barrier to start and one to end (the
-  // attention's K and V chunks are rounds of one slot).
-  auto acquire_n = [&](int n, uint16_t work_phase, int layer) -> bool {
-    if (tid == 0) {
-      bool ok = true;
+  // attention's K and V chunks are rounds of one slot). The opening barrier is an AND over the
+  // threads' `ok` (a bounded wait that failed just before, in any thread) and thread 0's slot
+  // waits, so a phase's first round also serves as the barrier after its input wait.
+  auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true) -> bool {
+    if (tid == 0 && ok) {
       for (int i = 0; i < n && ok; ++i) {
         const uint32_t slot = (kc + i) % kStages, par = ((kc + i) / kStages) & 1u;
         if (!mbar_test_wait(&r.full[slot], par)) {
@@ -441,10 +456,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           if (ok) XRAY_STALL(work_phase, layer < kNumLayers ? kPhase_ring : kPhase_ring_head, layer, tg, tcy);
         }
       }
-      *flag = ok ? 1 : 0;
     }
-    csync();
-    return *flag != 0;
+    return csync_and(ok);
   };
   auto slot_at = [&](int i) -> const uint4* {
     return reinterpret_cast<const uint4*>(r.slots + size_t((kc + i) % kStages) * kSlotBytes);
@@ -459,11 +472,11 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // row w / 2 of every slot goes to part[i * 16 + w]; the row's two halves are added after the
   // round's closing barrier, in fixed order (combine_row).
   static_assert(kRoundSlots == 4, "round_1024 reduces the four slots' sums with warp_sum4");
-  auto round_1024 = [&](int n, int nr, const XHalf& x, float* part) {
+  auto round_1024 = [&](int base, int n, int nr, const XHalf& x, float* part) {  // slots base .. base + n
     float a[kRoundSlots];
 #pragma unroll
     for (int i = 0; i < kRoundSlots; ++i)
-      a[i] = (i < n && 8 * i + (warp >> 1) < nr) ? half_row_lane(slot_at(i), warp >> 1, x) : 0.f;
+      a[i] = (i < n && 8 * i + (warp >> 1) < nr) ? half_row_lane(slot_at(base + i), warp >> 1, x) : 0.f;
     const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
     if ((lane & 7) == 0) part[(lane >> 3) * kStreamConsumerWarps + warp] = r4;
   };
@@ -471,15 +484,21 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     const float* pp = part + (t >> 3) * kStreamConsumerWarps + 2 * (t & 7);
     return pp[0] + pp[1];
   };
-  // Rows [r0, r1) of K = 1024 streamed in rounds against x; after each round's closing barrier,
+  // Rows [r0, r1) of K = 1024 streamed in rounds against s_x; after each round's closing barrier,
   // thread t < rows of the round calls on_row(r0' + t, dot product) (rows in increasing order
-  // per thread). False when a slot never landed.
-  auto rows_1024 = [&](int r0, int r1, uint16_t work_phase, int layer, const XHalf& x, auto&& on_row) -> bool {
+  // per thread). The first round's opening barrier publishes s_x and the norm's sums of squares
+  // (and carries `ok`, see acquire_n); after it each thread calls opened() (norm_inv), and the
+  // input half stays in registers. False when a wait failed.
+  auto rows_1024 = [&](int r0, int r1, uint16_t work_phase, int layer, const float* s_x, bool ok, auto&& on_row,
+                       auto&& opened) -> bool {
+    if (!acquire_n(min(kRoundSlots, (r1 - r0 + 7) / 8), work_phase, layer, ok)) return false;
+    opened();
+    const XHalf x = load_xhalf(s_x);
     for (int q = r0, rd = 0; q < r1; q += 8 * kRoundSlots, ++rd) {
       const int nr = min(8 * kRoundSlots, r1 - q), n = (nr + 7) / 8;
       float* part = sm.part[rd & 1];
-      if (!acquire_n(n, work_phase, layer)) return false;
-      round_1024(n, nr, x, part);
+      if (rd > 0 && !acquire_n(n, work_phase, layer)) return false;
+      round_1024(0, n, nr, x, part);
       release_n(n);  // the barrier also publishes part: combine after it, in fixed order
       if (tid < nr) on_row(q + tid, combine_row(part, tid));
     }
@@ -520,31 +539,31 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     // ---------------- qkv ----------------
     {
       float v[2];
+      bool ok = true;
       const Norm2 nin = load_norm2(N + kNormInLn);  // in flight during the wait below
       if (L == 0) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) v[e] = bf16_as_float(emb_row[tid + e * kStreamConsumerThreads]);
       } else {
-        bool ok = true;
         const long long* rp = acc + kTagResid + tid;
         tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, L - 1), v, S, tmo,
                          uint32_t(L) * 16u + 7u, ok);
-        if (!csync_and(ok)) return;
-        XRAY_END(s_wait_resid, L);
+        XRAY_END(s_wait_resid, L);  // thread 0's words (the first round's barrier is the block's)
       }
       // the residual connection, added at once: every block has read the O stage of layer L-2
       // (this buffer's previous content) before any block could finish layer L-1's MLP
-      seed_o(acc_o, v);
-      stream_rmsnorm(v, nin, sm.x, sm.red);
+      if (ok) seed_o(acc_o, v);
+      stream_prenorm(v, nin, sm.x, sm.ssq);
+      float inv = 0.f;
+      if (!rows_1024(s.q0, s.q1, kPhase_s_qkv, L, sm.x, ok, [&](int q, float a) {
+            const int row = qkv_std_row(g, q);
+            tagged_store(acc + kTagQKV + row, a * inv, tag);
+            scr[kScrQKV + row] = a * inv;  // phase diff only
+          }, [&] { inv = norm_inv(sm.ssq); }))
+        return;
+      if (b == 0)  // phase diff only
+        for (int e = 0; e < 2; ++e) scr[kScrNormIn + tid + e * kStreamConsumerThreads] = v[e] * inv * nin.w[e];
     }
-    if (b == 0)
-      for (int i = tid; i < kHidden; i += kStreamConsumerThreads) scr[kScrNormIn + i] = sm.x[i];
-    if (!rows_1024(s.q0, s.q1, kPhase_s_qkv, L, load_xhalf(sm.x), [&](int q, float a) {
-          const int row = qkv_std_row(g, q);
-          tagged_store(acc + kTagQKV + row, a, tag);
-          scr[kScrQKV + row] = a;  // phase diff only
-        }))
-      return;
     XRAY_END(s_qkv, L);
     if (stop_after(L, kStopQKV)) return;
     jitter(L, 1);
@@ -552,47 +571,65 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     // ---------------- attention splits of group g ----------------
     if (s.gi < s.nsplit) {
       const bool owner = (s.nsplit - 1) % s.ng == s.gi;  // owns the last split: appends K/V
+      bool held = false;  // the first split's K slot, acquired by the barrier below
       {
-        // one value per consumer thread: seg 0/1 = q of heads 2g/2g+1, 2 = k, 3 = v (one warp
-        // never straddles two segments, so one reduction gives the three norms)
-        const int seg = tid >> 7, d = tid & (kHeadDim - 1);
-        // this thread's norm weight, issued before the wait (seg 3, v, has none)
-        const float nwd = seg < 3 ? bf16_as_float(__ldg(N + (seg < 2 ? kNormQ : kNormK) + d)) : 0.f;
-        bool ok = true;
-        const float v = tagged_wait(acc + kTagQKV + qkv_std_row(g, tid), tag, S, tmo, uint32_t(L) * 16u + 8u, ok);
-        if (!csync_and(ok)) return;
-        XRAY_END(s_wait_qkv, L);
-        const float ssw = warp_sum(v * v);
-        if (lane == 0) sm.red[warp] = ssw;
-        csync();
-        if (seg < 3) {
-          const int w0 = seg * 4;
-          const float ss = sm.red[w0] + sm.red[w0 + 1] + sm.red[w0 + 2] + sm.red[w0 + 3];
-          sm.tmp[tid] = v * rsqrtf(ss / float(kHeadDim) + kRmsEps) * nwd;
-        } else {
-          const __nv_bfloat16 vb = __float2bfloat16_rn(v);
-          sm.vc[d] = __bfloat162float(vb);
-          if (owner) kv_base(p.kv, L, 1, g)[int64_t(pos) * kHeadDim + d] = __bfloat16_as_ushort(vb);
+        // two values per thread t < 256: elements d and d + 64 of segment seg (0/1: q of heads
+        // 2g/2g+1, 2: k, 3: v), so RoPE's pairs are in one thread and a segment is two warps:
+        // one barrier for the QK-norm sums, none for RoPE
+        const int seg = tid >> 6, d = tid & 63;
+        const bool mine = tid < 4 * 64;
+        float nw0 = 0.f, nw1 = 0.f;  // this thread's norm weights, issued before the wait
+        if (mine && seg < 3) {
+          const uint16_t* nw = N + (seg < 2 ? kNormQ : kNormK);
+          nw0 = bf16_as_float(__ldg(nw + d));
+          nw1 = bf16_as_float(__ldg(nw + d + 64));
         }
-        csync();
-        if (seg < 3) {
-          const int i = d & 63;
-          const float c = sm.rope[i], sn = sm.rope[64 + i];
-          const float* x = sm.tmp + seg * kHeadDim;
-          const float rr = d < 64 ? x[d] * c - x[d + 64] * sn : x[d] * c + x[d - 64] * sn;
+        bool ok = true;
+        float v[2] = {0.f, 0.f};
+        if (mine)
+          tagged_gather<2>([&](int e) { return acc + kTagQKV + qkv_std_row(g, seg * kHeadDim + d + 64 * e); }, tag, v, S,
+                           tmo, uint32_t(L) * 16u + 8u, ok);
+        XRAY_END(s_wait_qkv, L);  // thread 0's words
+        const float ssw = warp_sum(v[0] * v[0] + v[1] * v[1]);
+        if (lane == 0) sm.red[warp] = ssw;
+        if (!csync_and(ok)) return;
+        if (mine && seg < 3) {
+          const float r = rsqrtf((sm.red[2 * seg] + sm.red[2 * seg + 1]) / float(kHeadDim) + kRmsEps);
+          const float x0 = v[0] * r * nw0, x1 = v[1] * r * nw1;
+          const float c = sm.rope[d], sn = sm.rope[64 + d];
+          const float y0 = x0 * c - x1 * sn, y1 = x1 * c + x0 * sn;
           if (seg < 2) {
-            sm.q[seg * kHeadDim + d] = rr;
-            if (owner) scr[kScrQRot + g * kGroupCols + seg * kHeadDim + d] = rr;
-          } else {
-            const __nv_bfloat16 kb = __float2bfloat16_rn(rr);
-            sm.kc[d] = __bfloat162float(kb);
+            sm.q[seg * kHeadDim + d] = y0;
+            sm.q[seg * kHeadDim + d + 64] = y1;
             if (owner) {
-              kv_base(p.kv, L, 0, g)[int64_t(pos) * kHeadDim + d] = __bfloat16_as_ushort(kb);
-              scr[kScrKRot + g * kHeadDim + d] = rr;
+              scr[kScrQRot + g * kGroupCols + seg * kHeadDim + d] = y0;
+              scr[kScrQRot + g * kGroupCols + seg * kHeadDim + d + 64] = y1;
+            }
+          } else {
+            const __nv_bfloat16 k0 = __float2bfloat16_rn(y0), k1 = __float2bfloat16_rn(y1);
+            sm.kc[d] = __bfloat162float(k0);
+            sm.kc[d + 64] = __bfloat162float(k1);
+            if (owner) {
+              uint16_t* kp = kv_base(p.kv, L, 0, g) + int64_t(pos) * kHeadDim;
+              kp[d] = __bfloat16_as_ushort(k0);
+              kp[d + 64] = __bfloat16_as_ushort(k1);
+              scr[kScrKRot + g * kHeadDim + d] = y0;
+              scr[kScrKRot + g * kHeadDim + d + 64] = y1;
             }
           }
+        } else if (mine) {
+          const __nv_bfloat16 v0 = __float2bfloat16_rn(v[0]), v1 = __float2bfloat16_rn(v[1]);
+          sm.vc[d] = __bfloat162float(v0);
+          sm.vc[d + 64] = __bfloat162float(v1);
+          if (owner) {
+            uint16_t* vp = kv_base(p.kv, L, 1, g) + int64_t(pos) * kHeadDim;
+            vp[d] = __bfloat16_as_ushort(v0);
+            vp[d + 64] = __bfloat16_as_ushort(v1);
+          }
         }
-        csync();
+        // this barrier publishes q, kc, vc and opens the first split's K round when it has one
+        held = min(s.gi * kSplitPositions + kSplitPositions, pos) > s.gi * kSplitPositions;
+        if (!acquire_n(held ? 1 : 0, kPhase_s_attn, L)) return;
       }
       for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
         const int t0 = sp * kSplitPositions, t1 = min(t0 + kSplitPositions, pos);
@@ -600,7 +637,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const bool cur = sp == s.nsplit - 1;       // this position is the split's last entry
         // scores: one half-warp per cached position, 16 lanes x 16 B = one K row, both heads
         if (nh > 0) {
-          if (!acquire_n(1, kPhase_s_attn, L)) return;
+          if (!held && !acquire_n(1, kPhase_s_attn, L)) return;
+          held = false;
           const uint4* slot = slot_at(0);
           const int hw = tid >> 4, l16 = tid & 15;
           const float4* q4 = reinterpret_cast<const float4*>(sm.q);
@@ -784,10 +822,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 
     // ---------------- MLP 1: RMSNorm, gate/up rows of this block's units, SiLU(gate) * up ------
     {
-      long long fix[2];
+      long long fix[2] = {0, 0};
       const Norm2 npost = load_norm2(N + kNormPostLn);  // in flight during the wait below
-      if (!resid_read(acc_o, kGroups + 1, rh, fix, S, tmo, uint32_t(L) * 16u + 10u)) return;
-      XRAY_END(s_wait_o, L);
+      const bool ok = resid_poll(acc_o, kGroups + 1, rh, fix, S, tmo, uint32_t(L) * 16u + 10u);
+      XRAY_END(s_wait_o, L);  // thread 0's words (the first round's barrier is the block's)
       float v[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
@@ -795,26 +833,28 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         sm.hval[tid + e * kStreamConsumerThreads] = v[e];
       }
       if (p.stop_layer == L && p.stop_phase == kStopO) {
-        if (b == 0)
+        if (b == 0 && ok)
           for (int e = 0; e < 2; ++e) scr[kScrHidden + tid + e * kStreamConsumerThreads] = v[e];
         return;
       }
-      stream_rmsnorm(v, npost, sm.x, sm.red);
-    }
-    if (b == 0)
-      for (int i = tid; i < kHidden; i += kStreamConsumerThreads) scr[kScrNormPost + i] = sm.x[i];
-    {
+      stream_prenorm(v, npost, sm.x, sm.ssq);
+      // rounds of kMlpRoundSlots / 2 units; slot rows 2i (gate) and 2i + 1 (up) of pair i. The
+      // first round's opening barrier publishes hval, x and the sums of squares.
+      constexpr int kUnitsPerRound = kMlpRoundSlots / 2;
+      if (!acquire_n(2 * min(kUnitsPerRound, s.u1 - s.u0), kPhase_s_mlp, L, ok)) return;
+      const float inv = norm_inv(sm.ssq);
+      if (b == 0)  // phase diff only
+        for (int e = 0; e < 2; ++e) scr[kScrNormPost + tid + e * kStreamConsumerThreads] = v[e] * inv * npost.w[e];
       const XHalf xg = load_xhalf(sm.x);
-      // rounds of kRoundSlots / 2 units; slot rows 2i (gate) and 2i + 1 (up) of pair i
-      constexpr int kUnitsPerRound = kRoundSlots / 2;
       for (int u = s.u0, rd = 0; u < s.u1; u += kUnitsPerRound, ++rd) {
         const int nu = min(kUnitsPerRound, s.u1 - u), n = 2 * nu;
         float* part = sm.part[rd & 1];
-        if (!acquire_n(n, kPhase_s_mlp, L)) return;
-        round_1024(n, 8 * n, xg, part);
+        if (rd > 0 && !acquire_n(n, kPhase_s_mlp, L)) return;
+        round_1024(0, min(kRoundSlots, n), 8 * min(kRoundSlots, n), xg, part);
+        if (n > kRoundSlots) round_1024(kRoundSlots, n - kRoundSlots, 8 * (n - kRoundSlots), xg, part + kRoundSlots * kStreamConsumerWarps);
         release_n(n);
         if (tid < 4 * n) {  // pair t of the round: gate j and up j, j = 8 u + t
-          const float gg = combine_row(part, 2 * tid), uu = combine_row(part, 2 * tid + 1);
+          const float gg = combine_row(part, 2 * tid) * inv, uu = combine_row(part, 2 * tid + 1) * inv;
           const int j = kMlpUnitCols * u + tid;
           const float av = gg / (1.f + __expf(-gg)) * uu;
           tagged_store(acc + kTagAct + j, av, tag);
@@ -879,17 +919,16 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   }
 
   // ---------------- final norm + LM head + argmax ----------------
+  float v[2];
+  bool ok = true;
+  const Norm2 nfin = load_norm2(p.final_norm);  // in flight during the wait below
   {
-    float v[2];
-    bool ok = true;
-    const Norm2 nfin = load_norm2(p.final_norm);  // in flight during the wait below
     const long long* rp = acc + kTagResid + tid;
     tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, kNumLayers - 1), v, S,
                      tmo, uint32_t(kNumLayers) * 16u + 7u, ok);
-    if (!csync_and(ok)) return;
-    XRAY_END(s_wait_final, kNumLayers);
-    stream_rmsnorm(v, nfin, sm.x, sm.red);
-    if (b == 0) {  // the next launch starts from these counted words
+    XRAY_END(s_wait_final, kNumLayers);  // thread 0's words (the first round's barrier is the block's)
+    stream_prenorm(v, nfin, sm.x, sm.ssq);
+    if (b == 0 && ok) {  // the next launch starts from these counted words
       static_assert((kNumLayers - 1) % kAccBuffers == 1, "snapshot order below assumes layer 27 in buffer 1");
       long long* snap = acc + kAccSnap;
 #pragma unroll
@@ -901,19 +940,23 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       }
     }
   }
-  if (b == 0)
-    for (int i = tid; i < kHidden; i += kStreamConsumerThreads) scr[kScrFinalNorm + i] = sm.x[i];
   // Thread t < 32 combines row t of every round: rows are visited in increasing order per thread
   // and only a strictly larger logit replaces the best, so ties keep the lowest index (as
   // torch.argmax); the 32 threads' winners are reduced with the same rule.
   float best = -INFINITY;
   int best_i = 0x7fffffff;
-  if (!rows_1024(s.v0, s.v1, kPhase_lmhead, kNumLayers, load_xhalf(sm.x), [&](int v, float a) {
-        p.logits[v] = a;
-        if (a > best) {
-          best = a;
-          best_i = v;
+  float inv = 0.f;
+  if (!rows_1024(s.v0, s.v1, kPhase_lmhead, kNumLayers, sm.x, ok, [&](int row, float a) {
+        const float logit = a * inv;
+        p.logits[row] = logit;
+        if (logit > best) {
+          best = logit;
+          best_i = row;
         }
+      }, [&] {
+        inv = norm_inv(sm.ssq);
+        if (b == 0)  // phase diff only
+          for (int e = 0; e < 2; ++e) scr[kScrFinalNorm + tid + e * kStreamConsumerThreads] = v[e] * inv * nfin.w[e];
       }))
     return;
   if (warp == 0) warp_argmax(best, best_i);  // lanes 0..31 of warp 0 hold the candidates
