@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import torch
 
 from monolith.checkpoint import ensure_checkpoint, load_checkpoint
-from monolith.megakernel import MegakernelEngine, bytes_per_token
+from monolith.megakernel import MegakernelEngine
 
 
 def main() -> None:
@@ -44,7 +44,7 @@ def main() -> None:
         times = sorted(times[1:])
         med = times[len(times) // 2]
         p0 = len(prompt)
-        bpt = sum(bytes_per_token(p) for p in range(p0, p0 + a.tokens)) / a.tokens
+        bpt = sum(mk.bytes_per_token(p) for p in range(p0, p0 + a.tokens)) / a.tokens  # the variant's weight format
         print(f"[dev] {variant} pos={p0} blocks={mk.blocks} xray={a.xray} tok/s median {a.tokens / med:.0f} "
               f"(min {a.tokens / times[-1]:.0f}, max {a.tokens / times[0]:.0f}) us/token {med / a.tokens * 1e6:.1f} "
               f"eff BW {bpt * a.tokens / med / 1e12:.2f} TB/s regs {mk.info['kernel_attributes']['num_regs']}")

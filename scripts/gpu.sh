@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [sweep] [devbench] [m4dev] [xraydev] [m4] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [sweep] [devbench] [m4dev] [xraydev] [m4] [m3] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -85,6 +85,26 @@ if want m4; then
   run m4-bench python3 -m monolith bench --engine "${M4_ENGINES:-megakernel-bf16-upstream,megakernel-bf16-stream}" \
     --out results/m4_stream_bf16.json
   run m4-xray python3 scripts/xray_raw.py --variant "${M4_XRAY:-bf16-stream,bf16-upstream}" --position 128 --out results/xray
+fi
+# M3 (issue 12): fp8-upstream's GPU tests (phase diff against fp32 on the dequantized weights,
+# determinism, launch shape, refusals, every E4M3 code through the kernel), dev timings beside
+# bf16-upstream, one harness session (each engine gated against the oracle of its own weights)
+# into results/m3_fp8.json, then the X-ray of fp8-upstream at position 128 (results/xray) and of
+# bf16-upstream from the same session for the barrier-share comparison ($OUT/xray-m3: the
+# committed M2 trace stays). M3_STEPS picks a subset (tests,devbench,bench,xray) so that each
+# device call stays under its 10 minutes.
+if want m3; then
+  m3step() { [[ ",${M3_STEPS:-tests,devbench,bench,xray}," == *",$1,"* ]]; }
+  m3step tests && run kernel-tests-m3 env MONOLITH_TEST_VARIANTS="${M3_TEST_VARIANTS:-fp8-upstream}" \
+    python3 -m pytest -q -m gpu -x tests/test_kernel_gpu.py -s
+  m3step devbench && run devbench-m3 python3 scripts/dev_bench.py --variant "${M3_VARIANTS:-bf16-upstream,fp8-upstream}" \
+    --blocks 132 --runs 3 --out results/m3_devbench.json
+  m3step bench && run m3-bench python3 -m monolith bench \
+    --engine "${M3_ENGINES:-megakernel-bf16-upstream,megakernel-fp8-upstream}" --out results/m3_fp8.json
+  if m3step xray; then
+    run m3-xray python3 scripts/xray_raw.py --variant fp8-upstream --position 128 --out results/xray
+    run m3-xray-bf16 python3 scripts/xray_raw.py --variant bf16-upstream --position 128 --out "$OUT/xray-m3"
+  fi
 fi
 want m1 && run m1 python3 -m monolith m1
 # Quality, full protocol, bf16 pairs: HF transformers (its parallel forward) and the megakernel,

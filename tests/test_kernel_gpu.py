@@ -43,11 +43,19 @@ VARIANTS = [v for v in os.environ.get("MONOLITH_TEST_VARIANTS", "bf16-upstream,b
 
 @pytest.fixture(scope="module", params=VARIANTS)
 def engines(ckpt, request):
+    """(kernel, reference) on the weights the kernel multiplies: the checkpoint for a bf16 variant;
+    for an fp8 variant (fp8-upstream) the checkpoint packed in memory and dequantized to fp32, which
+    the reference keeps in fp32, so every diff below measures the kernel, not the quantizer. The
+    engine's checkpoint is mk.test_ckpt (other engines of a test are built from it)."""
+    from monolith.bench.baselines.registry import checkpoint_for, weights_of
     from monolith.megakernel import MegakernelEngine
     from monolith.reference import ReferenceEngine
 
-    mk = MegakernelEngine(ckpt, variant=request.param)
-    yield mk, ReferenceEngine(ckpt, device="cuda", compute_dtype=torch.float32)
+    ck = checkpoint_for(weights_of(f"megakernel-{request.param}"), ckpt)
+    mk = MegakernelEngine(ck, variant=request.param)
+    mk.test_ckpt = ck
+    yield mk, ReferenceEngine(ck, device="cuda", dtype=getattr(ck, "weight_dtype", torch.bfloat16),
+                              compute_dtype=torch.float32)
     del mk
     torch.cuda.empty_cache()
 
@@ -136,7 +144,7 @@ def test_launch_shape_does_not_change_tokens(engines, ckpt):
     prompt, _, _ = _prefilled(engines, seed=6)
     mk.reset()
     a = mk.decode(mk.prefill(prompt), 48).cpu()
-    other = MegakernelEngine(ckpt, variant=mk.variant, blocks=66)
+    other = MegakernelEngine(mk.test_ckpt, variant=mk.variant, blocks=66)
     b = other.decode(other.prefill(prompt), 48).cpu()
     del other
     assert torch.equal(a, b)
@@ -156,7 +164,10 @@ def test_bad_inputs_are_clear_errors(engines, ckpt):
     mk.reset()
     too_many = mk.info["coresident_limit"] + 1
     with pytest.raises(MonolithError, match="cannot be co-resident"):
-        MegakernelEngine(ckpt, variant=mk.variant, blocks=too_many)
+        MegakernelEngine(mk.test_ckpt, variant=mk.variant, blocks=too_many)
+    if mk.weight_format == "fp8":  # a bf16 variant refuses fp8 weights, an fp8 one a bf16-head pack
+        with pytest.raises(MonolithError, match="reads bf16 weights"):
+            MegakernelEngine(mk.test_ckpt, variant="bf16-upstream")
 
 
 def test_stuck_barrier_fails_loudly_not_hangs(engines):
@@ -227,3 +238,87 @@ def test_plain_build_reads_no_globaltimer(engines):
     sass_xray = subprocess.run([cuobjdump, "-sass", str(xray)], capture_output=True, text=True, check=True).stdout
     assert "GLOBALTIMER" not in sass_plain.upper()
     assert "GLOBALTIMER" in sass_xray.upper()
+
+
+# ---- fp8 variants -------------------------------------------------------------------------------
+def _fp8_only(mk):
+    if mk.weight_format != "fp8":
+        pytest.skip("fp8 weight format only")
+
+
+def test_embedding_lookup_is_the_dequantized_row_bitwise(engines):
+    """After layer 0's qkv the residual stream holds the token's embedding row as the kernel read it
+    (each block seeds its slice before barrier 1): bit for bit the checkpoint's row (bf16 widened,
+    or the fp8 code times its row scale, the dequantized weight the oracle uses)."""
+    mk, _ = engines
+    if mk.stream:
+        pytest.skip("the upstream schedule seeds the residual in scratch at layer 0")
+    for token in (0, 12345, C.VOCAB - 1):
+        mk.reset()
+        bufs = mk.step_until(token, 0, 0)
+        want = mk.test_ckpt.tensors["model.embed_tokens.weight"][token].float()
+        assert torch.equal(bufs["hidden"].cpu(), want), token
+
+
+def test_fp8_every_code_through_the_kernel(engines):
+    """All 256 E4M3 codes through both kernel paths, on a copy of the pack: (a) one embedding row
+    holds every code 4 times with scale 1, so the lookup must return torch.float8_e4m3fn's value of
+    each (NaN for 0x7F/0xFF); (b) layer 0's qkv row 0 holds every finite code, and every qkv row
+    must equal the CPU model of the kernel's arithmetic (quant/fp8_kernel_model.py, 16-weight
+    groups per lane, xor-butterfly, scale last) on the kernel's own normed input."""
+    from monolith.megakernel import MegakernelEngine
+    from monolith.quant import fp8_kernel_model as KM
+    from monolith.quant import fp8_layout as F
+    from monolith.quant.pack_fp8 import PackedFP8
+
+    mk, _ = engines
+    _fp8_only(mk)
+    if mk.stream:
+        pytest.skip("reads the upstream schedule's layer-0 residual seed")
+    pk = mk.test_ckpt.packed
+    t = dict(pk.tensors)
+    codes, scales = t[F.T_LAYER_CODES].clone(), t[F.T_LAYER_SCALES].clone()
+    ecodes, escales = t[F.T_EMBED_CODES].clone(), t[F.T_EMBED_SCALES].clone()
+    every = torch.arange(256, dtype=torch.uint8).repeat(C.HIDDEN // 256)
+    tok_all = 777
+    ecodes[tok_all], escales[tok_all] = every, 1.0
+    finite = every.clone()
+    finite[(finite & 0x7F) == 0x7F] = 0
+    codes[0, F.OFF_QKV:F.OFF_QKV + C.HIDDEN] = finite
+    scales[0, F.SC_QKV] = 1.0
+    t.update({F.T_LAYER_CODES: codes, F.T_LAYER_SCALES: scales, F.T_EMBED_CODES: ecodes, F.T_EMBED_SCALES: escales})
+    mod = MegakernelEngine(mk.test_ckpt, variant=mk.variant, packed=PackedFP8(path=None, meta=pk.meta, tensors=t))
+    try:
+        mod.reset()
+        got = mod.step_until(tok_all, 0, 0)["hidden"].cpu()
+        want = every.view(torch.float8_e4m3fn).float()
+        assert torch.equal(torch.isnan(got), torch.isnan(want)) and torch.equal(got[~torch.isnan(want)],
+                                                                               want[~torch.isnan(want)])
+        mod.reset()
+        bufs = mod.step_until(42, 0, 0)
+        x = bufs["normed_in"].cpu()
+        qkv_codes = codes[0, F.OFF_QKV:F.OFF_O].view(F.QKV_ROWS, C.HIDDEN)
+        model = KM.kernel_gemv(qkv_codes, scales[0, F.SC_QKV:F.SC_O], x, lanes=32, group=16)
+        got = bufs["qkv"].cpu()
+        # The model's fmaf is emulated in float64 (a rare last-bit double rounding of a partial
+        # sum), so compare against the fp32 summation scale sum |w| |x| of each row, not |y|.
+        bound = (KM.kernel_weight_values(qkv_codes).abs() @ x.abs()) * scales[0, F.SC_QKV:F.SC_O]
+        err = ((got - model).abs() / bound.clamp_min(1e-30)).max().item()
+        assert err < 1e-6, err
+        print(f"qkv rows vs the CPU model: max error {err:.2e} of sum|w||x|; "
+              f"{int((got == model).sum())}/{len(got)} rows bit-equal")
+    finally:
+        del mod
+        torch.cuda.empty_cache()
+
+
+def test_fp8_engine_refuses_a_bf16_head_pack(engines):
+    from monolith.megakernel import MegakernelEngine
+    from monolith.quant.pack_fp8 import PackedFP8
+
+    mk, _ = engines
+    _fp8_only(mk)
+    pk = mk.test_ckpt.packed
+    with pytest.raises(MonolithError, match="LM head"):
+        MegakernelEngine(mk.test_ckpt, variant=mk.variant,
+                         packed=PackedFP8(path=None, meta={**pk.meta, "head": "bf16"}, tensors=pk.tensors))
