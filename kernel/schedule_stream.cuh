@@ -462,11 +462,18 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   auto slot_at = [&](int i) -> const uint4* {
     return reinterpret_cast<const uint4*>(r.slots + size_t((kc + i) % kStages) * kSlotBytes);
   };
-  auto release_n = [&](int n) {
-    csync();
+  // The end of a round: after a barrier (every thread is done with the slots) thread 0 hands
+  // them back to the producer, which refills them at once. Phases whose outputs are other
+  // blocks' inputs issue those stores between the barrier and the hand-back, so that the stores
+  // leave the SM ahead of the refill burst (up to 6 x 16 KB per block, grid-wide ~13 MB).
+  auto hand_back = [&](int n) {
     if (tid == 0)
       for (int i = 0; i < n; ++i) mbar_arrive(&r.empty[(kc + i) % kStages]);
     kc += n;
+  };
+  auto release_n = [&](int n) {
+    csync();
+    hand_back(n);
   };
   // Rows of K = 1024 in a round of n slots (8 rows each; nr rows in all): warp w's half-row sum of
   // row w / 2 of every slot goes to part[i * 16 + w]; the row's two halves are added after the
@@ -499,8 +506,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       float* part = sm.part[rd & 1];
       if (rd > 0 && !acquire_n(n, work_phase, layer)) return false;
       round_1024(0, n, nr, x, part);
-      release_n(n);  // the barrier also publishes part: combine after it, in fixed order
+      csync();  // publishes part: combine after it, in fixed order
       if (tid < nr) on_row(q + tid, combine_row(part, tid));
+      hand_back(n);
     }
     return true;
   };
@@ -717,7 +725,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           sm.vpart[warp * kGroupCols + 4 * lane + i] = o0[i];
           sm.vpart[warp * kGroupCols + kHeadDim + 4 * lane + i] = o1[i];
         }
-        if (nh > 0) release_n(1); else csync();
+        csync();
         if (tid < kGroupCols) {  // fixed order over warps, this position last
           const int h = tid / kHeadDim, d = tid & (kHeadDim - 1);
           float a = 0.f;
@@ -731,6 +739,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
             tagged_store(part + 1, sm.ml[2 * h + 1], tag);
           }
         }
+        if (nh > 0) hand_back(1);
         csync();  // vpart and sc are reused by the next split
       }
       XRAY_END(s_attn, L);
@@ -852,7 +861,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (rd > 0 && !acquire_n(n, kPhase_s_mlp, L)) return;
         round_1024(0, min(kRoundSlots, n), 8 * min(kRoundSlots, n), xg, part);
         if (n > kRoundSlots) round_1024(kRoundSlots, n - kRoundSlots, 8 * (n - kRoundSlots), xg, part + kRoundSlots * kStreamConsumerWarps);
-        release_n(n);
+        csync();
         if (tid < 4 * n) {  // pair t of the round: gate j and up j, j = 8 u + t
           const float gg = combine_row(part, 2 * tid) * inv, uu = combine_row(part, 2 * tid + 1) * inv;
           const int j = kMlpUnitCols * u + tid;
@@ -860,6 +869,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           tagged_store(acc + kTagAct + j, av, tag);
           scr[kScrAct + j] = av;  // phase diff only
         }
+        hand_back(n);
       }
     }
     XRAY_END(s_mlp, L);
@@ -883,6 +893,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // per segment; thread t keeps segment t's sum, and thread r adds row r's three in order
       // (one thread adding all 24 of a block serially cost ~0.3 us per layer)
       const int nseg = 3 * (s.h1 - s.h0);
+      int held = 0;  // the last round's slots, handed back after the residual stores
       for (int q0 = 0, rd = 0; q0 < nseg; q0 += 8 * kRoundSlots, ++rd) {
         const int nq = min(8 * kRoundSlots, nseg - q0), n = (nq + 7) / 8;
         float* part = sm.part[rd & 1];
@@ -901,8 +912,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
         const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
         if ((lane & 7) == 0) part[(lane >> 3) * kStreamConsumerWarps + warp] = r4;
-        release_n(n);
+        csync();
         if (tid < nq) sm.segsum[q0 + tid] = combine_row(part, tid);
+        if (q0 + nq < nseg) hand_back(n); else held = n;
       }
       csync();
       if (tid < s.h1 - s.h0) {
@@ -912,6 +924,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         tagged_store(acc + kTagResid + i, v, tag);
         if (p.stop_layer == L && (p.stop_phase == kStopGateUp || p.stop_phase == kStopDown)) scr[kScrHidden + i] = v;
       }
+      hand_back(held);
     }
     XRAY_END(s_down, L);
     if (stop_after(L, kStopGateUp) || stop_after(L, kStopDown)) return;
