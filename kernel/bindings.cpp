@@ -92,6 +92,7 @@ py::dict constants() {
   d["threads"] = kThreads;
   d["min_blocks"] = kMinBlocks;
   d["min_stream_blocks"] = kMinStreamBlocks;
+  d["groups"] = kGroups;  // stream schedule: KV groups (the default grid is a multiple of it)
   d["stream_threads"] = kStreamThreads;
   d["acc_buffers"] = kAccBuffers;
   d["acc_words"] = kAccWords;

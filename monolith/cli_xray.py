@@ -167,7 +167,7 @@ def register(app: typer.Typer) -> None:
         page_dir: Path = typer.Option(PAGE_DIR, "--page-dir", help="where the page trace <variant>.json.gz goes"),
         summary: Path = typer.Option(M2_SUMMARY, "--summary", help="summary JSON keyed by variant"),
         png: bool = typer.Option(True, "--png/--no-png", help="write the matplotlib Gantt chart"),
-        blocks: int = typer.Option(None, "--blocks", help="grid size (default: one block per SM)"),
+        blocks: int = typer.Option(None, "--blocks", help="grid size (default: megakernel.default_blocks: one block per SM; stream: a multiple of 8, 128 on 132 SMs)"),
     ) -> None:
         """Record one token's X-ray on the GPU (needs -DMONOLITH_XRAY build), analyze and export it."""
         raw = record(model, variant, position, prompt, out_dir, blocks)

@@ -190,7 +190,10 @@ def render_md(doc: dict) -> str:
         control = ""
         if "control_ok" in r:
             control = "negative control: failed as it must" if r["control_ok"] else "NEGATIVE CONTROL PASSED"
-        notes = "; ".join(x for x in [control, r.get("reason") or "", r.get("reduced") or "",
+        info = r.get("info") or {}
+        grid = f"{info['blocks']} blocks on {info['sm_count']} SMs" if (
+            info.get("blocks") and info.get("sm_count") and info["blocks"] != info["sm_count"]) else ""
+        notes = "; ".join(x for x in [control, grid, r.get("reason") or "", r.get("reduced") or "",
                                       "experimental" if r.get("experimental") else ""] if x)
         span = f"{_f(ts.get('min'))}–{_f(ts.get('max'))}" if ts else "–"
         lines.append(

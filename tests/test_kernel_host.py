@@ -137,6 +137,28 @@ def test_check_constants_names_the_mismatch():
         mk.check_constants({**good, "context_cap": 2048})
 
 
+def test_default_blocks_stream_is_a_multiple_of_the_kv_groups():
+    """Stream variants default to the largest multiple of the KV-group count within [min, SMs]
+    (NOTES.md M4, Choices: 128 on the 132-SM H200); upstream variants to one block per SM."""
+    h = parse_config_header()
+    groups, min_stream = int(h["kGroups"]), int(h["kMinStreamBlocks"])
+    assert groups == C.NUM_KV_HEADS == mk.expected_constants()["groups"] == 8 and min_stream == 16
+    stream = mk.variant_spec("bf16-stream")
+    assert stream["schedule"] == "stream"
+    cases = {132: 128, 128: 128, 120: 120, 100: 96, 16: 16, 17: 16, 23: 16, 15: 15, 8: 8}
+    for sms, want in cases.items():  # below min_stream: one per SM, which the range check refuses
+        assert mk.default_blocks(stream, sms, groups, min_stream) == want, sms
+    for name in ("bf16-upstream", "fp8-upstream", "bf16-upstream-l2pre"):
+        spec = mk.variant_spec(name)
+        assert spec["schedule"] == "upstream"
+        for sms in (132, 128, 100, 78):
+            assert mk.default_blocks(spec, sms, groups, int(h["kMinBlocks"])) == sms
+    # the engine takes it when blocks=None, with the group count from the extension (no GPU here)
+    src = (REPO_ROOT / "monolith" / "megakernel.py").read_text()
+    assert 'blocks or default_blocks(self.spec, self.sm_count, self.k["groups"], min_blocks)' in src
+    assert 'd["groups"] = kGroups;' in (REPO_ROOT / "kernel" / "bindings.cpp").read_text()
+
+
 def test_xray_record_layout_is_40_bytes():
     assert mk.XRAY_EVENT_DTYPE.itemsize == 40
     text = (REPO_ROOT / "kernel" / "xray.cuh").read_text()

@@ -38,6 +38,19 @@ def test_markdown_leaves_out_what_a_cpu_run_did_not_read():
         results.new_doc(gpu, {}, {}))
 
 
+def test_markdown_names_a_grid_other_than_one_block_per_sm():
+    """The row's info carries the blocks the engine ran on (MegakernelEngine.info); the table says
+    so where that is not one per SM (stream variants default to 128 on 132 SMs)."""
+    doc = results.new_doc({"gpu": "NVIDIA H200"}, {}, {})
+    for engine, blocks in (("megakernel-bf16-stream", 128), ("megakernel-bf16-upstream", 132)):
+        row = results.base_row(engine, engine)
+        row["info"] = {"blocks": blocks, "sm_count": 132}
+        doc["rows"].append(row)
+    md = results.render_md(doc).splitlines()
+    assert "128 blocks on 132 SMs" in next(ln for ln in md if ln.startswith("| megakernel-bf16-stream |"))
+    assert "blocks on" not in next(ln for ln in md if ln.startswith("| megakernel-bf16-upstream |"))
+
+
 def test_console_is_wide_when_not_a_terminal(monkeypatch):
     from rich.markup import escape
     from rich.table import Table
