@@ -104,11 +104,19 @@ struct VariantCfg<kVariantFp8Upstream> : UpstreamCfg {
   static constexpr int kRowsPerIterHead = 8;
 };
 
-template <>
-struct VariantCfg<kVariantBf16Stream> {
+struct StreamCfg {
   static constexpr bool kStream = true;
+  using Weights = WeightsBf16;  // what the ring's slots hold (schedule_stream.cuh, StreamFmt)
   static constexpr int kBlockThreads = kStreamThreads;
   static constexpr int kDynamicSmem = kRingBytes;
+};
+template <>
+struct VariantCfg<kVariantBf16Stream> : StreamCfg {};
+// The same schedule on E4M3 codes: a 16 KB slot holds twice the rows, so every phase streams half
+// the slots; the rounds, hops and words are the same code (StreamFmt in schedule_stream.cuh).
+template <>
+struct VariantCfg<kVariantFp8Stream> : StreamCfg {
+  using Weights = WeightsE4M3;
 };
 
 __device__ __forceinline__ int64_t part_begin(int64_t n, int parts, int i) { return n * i / parts; }
@@ -911,22 +919,14 @@ struct KernelInfo {
   int threads;
   int dynamic_smem;
   bool row_scaled;  // reads StepParams::codes / row_scales / embed_codes / embed_scales
-};
-
-template <class Cfg, class = void>
-struct CfgRowScaled {
-  static constexpr bool value = false;  // the streaming schedule's bf16 cfg has no Weights yet
-};
-template <class Cfg>
-struct CfgRowScaled<Cfg, decltype(void(Cfg::Weights::kRowScale))> {
-  static constexpr bool value = Cfg::Weights::kRowScale;
+  bool stream;      // the streaming schedule (its own minimum grid: whole KV groups)
 };
 
 template <int kVariant>
 KernelInfo info_of() {
   using Cfg = VariantCfg<kVariant>;
   return {reinterpret_cast<const void*>(&decode_step<kVariant>), Cfg::kBlockThreads, Cfg::kDynamicSmem,
-          CfgRowScaled<Cfg>::value};
+          Cfg::Weights::kRowScale, Cfg::kStream};
 }
 
 static KernelInfo kernel_for(int variant) {  // {nullptr, ...}: not a variant of this build
@@ -939,8 +939,10 @@ static KernelInfo kernel_for(int variant) {  // {nullptr, ...}: not a variant of
       return info_of<kVariantBf16Stream>();
     case kVariantFp8Upstream:
       return info_of<kVariantFp8Upstream>();
+    case kVariantFp8Stream:
+      return info_of<kVariantFp8Stream>();
     default:
-      return {nullptr, 0, 0, false};
+      return {nullptr, 0, 0, false, false};
   }
 }
 
@@ -953,7 +955,7 @@ static cudaError_t prepare(const KernelInfo& k) {
 
 cudaError_t launch_step(const StepParams& p, int variant, int blocks, cudaStream_t stream) {
   const KernelInfo k = kernel_for(variant);
-  const int min_blocks = variant == kVariantBf16Stream ? kMinStreamBlocks : kMinBlocks;
+  const int min_blocks = k.stream ? kMinStreamBlocks : kMinBlocks;
   if (k.fn == nullptr || blocks < min_blocks || blocks > kMaxGrid) return cudaErrorInvalidValue;
   // a row-scaled variant without its codes and scales would read through null pointers
   if (k.row_scaled && (p.codes == nullptr || p.row_scales == nullptr || p.embed_codes == nullptr ||

@@ -16,6 +16,7 @@ enum Variant : int {
   kVariantBf16UpstreamL2Pre = 1,  // M4 step 0: the same, next-phase weights asked into L2 (not registers) before each wait
   kVariantBf16Stream = 2,         // the streaming schedule (kernel/schedule_stream.cuh)
   kVariantFp8Upstream = 3,        // the upstream schedule on E4M3 weights with fp32 row scales (rowmajor-v1)
+  kVariantFp8Stream = 4,          // the streaming schedule on the same E4M3 codes (rows in the stream order)
 };
 
 struct StepParams {

@@ -213,34 +213,60 @@ __device__ __forceinline__ float norm_inv(const float* ssq) {
   return rsqrtf(total / float(kHidden) + kRmsEps);
 }
 
-// K = 1024 rows from a slot: two warps per row (8 rows, 16 warps), warp w takes row w / 2 and
-// half w % 2 of it: lane reads the 16-byte words q = 64 h + lane and q + 32 (consecutive lanes,
-// consecutive words: no bank conflicts). Its 16 input values are the same for every row of a
-// phase, so they live in registers (XHalf), loaded once per phase: the slot's 16 KB are then the
-// only shared-memory traffic of a chunk.
+// How a weight format (dequant.cuh: WeightsBf16, WeightsE4M3) fills the ring's 16 KB slots. The
+// phases are written once; a format changes how many rows a slot holds, never the hops or words.
+template <class W>
+struct StreamFmt {
+  static constexpr int kElemBytes = int(sizeof(typename W::Elem));
+  static constexpr int kRows1024 = kSlotBytes / (kHidden * kElemBytes);      // K = 1024 rows per slot: 8 | 16
+  static constexpr int kRb = kRows1024 / 8;                                  // 8-row blocks per slot: 1 | 2
+  static constexpr int kRowsO = kSlotBytes / (kGroupCols * kElemBytes);      // O rows (K = 256) per slot: 32 | 64
+  static constexpr int kSlotsPerUnit = 2 * kMlpUnitCols * kHidden * kElemBytes / kSlotBytes;  // 2 | 1
+  static_assert(kRows1024 % 8 == 0 && (kRb == 1 || kRb == 2), "a slot holds one or two 8-row blocks");
+  static_assert(kSlotsPerUnit >= 1 && kSlotsPerUnit * kSlotBytes == 2 * kMlpUnitCols * kHidden * kElemBytes,
+                "an MLP unit is whole slots");
+};
+
+// K = 1024 rows from a slot, two warps per row, warp w on half h = w % 2 of its rows. Its 16
+// input values are the same for every row of a phase, so they live in registers (XHalf), loaded
+// once per phase: the slot's 16 KB are then the only shared-memory traffic of a chunk.
+//   bf16: 8 rows per slot, warp w takes row w / 2; lane reads the 16-byte words 64 h + lane and
+//         + 32 (8 weights each; consecutive lanes, consecutive words: no bank conflicts).
+//   E4M3: 16 rows per slot, warp w takes rows w / 2 and w / 2 + 8; lane reads word 32 h + lane of
+//         each (16 weights: elements 512 h + 16 lane ..).
 struct XHalf {
   float4 v[4];
 };
+template <class W>
 __device__ __forceinline__ XHalf load_xhalf(const float* s_x) {
   const int lane = threadIdx.x & 31, h = (threadIdx.x >> 5) & 1;
   const float4* x4 = reinterpret_cast<const float4*>(s_x);
   XHalf x;
+  if constexpr (StreamFmt<W>::kRb == 1) {
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int q = 64 * h + lane + 32 * j;
-    x.v[2 * j] = x4[2 * q];
-    x.v[2 * j + 1] = x4[2 * q + 1];
+    for (int j = 0; j < 2; ++j) {
+      const int q = 64 * h + lane + 32 * j;
+      x.v[2 * j] = x4[2 * q];
+      x.v[2 * j + 1] = x4[2 * q + 1];
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x.v[j] = x4[128 * h + 4 * lane + j];
   }
   return x;
 }
-// This lane's part of the warp's half-row dot product (not reduced). Two accumulators: the 16
-// FMAs form two chains of 8.
+// This lane's part of the warp's half-row dot product of slot row `row` (not reduced, not scaled).
+template <class W>
 __device__ __forceinline__ float half_row_lane(const uint4* slot, int row, const XHalf& x) {
   const int lane = threadIdx.x & 31, h = (threadIdx.x >> 5) & 1;
-  const uint4* r = slot + row * (kHidden / 8) + 64 * h + lane;
-  const float a = dot8_bf16(r[0], x.v[0], x.v[1], 0.f);
-  const float b = dot8_bf16(r[32], x.v[2], x.v[3], 0.f);
-  return a + b;
+  if constexpr (StreamFmt<W>::kRb == 1) {  // two accumulators: the 16 FMAs form two chains of 8
+    const uint4* r = slot + row * (kHidden / 8) + 64 * h + lane;
+    const float a = dot8_bf16(r[0], x.v[0], x.v[1], 0.f);
+    const float b = dot8_bf16(r[32], x.v[2], x.v[3], 0.f);
+    return a + b;
+  } else {
+    return dot16_e4m3(slot[row * (kHidden / 16) + 32 * h + lane], x.v, 0.f);
+  }
 }
 
 // Four warp sums in 6 shuffles instead of 20: halve the lanes' set of values at xor 16 and 8,
@@ -305,7 +331,10 @@ struct Ring {
   volatile int* quit;  // set by the consumers when they leave (stop phase, error): the producer stops
 };
 
+template <class W>
 __device__ __forceinline__ void stream_producer(const StepParams& p, const StreamPlan& s, int pos, Ring r) {
+  using F = StreamFmt<W>;
+  constexpr int E = F::kElemBytes;
   SyncState* S = p.sync;
   const long long tmo = p.timeout_cycles;
   uint32_t k = 0;
@@ -317,6 +346,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
   prefetch_l2_bulk(p.norms, kNormLayerElems * 2);
   prefetch_l2_bulk(p.rope + int64_t(pos) * kHeadDim, kHeadDim * 4);
   prefetch_l2_bulk(p.final_norm, kHidden * 2);
+  if constexpr (W::kRowScale) prefetch_l2_bulk(p.row_scales, kLayerRows * 4);
   auto issue = [&](const void* src, uint32_t bytes, uint32_t info) {
     if (!ok) return;
     const uint32_t slot = k % kStages;
@@ -348,12 +378,19 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
     bulk_copy_g2s(r.slots + size_t(slot) * kSlotBytes, src, bytes, &r.full[slot], pol);
     ++k;
   };
+  // element offsets of the layout times the element size: the bf16 buffer or the E4M3 codes
+  const uint8_t* w8 = W::kRowScale ? p.codes : reinterpret_cast<const uint8_t*>(p.w);
+  const uint8_t* e8 = W::kRowScale ? p.embed_codes : reinterpret_cast<const uint8_t*>(p.embed);
   for (int L = 0; L < kNumLayers && ok; ++L) {
-    const uint16_t* W = p.w + int64_t(L) * kLayerElems;
+    const uint8_t* Wl = w8 + int64_t(L) * kLayerElems * E;
+    auto at = [&](int64_t elem) { return Wl + elem * E; };
     const uint32_t info = uint32_t(L) * 16u + 13u;
     if (L + 1 < kNumLayers) prefetch_l2_bulk(p.norms + int64_t(L + 1) * kNormLayerElems, kNormLayerElems * 2);
-    for (int q = s.q0; q < s.q1; q += 8)
-      issue(W + kOffQKV + int64_t(s.g * kGroupRows + q) * kHidden, uint32_t(min(8, s.q1 - q)) * kHidden * 2, info);
+    if constexpr (W::kRowScale)  // this layer's scales (48 KB) to L2: the consumers load a few each phase
+      if (L + 1 < kNumLayers) prefetch_l2_bulk(p.row_scales + int64_t(L + 1) * kLayerRows, kLayerRows * 4);
+    constexpr int R = F::kRows1024;
+    for (int q = s.q0; q < s.q1; q += R)
+      issue(at(kOffQKV + int64_t(s.g * kGroupRows + q) * kHidden), uint32_t(min(R, s.q1 - q)) * kHidden * E, info);
     for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
       const int t0 = sp * kSplitPositions, t1 = min(t0 + kSplitPositions, pos);
       if (t1 > t0) {
@@ -361,21 +398,27 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
         issue(kv_base(p.kv, L, 1, s.g) + int64_t(t0) * kHeadDim, uint32_t(t1 - t0) * kHeadDim * 2, info);
       }
     }
-    for (int o = s.o0; o < s.o1; o += 32)
-      issue(W + kOffO + int64_t(s.g * kHidden + o) * kGroupCols, uint32_t(min(32, s.o1 - o)) * kGroupCols * 2, info);
-    for (int u = s.u0; u < s.u1; ++u) {
-      issue(W + kOffGateUp + int64_t(2 * kMlpUnitCols * u) * kHidden, kSlotBytes, info);
-      issue(W + kOffGateUp + int64_t(2 * kMlpUnitCols * u + kMlpUnitCols) * kHidden, kSlotBytes, info);
-    }
-    {  // down rows h0..h1, row-major (K = 3072): contiguous, cut into slots of 8 segments of 1024
-      const uint16_t* d0 = W + kOffDown + int64_t(s.h0) * kIntermediate;
-      const int64_t bytes = int64_t(s.h1 - s.h0) * kIntermediate * 2;
+    for (int o = s.o0; o < s.o1; o += F::kRowsO)
+      issue(at(kOffO + int64_t(s.g * kHidden + o) * kGroupCols), uint32_t(min(F::kRowsO, s.o1 - o)) * kGroupCols * E, info);
+    for (int u = s.u0; u < s.u1; ++u)  // a unit: 8 gate/up row pairs, 16 rows
+      for (int j = 0; j < F::kSlotsPerUnit; ++j)
+        issue(at(kOffGateUp + int64_t(2 * kMlpUnitCols * u + j * R) * kHidden), kSlotBytes, info);
+    {  // down rows h0..h1, row-major (K = 3072): contiguous, cut into slots of R segments of 1024
+      const uint8_t* d0 = at(kOffDown + int64_t(s.h0) * kIntermediate);
+      const int64_t bytes = int64_t(s.h1 - s.h0) * kIntermediate * E;
       for (int64_t off = 0; off < bytes; off += kSlotBytes)
-        issue(reinterpret_cast<const uint8_t*>(d0) + off, uint32_t(min(int64_t(kSlotBytes), bytes - off)), info);
+        issue(d0 + off, uint32_t(min(int64_t(kSlotBytes), bytes - off)), info);
     }
   }
-  for (int v = s.v0; v < s.v1 && ok; v += 8)
-    issue(p.embed + int64_t(v) * kHidden, uint32_t(min(8, s.v1 - v)) * kHidden * 2, uint32_t(kNumLayers) * 16u + 13u);
+  static_assert((kVocab * 4) % 16 == 0, "the LM-head scale array ends 16-byte aligned");
+  if constexpr (W::kRowScale) {  // the block's LM-head scales, widened to 16-byte bounds (the array's are)
+    const uintptr_t a0 = reinterpret_cast<uintptr_t>(p.embed_scales + s.v0) & ~uintptr_t(15);
+    const uintptr_t a1 = (reinterpret_cast<uintptr_t>(p.embed_scales + s.v1) + 15) & ~uintptr_t(15);
+    prefetch_l2_bulk(reinterpret_cast<const void*>(a0), uint32_t(a1 - a0));
+  }
+  for (int v = s.v0; v < s.v1 && ok; v += F::kRows1024)
+    issue(e8 + int64_t(v) * kHidden * E, uint32_t(min(F::kRows1024, s.v1 - v)) * kHidden * E,
+          uint32_t(kNumLayers) * 16u + 13u);
   // Drain: no bulk copy may still be writing into this block's shared memory when it exits.
   for (uint32_t j = k > uint32_t(kStages) ? k - kStages : 0u; j < k; ++j) {
     const long long t0 = clock64();
@@ -395,6 +438,9 @@ constexpr int kRoundSlots = 4;
 constexpr int kMlpRoundSlots = 6;
 static_assert(kRoundSlots <= kStages / 2 && kMlpRoundSlots <= kStages / 2, "a round leaves the producer half the ring");
 static_assert(kMlpRoundSlots % 2 == 0 && kMlpRoundSlots <= 2 * kRoundSlots, "whole units, at most two pieces");
+constexpr int kMlpRoundUnits = kMlpRoundSlots / 2;  // units per MLP-1 round (bf16: 2 slots each; E4M3: 1)
+// 8-row blocks of one round: a bf16 MLP round (6 slots of 8 rows) or an E4M3 round (4 slots of 16)
+constexpr int kRoundRbMax = kMlpRoundSlots > 2 * kRoundSlots ? kMlpRoundSlots : 2 * kRoundSlots;
 
 static_assert(kIntermediate == 3 * kHidden, "a down row is three 1024-wide segments");
 
@@ -413,7 +459,7 @@ struct StreamSmem {
     float act[kIntermediate];                        // MLP down: every activation of the layer
   };
   float segsum[3 * (kHidden / kMinStreamBlocks)];   // MLP down: this block's 1024-wide segment sums
-  float part[2][kMlpRoundSlots * kStreamConsumerWarps];  // half-row sums of the last two rounds
+  float part[2][kRoundRbMax * kStreamConsumerWarps];  // half-row sums per 8-row block, last two rounds
   float red[kStreamConsumerWarps];                  // per-warp sums (attention's QK-norm)
   float ssq[kStreamConsumerWarps];                  // per-warp sums of squares (stream_prenorm)
   int flag;
@@ -422,13 +468,16 @@ struct StreamSmem {
 template <class Cfg>
 __device__ __forceinline__ void stream_consumer(const StepParams& p, const StreamPlan& s, int pos, int token,
                                              uint32_t steps, Ring r, StreamSmem& sm) {
+  using W = typename Cfg::Weights;
+  using F = StreamFmt<W>;
+  constexpr bool kScaled = W::kRowScale;
+  constexpr int kRowsRound = kRoundSlots * F::kRows1024;  // K = 1024 rows per round: 32 | 64
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int G = gridDim.x, b = blockIdx.x, g = s.g;
   SyncState* S = p.sync;
   float* scr = p.scr;
   long long* acc = p.acc;
   const long long tmo = p.timeout_cycles;
-  const uint16_t* emb_row = p.embed + int64_t(token) * kHidden;
   const float* rope_row = p.rope + int64_t(pos) * kHeadDim;
   volatile int* flag = &sm.flag;
   XRAY_INIT(p.xray);
@@ -475,19 +524,24 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     csync();
     hand_back(n);
   };
-  // Rows of K = 1024 in a round of n slots (8 rows each; nr rows in all): warp w's half-row sum of
-  // row w / 2 of every slot goes to part[i * 16 + w]; the row's two halves are added after the
-  // round's closing barrier, in fixed order (combine_row).
-  static_assert(kRoundSlots == 4, "round_1024 reduces the four slots' sums with warp_sum4");
-  auto round_1024 = [&](int base, int n, int nr, const XHalf& x, float* part) {  // slots base .. base + n
-    float a[kRoundSlots];
+  // Rows of K = 1024 in slots base .. base + n (nr rows in all, kRows1024 per slot): warp w's
+  // half-row sum of row 8 b + w / 2 goes to part[b * 16 + w] (b: 8-row block of the round); the
+  // row's two halves are added after the round's closing barrier, in fixed order (combine_row).
+  static_assert(kRoundSlots == 4, "round_1024 reduces four 8-row blocks' sums per warp_sum4");
+  auto round_1024 = [&](int base, int n, int nr, const XHalf& x, float* part) {
 #pragma unroll
-    for (int i = 0; i < kRoundSlots; ++i)
-      a[i] = (i < n && 8 * i + (warp >> 1) < nr) ? half_row_lane(slot_at(base + i), warp >> 1, x) : 0.f;
-    const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
-    if ((lane & 7) == 0) part[(lane >> 3) * kStreamConsumerWarps + warp] = r4;
+    for (int k = 0; k < F::kRb; ++k) {  // E4M3: the slots' first 8 rows, then their second 8
+      float a[kRoundSlots];
+#pragma unroll
+      for (int i = 0; i < kRoundSlots; ++i) {
+        const int row = 8 * k + (warp >> 1);  // in the slot
+        a[i] = (i < n && F::kRows1024 * i + row < nr) ? half_row_lane<W>(slot_at(base + i), row, x) : 0.f;
+      }
+      const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);  // lane 8 v: slot v's row
+      if ((lane & 7) == 0) part[(F::kRb * (lane >> 3) + k) * kStreamConsumerWarps + warp] = r4;
+    }
   };
-  auto combine_row = [&](const float* part, int t) {  // row t of the round (slot t / 8, row t % 8)
+  auto combine_row = [&](const float* part, int t) {  // row t of the round (8-row block t / 8, row t % 8)
     const float* pp = part + (t >> 3) * kStreamConsumerWarps + 2 * (t & 7);
     return pp[0] + pp[1];
   };
@@ -496,21 +550,37 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // per thread). The first round's opening barrier publishes s_x and the norm's sums of squares
   // (and carries `ok`, see acquire_n); after it each thread calls opened() (norm_inv), and the
   // input half stays in registers. False when a wait failed.
-  auto rows_1024 = [&](int r0, int r1, uint16_t work_phase, int layer, const float* s_x, bool ok, auto&& on_row,
-                       auto&& opened) -> bool {
-    if (!acquire_n(min(kRoundSlots, (r1 - r0 + 7) / 8), work_phase, layer, ok)) return false;
+  // Row scales (E4M3): row q's is scl[q]; thread t's for the first round is sc0 (the caller loads
+  // it before its wait), each later round's is loaded one round ahead, so no scale load is ever
+  // waited on at the end of a round. The dot product reaches on_row scaled.
+  auto rows_1024 = [&](int r0, int r1, uint16_t work_phase, int layer, const float* s_x, bool ok, const float* scl,
+                       float sc0, auto&& on_row, auto&& opened) -> bool {
+    if (!acquire_n(min(kRoundSlots, (r1 - r0 + F::kRows1024 - 1) / F::kRows1024), work_phase, layer, ok)) return false;
     opened();
-    const XHalf x = load_xhalf(s_x);
-    for (int q = r0, rd = 0; q < r1; q += 8 * kRoundSlots, ++rd) {
-      const int nr = min(8 * kRoundSlots, r1 - q), n = (nr + 7) / 8;
+    const XHalf x = load_xhalf<W>(s_x);
+    float sc = sc0;
+    for (int q = r0, rd = 0; q < r1; q += kRowsRound, ++rd) {
+      const int nr = min(kRowsRound, r1 - q), n = (nr + F::kRows1024 - 1) / F::kRows1024;
       float* part = sm.part[rd & 1];
       if (rd > 0 && !acquire_n(n, work_phase, layer)) return false;
+      float sc_next = 1.f;
+      if constexpr (kScaled)
+        if (tid < kRowsRound && q + kRowsRound + tid < r1) sc_next = __ldg(scl + q + kRowsRound + tid);
       round_1024(0, n, nr, x, part);
       csync();  // publishes part: combine after it, in fixed order
-      if (tid < nr) on_row(q + tid, combine_row(part, tid));
+      if (tid < nr) {
+        if constexpr (kScaled) on_row(q + tid, combine_row(part, tid) * sc);
+        else on_row(q + tid, combine_row(part, tid));
+      }
       hand_back(n);
+      sc = sc_next;
     }
     return true;
+  };
+  // this thread's scale of row r0 + tid (the first round of rows_1024), 1 for bf16
+  auto first_scale = [&](const float* scl, int r0, int r1) -> float {
+    if constexpr (kScaled) return tid < kRowsRound && r0 + tid < r1 ? __ldg(scl + r0 + tid) : 1.f;
+    else return 1.f;
   };
 
   const float scale = rsqrtf(float(kHeadDim));
@@ -544,14 +614,26 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     const uint32_t tag = layer_tag(steps, L);
     long long* acc_o = acc + kAccO + (L % kAccBuffers) * kHidden;  // residual after attention + O
 
+    // this layer's row scales (E4M3; null for bf16), in the stream order (qkv rows grouped)
+    const float* SC = kScaled ? p.row_scales + int64_t(L) * kLayerRows : nullptr;
+
     // ---------------- qkv ----------------
     {
       float v[2];
       bool ok = true;
       const Norm2 nin = load_norm2(N + kNormInLn);  // in flight during the wait below
+      const float* scl = kScaled ? SC + kScQKV + g * kGroupRows : nullptr;
+      const float sc0 = first_scale(scl, s.q0, s.q1);
       if (L == 0) {
+        if constexpr (kScaled) {  // the token's E4M3 row, dequantized as the oracle's weights are
+          const float es = __ldg(p.embed_scales + token);
+          const uint8_t* er = p.embed_codes + int64_t(token) * kHidden;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) v[e] = bf16_as_float(emb_row[tid + e * kStreamConsumerThreads]);
+          for (int e = 0; e < 2; ++e) v[e] = W::value(er, tid + e * kStreamConsumerThreads, es);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) v[e] = bf16_as_float(p.embed[int64_t(token) * kHidden + tid + e * kStreamConsumerThreads]);
+        }
       } else {
         const long long* rp = acc + kTagResid + tid;
         tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, L - 1), v, S, tmo,
@@ -563,7 +645,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       if (ok) seed_o(acc_o, v);
       stream_prenorm(v, nin, sm.x, sm.ssq);
       float inv = 0.f;
-      if (!rows_1024(s.q0, s.q1, kPhase_s_qkv, L, sm.x, ok, [&](int q, float a) {
+      if (!rows_1024(s.q0, s.q1, kPhase_s_qkv, L, sm.x, ok, scl, sc0, [&](int q, float a) {
             const int row = qkv_std_row(g, q);
             tagged_store(acc + kTagQKV + row, a * inv, tag);
             scr[kScrQKV + row] = a * inv;  // phase diff only
@@ -746,6 +828,14 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     }
 
     // ---------------- merge + O partial sums ----------------
+    float sco[2] = {1.f, 1.f};  // E4M3: this lane's O row scales of the first O slot, loaded before the wait
+    if constexpr (kScaled) {
+      const int r0 = 4 * warp + (lane >> 4);
+      if ((lane & 15) == 0) {
+        if (s.o0 + r0 < s.o1) sco[0] = __ldg(SC + kScO + s.o0 + r0);
+        if (s.o0 + r0 + 2 < s.o1) sco[1] = __ldg(SC + kScO + s.o0 + r0 + 2);
+      }
+    }
     {
       bool ok = true;
       float num = 0.f, den = 0.f;
@@ -798,7 +888,34 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     csync();
     if (stop_after(L, kStopAttn)) return;
     jitter(L, 2);
-    {
+    if constexpr (F::kRb == 2) {
+      // E4M3: 64 rows of the group's 256 columns per slot, one slot per round; half-warp hw of warp
+      // w takes rows 4 w + hw and 4 w + 2 + hw, lane l16 16 columns (one 16-byte word) of each
+      const int hw = lane >> 4, l16 = lane & 15;
+      const float4* at4 = reinterpret_cast<const float4*>(sm.attn) + 4 * l16;
+      const float4 at[4] = {at4[0], at4[1], at4[2], at4[3]};
+      for (int o = s.o0, i = 0; o < s.o1; o += F::kRowsO, ++i) {
+        const int nr = min(F::kRowsO, s.o1 - o);
+        const int r0 = 4 * warp + hw, r1 = r0 + 2;
+        // the two rows' scales (issued before the slot wait; the first slot's before the merge's)
+        const float s0 = (l16 == 0 && r0 < nr) ? (i == 0 ? sco[0] : __ldg(SC + kScO + o + r0)) : 0.f;
+        const float s1 = (l16 == 0 && r1 < nr) ? (i == 0 ? sco[1] : __ldg(SC + kScO + o + r1)) : 0.f;
+        if (!acquire_n(1, kPhase_s_oproj, L)) return;
+        const uint4* slot = slot_at(0);
+        float a0 = r0 < nr ? dot16_e4m3(slot[r0 * 16 + l16], at, 0.f) : 0.f;
+        float a1 = r1 < nr ? dot16_e4m3(slot[r1 * 16 + l16], at, 0.f) : 0.f;
+#pragma unroll
+        for (int m = 8; m > 0; m >>= 1) {  // within each half-warp, fixed order
+          a0 += __shfl_xor_sync(0xffffffffu, a0, m);
+          a1 += __shfl_xor_sync(0xffffffffu, a1, m);
+        }
+        if (l16 == 0) {
+          if (r0 < nr) resid_add(acc_o + o + r0, to_fix(a0 * s0));
+          if (r1 < nr) resid_add(acc_o + o + r1, to_fix(a1 * s1));
+        }
+        release_n(1);
+      }
+    } else {
       // lane's 8 attention values are the same for every O row: registers
       const float4 at0 = reinterpret_cast<const float4*>(sm.attn)[2 * lane];
       const float4 at1 = reinterpret_cast<const float4*>(sm.attn)[2 * lane + 1];
@@ -833,6 +950,17 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     {
       long long fix[2] = {0, 0};
       const Norm2 npost = load_norm2(N + kNormPostLn);  // in flight during the wait below
+      // E4M3: the gate and up scales of this thread's pair in the first round, also before the wait
+      auto pair_scales = [&](int u, int nu, float& sg, float& su) {
+        sg = su = 1.f;
+        if constexpr (kScaled)
+          if (tid < kMlpUnitCols * nu) {
+            sg = __ldg(SC + kScGateUp + 2 * kMlpUnitCols * u + 2 * tid);
+            su = __ldg(SC + kScGateUp + 2 * kMlpUnitCols * u + 2 * tid + 1);
+          }
+      };
+      float scg, scu;
+      pair_scales(s.u0, min(kMlpRoundUnits, s.u1 - s.u0), scg, scu);
       const bool ok = resid_poll(acc_o, kGroups + 1, rh, fix, S, tmo, uint32_t(L) * 16u + 10u);
       XRAY_END(s_wait_o, L);  // thread 0's words (the first round's barrier is the block's)
       float v[2];
@@ -847,23 +975,31 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         return;
       }
       stream_prenorm(v, npost, sm.x, sm.ssq);
-      // rounds of kMlpRoundSlots / 2 units; slot rows 2i (gate) and 2i + 1 (up) of pair i. The
-      // first round's opening barrier publishes hval, x and the sums of squares.
-      constexpr int kUnitsPerRound = kMlpRoundSlots / 2;
-      if (!acquire_n(2 * min(kUnitsPerRound, s.u1 - s.u0), kPhase_s_mlp, L, ok)) return;
+      // rounds of kMlpRoundUnits units (16 rows each: rows 2i (gate) and 2i + 1 (up) of pair i),
+      // each in pieces of at most kRoundSlots slots. The first round's opening barrier publishes
+      // hval, x and the sums of squares.
+      constexpr int kSpu = F::kSlotsPerUnit;
+      static_assert(kMlpRoundUnits * kSpu <= 2 * kRoundSlots, "an MLP round is at most two pieces");
+      if (!acquire_n(kSpu * min(kMlpRoundUnits, s.u1 - s.u0), kPhase_s_mlp, L, ok)) return;
       const float inv = norm_inv(sm.ssq);
       if (b == 0)  // phase diff only
         for (int e = 0; e < 2; ++e) scr[kScrNormPost + tid + e * kStreamConsumerThreads] = v[e] * inv * npost.w[e];
-      const XHalf xg = load_xhalf(sm.x);
-      for (int u = s.u0, rd = 0; u < s.u1; u += kUnitsPerRound, ++rd) {
-        const int nu = min(kUnitsPerRound, s.u1 - u), n = 2 * nu;
+      const XHalf xg = load_xhalf<W>(sm.x);
+      for (int u = s.u0, rd = 0; u < s.u1; u += kMlpRoundUnits, ++rd) {
+        const int nu = min(kMlpRoundUnits, s.u1 - u), n = kSpu * nu;
         float* part = sm.part[rd & 1];
-        if (rd > 0 && !acquire_n(n, kPhase_s_mlp, L)) return;
-        round_1024(0, min(kRoundSlots, n), 8 * min(kRoundSlots, n), xg, part);
-        if (n > kRoundSlots) round_1024(kRoundSlots, n - kRoundSlots, 8 * (n - kRoundSlots), xg, part + kRoundSlots * kStreamConsumerWarps);
+        if (rd > 0) {
+          pair_scales(u, nu, scg, scu);
+          if (!acquire_n(n, kPhase_s_mlp, L)) return;
+        }
+#pragma unroll
+        for (int pc = 0; pc < 2; ++pc) {
+          const int p0 = pc * kRoundSlots, np = min(kRoundSlots, n - p0);
+          if (np > 0) round_1024(p0, np, np * F::kRows1024, xg, part + p0 * F::kRb * kStreamConsumerWarps);
+        }
         csync();
-        if (tid < 4 * n) {  // pair t of the round: gate j and up j, j = 8 u + t
-          const float gg = combine_row(part, 2 * tid) * inv, uu = combine_row(part, 2 * tid + 1) * inv;
+        if (tid < kMlpUnitCols * nu) {  // pair t of the round: gate j and up j, j = 8 u + t
+          const float gg = combine_row(part, 2 * tid) * (inv * scg), uu = combine_row(part, 2 * tid + 1) * (inv * scu);
           const int j = kMlpUnitCols * u + tid;
           const float av = gg / (1.f + __expf(-gg)) * uu;
           tagged_store(acc + kTagAct + j, av, tag);
@@ -876,6 +1012,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     jitter(L, 4);
 
     // ---------------- MLP 2: every activation, this block's down rows, the residual -------------
+    // E4M3: this thread's down row scale (row h0 + tid), loaded before the activations' wait
+    const float scd = kScaled && tid < s.h1 - s.h0 ? __ldg(SC + kScDown + s.h0 + tid) : 1.f;
     {
       bool ok = true;
       constexpr int kPer = kIntermediate / kStreamConsumerThreads;
@@ -889,29 +1027,34 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       XRAY_END(s_wait_act, L);
     }
     {
-      // rows h0..h1 of down (row-major, K = 3072) as 1024-wide segments, 8 per slot; two warps
-      // per segment; thread t keeps segment t's sum, and thread r adds row r's three in order
-      // (one thread adding all 24 of a block serially cost ~0.3 us per layer)
+      // rows h0..h1 of down (row-major, K = 3072) as 1024-wide segments, kRows1024 per slot (as
+      // K = 1024 rows in round_1024); two warps per segment; thread t keeps segment t's sum, and
+      // thread r adds row r's three in order (one thread adding all 24 of a block serially cost
+      // ~0.3 us per layer), then the row scale (E4M3)
       const int nseg = 3 * (s.h1 - s.h0);
       int held = 0;  // the last round's slots, handed back after the residual stores
-      for (int q0 = 0, rd = 0; q0 < nseg; q0 += 8 * kRoundSlots, ++rd) {
-        const int nq = min(8 * kRoundSlots, nseg - q0), n = (nq + 7) / 8;
+      for (int q0 = 0, rd = 0; q0 < nseg; q0 += kRowsRound, ++rd) {
+        const int nq = min(kRowsRound, nseg - q0), n = (nq + F::kRows1024 - 1) / F::kRows1024;
         float* part = sm.part[rd & 1];
         if (!acquire_n(n, kPhase_s_down, L)) return;
-        float a[kRoundSlots];
 #pragma unroll
-        for (int i = 0; i < kRoundSlots; ++i) {
-          const int q = q0 + 8 * i + (warp >> 1);  // segment q: row q / 3, columns 1024 (q % 3) ..
-          // the input half differs per segment: read it from shared memory (4 live XHalf would
-          // cost 64 registers)
-          a[i] = 0.f;
-          if (i < n && q < nseg) {
-            const XHalf xa = load_xhalf(sm.act + (q % 3) * kHidden);
-            a[i] = half_row_lane(slot_at(i), warp >> 1, xa);
+        for (int k = 0; k < F::kRb; ++k) {
+          float a[kRoundSlots];
+#pragma unroll
+          for (int i = 0; i < kRoundSlots; ++i) {
+            const int row = 8 * k + (warp >> 1);         // in the slot
+            const int q = q0 + F::kRows1024 * i + row;  // segment q: row q / 3, columns 1024 (q % 3) ..
+            // the input half differs per segment: read it from shared memory (4 live XHalf would
+            // cost 64 registers)
+            a[i] = 0.f;
+            if (i < n && q < nseg) {
+              const XHalf xa = load_xhalf<W>(sm.act + (q % 3) * kHidden);
+              a[i] = half_row_lane<W>(slot_at(i), row, xa);
+            }
           }
+          const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
+          if ((lane & 7) == 0) part[(F::kRb * (lane >> 3) + k) * kStreamConsumerWarps + warp] = r4;
         }
-        const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
-        if ((lane & 7) == 0) part[(lane >> 3) * kStreamConsumerWarps + warp] = r4;
         csync();
         if (tid < nq) sm.segsum[q0 + tid] = combine_row(part, tid);
         if (q0 + nq < nseg) hand_back(n); else held = n;
@@ -920,7 +1063,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       if (tid < s.h1 - s.h0) {
         const int i = s.h0 + tid;
         const float* sg = sm.segsum + 3 * tid;  // the row's three segments, added in order
-        const float v = sm.hval[i] + ((sg[0] + sg[1]) + sg[2]);
+        const float v = sm.hval[i] + ((sg[0] + sg[1]) + sg[2]) * scd;
         tagged_store(acc + kTagResid + i, v, tag);
         if (p.stop_layer == L && (p.stop_phase == kStopGateUp || p.stop_phase == kStopDown)) scr[kScrHidden + i] = v;
       }
@@ -935,6 +1078,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   float v[2];
   bool ok = true;
   const Norm2 nfin = load_norm2(p.final_norm);  // in flight during the wait below
+  const float sch0 = first_scale(p.embed_scales, s.v0, s.v1);  // E4M3: the first LM-head round's
   {
     const long long* rp = acc + kTagResid + tid;
     tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, kNumLayers - 1), v, S,
@@ -953,13 +1097,14 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       }
     }
   }
-  // Thread t < 32 combines row t of every round: rows are visited in increasing order per thread
-  // and only a strictly larger logit replaces the best, so ties keep the lowest index (as
-  // torch.argmax); the 32 threads' winners are reduced with the same rule.
+  // Thread t < kRowsRound (32 bf16, 64 E4M3) combines row t of every round: rows are visited in
+  // increasing order per thread and only a strictly larger logit replaces the best, so ties keep
+  // the lowest index (as torch.argmax); the threads' winners are reduced with the same rule, per
+  // warp and then over the kArgWarps warps in order.
   float best = -INFINITY;
   int best_i = 0x7fffffff;
   float inv = 0.f;
-  if (!rows_1024(s.v0, s.v1, kPhase_lmhead, kNumLayers, sm.x, ok, [&](int row, float a) {
+  if (!rows_1024(s.v0, s.v1, kPhase_lmhead, kNumLayers, sm.x, ok, p.embed_scales, sch0, [&](int row, float a) {
         const float logit = a * inv;
         p.logits[row] = logit;
         if (logit > best) {
@@ -972,7 +1117,23 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int e = 0; e < 2; ++e) scr[kScrFinalNorm + tid + e * kStreamConsumerThreads] = v[e] * inv * nfin.w[e];
       }))
     return;
-  if (warp == 0) warp_argmax(best, best_i);  // lanes 0..31 of warp 0 hold the candidates
+  constexpr int kArgWarps = kRowsRound / 32;
+  static_assert(kRowsRound % 32 == 0 && kArgWarps <= kStreamConsumerWarps, "whole warps hold the candidates");
+  if (warp < kArgWarps) warp_argmax(best, best_i);
+  if constexpr (kArgWarps > 1) {  // the other warps' winners to warp 0 (sm.red is free here)
+    int* idx = reinterpret_cast<int*>(sm.ssq);
+    if (warp > 0 && warp < kArgWarps && lane == 0) {
+      sm.red[warp] = best;
+      idx[warp] = best_i;
+    }
+    csync();
+    if (tid == 0)
+      for (int w = 1; w < kArgWarps; ++w)
+        if (sm.red[w] > best || (sm.red[w] == best && idx[w] < best_i)) {
+          best = sm.red[w];
+          best_i = idx[w];
+        }
+  }
   if (tid == 0) {
     const float bv = best;
     const int bi = best_i;
@@ -1008,7 +1169,7 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
   __syncthreads();  // the schedule's only barrier 0: from here the consumers sync on barrier 1
   const Ring r{ring_slots, full, empty, &quit};
   if (tid >= kStreamConsumerThreads) {
-    if (tid == kStreamConsumerThreads) stream_producer(p, plan, pos, r);
+    if (tid == kStreamConsumerThreads) stream_producer<typename Cfg::Weights>(p, plan, pos, r);
     return;
   }
   const uint32_t steps = *(volatile const uint32_t*)&p.sync->steps;  // names this launch in tagged words

@@ -56,6 +56,7 @@ WAITS: dict[str, dict[int, str]] = {
 }
 WAITS["bf16-upstream-l2pre"] = WAITS["bf16-upstream"]
 WAITS["fp8-upstream"] = WAITS["bf16-upstream"]  # the same schedule on fp8 weights
+WAITS["fp8-stream"] = WAITS["bf16-stream"]  # likewise
 
 
 def variant_spec(name: str) -> dict:
@@ -92,18 +93,41 @@ def pack_layer_weights_stream(tensors: dict[str, torch.Tensor], num_layers: int)
       o    [8 groups][1024 rows][256]: o_proj columns 256g .. 256g+255 (the group's two heads)
       gate/up interleaved and down row-major, as in the upstream layout."""
     w, n = pack_layer_weights(tensors, num_layers)
+    return stream_order_(w, num_layers), n
+
+
+def _group_qkv_rows(rows: torch.Tensor) -> torch.Tensor:
+    """[QKV_ROWS, ...] in q | k | v order -> the same rows grouped by KV head g: q head 2g, q head
+    2g+1, k head g, v head g (the streaming schedule's qkv order)."""
+    hd, g = C.HEAD_DIM, C.NUM_KV_HEADS
+    q = rows[:C.Q_DIM].reshape(g, 2 * hd, *rows.shape[1:])
+    k = rows[C.Q_DIM:C.Q_DIM + C.KV_DIM].reshape(g, hd, *rows.shape[1:])
+    v = rows[C.Q_DIM + C.KV_DIM:].reshape(g, hd, *rows.shape[1:])
+    return torch.cat([q, k, v], dim=1).reshape(rows.shape)
+
+
+def stream_order_(w: torch.Tensor, num_layers: int) -> torch.Tensor:
+    """Reorder, in place, a flat per-layer weight buffer in the upstream element order (bf16 values
+    or E4M3 codes: one element per weight) into the streaming schedule's order; returns w."""
     hd, g = C.HEAD_DIM, C.NUM_KV_HEADS
     for i in range(num_layers):
         base = i * LAYER_ELEMS
         qkv = w[base + OFF_QKV: base + OFF_O].view(QKV_ROWS, C.HIDDEN)
-        q = qkv[:C.Q_DIM].view(g, 2 * hd, C.HIDDEN)
-        k = qkv[C.Q_DIM:C.Q_DIM + C.KV_DIM].view(g, hd, C.HIDDEN)
-        v = qkv[C.Q_DIM + C.KV_DIM:].view(g, hd, C.HIDDEN)
-        grouped = torch.cat([q, k, v], dim=1).reshape(-1)          # [g][512][1024]
+        grouped = _group_qkv_rows(qkv).reshape(-1)                  # [g][512][1024]
         o = w[base + OFF_O: base + OFF_GATEUP].view(C.HIDDEN, g, 2 * hd).permute(1, 0, 2).reshape(-1)
         w[base + OFF_QKV: base + OFF_O] = grouped
         w[base + OFF_O: base + OFF_GATEUP] = o
-    return w, n
+    return w
+
+
+def stream_order_scales_(scales: torch.Tensor) -> torch.Tensor:
+    """The per-row scales [num_layers, LAYER_SCALES] (layout rowmajor-v1) in the streaming order,
+    in place: only the qkv rows move (O's scales belong to its output rows, which stay)."""
+    from monolith.quant import fp8_layout as F
+
+    qkv = scales[:, F.SC_QKV: F.SC_QKV + QKV_ROWS]
+    qkv.copy_(_group_qkv_rows(qkv.transpose(0, 1).contiguous()).transpose(0, 1))
+    return scales
 
 
 PACKERS = {"upstream": pack_layer_weights, "stream": pack_layer_weights_stream}
@@ -283,8 +307,12 @@ class MegakernelEngine(Engine):
 
             pt = fp8_pack.tensors
             self.w = self.embed = None
-            self.codes = pt[F.T_LAYER_CODES].to(dev).contiguous().view(-1)
-            self.row_scales = pt[F.T_LAYER_SCALES].to(dev).contiguous().view(-1)
+            codes, scales = pt[F.T_LAYER_CODES], pt[F.T_LAYER_SCALES]
+            if self.stream:  # the file's rowmajor-v1 rows, in the streaming schedule's order
+                codes = stream_order_(codes.clone().view(-1), C.NUM_LAYERS)
+                scales = stream_order_scales_(scales.clone())
+            self.codes = codes.to(dev).contiguous().view(-1)
+            self.row_scales = scales.to(dev).contiguous().view(-1)
             self.embed_codes = pt[F.T_EMBED_CODES].to(dev).contiguous()
             self.embed_scales = pt[F.T_EMBED_SCALES].to(dev).contiguous()
             self.norms = pt[F.T_NORMS].to(dev).contiguous().view(-1)

@@ -120,6 +120,19 @@ def test_full_step_logits_and_token(engines):
         assert int(lk.argmax()) == int(lr.argmax())
 
 
+def test_kernel_token_is_the_argmax_of_its_own_logits(engines):
+    """The in-kernel argmax (every block's candidates, then the grid's) must pick exactly
+    torch.argmax of the logits the same launch wrote, ties to the lowest index, at every step.
+    (fp8-stream's first build reduced only warp 0's candidates, while its LM-head rounds spread
+    them over two warps: the logits were right and 1 token in 2 was not.)"""
+    mk, _ = engines
+    g = torch.Generator().manual_seed(21)
+    prompt = torch.randint(0, C.VOCAB, (24,), generator=g).tolist()
+    mk.reset()
+    preds, logits = mk._forced(torch.tensor(prompt), want_logits=True)
+    assert torch.equal(preds.cpu(), logits.argmax(dim=-1).cpu())
+
+
 def test_decode_is_deterministic_and_matches_teacher_forcing(engines):
     mk, _ = engines
     prompt, nxt, _ = _prefilled(engines, seed=4)
