@@ -64,63 +64,88 @@ def perplexity_kl(ref: Engine, eng: Engine, tokens: list[int], context: int = CO
                   kl_positions: int = KL_POSITIONS, max_positions: int | None = None, progress=None) -> dict:
     """One pass: perplexity of both engines and the KL between them. `max_positions` caps the
     scored positions (both engines see the same windows)."""
-    same = ref is eng
-    n_ref = n_eng = 0.0
-    count, kl_sum, kl_n = 0, 0.0, 0
+    return perplexity_kl_many(ref, [eng], tokens, context, stride, kl_positions, max_positions, progress)[0]
+
+
+def perplexity_kl_many(ref: Engine, engines: list[Engine], tokens: list[int], context: int = CONTEXT,
+                       stride: int = STRIDE, kl_positions: int = KL_POSITIONS, max_positions: int | None = None,
+                       progress=None) -> list[dict]:
+    """`perplexity_kl` for several engines against one reference, the reference run once per
+    window (its logits are deterministic, so each engine's figures are the ones a pass of its own
+    would give; an fp32 reference step costs ~10x a megakernel step). One dict per engine."""
+    n_ref = 0.0
+    n_eng = [0.0] * len(engines)
+    kl_sum = [0.0] * len(engines)
+    count, kl_n = 0, 0
     for start, end, first in windows(len(tokens), context, stride):
         win = tokens[start:end]
-        ref.reset()
-        lr = ref.logits(win)
-        le = lr if same else (eng.reset(), eng.logits(win))[1]
-        tgt = torch.as_tensor(win[1:], dtype=torch.long, device=lr.device)
         sl = slice(first, len(win) - 1)
         if max_positions is not None:
             sl = slice(first, min(len(win) - 1, first + max_positions - count))
         k = sl.stop - sl.start
         if k <= 0:
             break
+        ref.reset()
+        lr = ref.logits(win)
+        tgt = torch.as_tensor(win[1:], dtype=torch.long, device=lr.device)
         n_ref += float(nll(lr[sl], tgt[sl]).sum())
-        n_eng += float(nll(le[sl], tgt[sl].to(le.device)).sum())
-        if kl_n < kl_positions:
-            m = min(k, kl_positions - kl_n)
-            kl_sum += float(kl(lr[sl][:m], le[sl][:m].to(lr.device)).sum())
-            kl_n += m
+        m = min(k, kl_positions - kl_n)
+        for j, eng in enumerate(engines):
+            if eng is ref:
+                le = lr
+            else:
+                eng.reset()
+                le = eng.logits(win)
+            n_eng[j] += float(nll(le[sl], tgt[sl].to(le.device)).sum())
+            if m > 0:
+                kl_sum[j] += float(kl(lr[sl][:m], le[sl][:m].to(lr.device)).sum())
+            del le
+        kl_n += max(m, 0)
         count += k
         if progress:
             progress(k)
         if max_positions is not None and count >= max_positions:
             break
-    return {
-        "ppl": float(torch.tensor(n_eng / count).exp()), "ref_ppl": float(torch.tensor(n_ref / count).exp()),
-        "ppl_ratio": float(torch.tensor((n_eng - n_ref) / count).exp()),
-        "positions": count, "context": context, "stride": stride, "kl": kl_sum / max(kl_n, 1), "kl_positions": kl_n,
-    }
+    return [{
+        "ppl": float(torch.tensor(n_eng[j] / count).exp()), "ref_ppl": float(torch.tensor(n_ref / count).exp()),
+        "ppl_ratio": float(torch.tensor((n_eng[j] - n_ref) / count).exp()),
+        "positions": count, "context": context, "stride": stride, "kl": kl_sum[j] / max(kl_n, 1), "kl_positions": kl_n,
+    } for j in range(len(engines))]
 
 
 def agreement(ref: Engine, eng: Engine, prompts: list[list[int]], n: int = AGREE_TOKENS, progress=None,
               free_running: bool = True) -> dict:
     """`free_running=False` skips the engine's free-running decode (the extra prefix measure):
     for an engine whose decode is slow and whose decode path is not what is being checked."""
-    match = total = prefix_sum = 0
+    return agreement_many(ref, [eng], prompts, n, progress, free_running)[0]
+
+
+def agreement_many(ref: Engine, engines: list[Engine], prompts: list[list[int]], n: int = AGREE_TOKENS,
+                   progress=None, free_running: bool = True) -> list[dict]:
+    """`agreement` for several engines against one reference, which decodes each prompt once."""
+    match, prefix_sum = [0] * len(engines), [0] * len(engines)
+    total = 0
     for p in prompts:
         ref.reset()
         f = ref.prefill(p)
         seq = [f, *ref.decode(f, n - 1).tolist()]
-        eng.reset()
-        g = eng.prefill(p)
-        preds = [g, *eng.teacher_forced(seq[:-1]).tolist()]
-        match += sum(int(a == b) for a, b in zip(preds, seq, strict=False))
         total += n
-        if free_running:
+        for j, eng in enumerate(engines):
             eng.reset()
             g = eng.prefill(p)
-            free = [g, *eng.decode(g, n - 1).tolist()]
-            prefix_sum += next((i for i, (a, b) in enumerate(zip(free, seq, strict=False)) if a != b), n)
+            preds = [g, *eng.teacher_forced(seq[:-1]).tolist()]
+            match[j] += sum(int(a == b) for a, b in zip(preds, seq, strict=False))
+            if free_running:
+                eng.reset()
+                g = eng.prefill(p)
+                free = [g, *eng.decode(g, n - 1).tolist()]
+                prefix_sum[j] += next((i for i, (a, b) in enumerate(zip(free, seq, strict=False)) if a != b), n)
         if progress:
             progress(1)
-    return {"agreement": match / max(total, 1), "agreement_tokens": total, "prompts": len(prompts),
-            "tokens_per_prompt": n, "free_running_prefix_frac": prefix_sum / max(total, 1) if free_running else None,
-            "method": "engine teacher-forced on the reference's greedy sequence; argmax match rate"}
+    return [{"agreement": match[j] / max(total, 1), "agreement_tokens": total, "prompts": len(prompts),
+             "tokens_per_prompt": n, "free_running_prefix_frac": prefix_sum[j] / max(total, 1) if free_running else None,
+             "method": "engine teacher-forced on the reference's greedy sequence; argmax match rate"}
+            for j in range(len(engines))]
 
 
 def evaluate(ref: Engine, eng: Engine, text_tokens: list[int], prompts: list[list[int]], *, context: int = CONTEXT,
@@ -128,16 +153,27 @@ def evaluate(ref: Engine, eng: Engine, text_tokens: list[int], prompts: list[lis
              free_running: bool = True) -> dict:
     """Both measures with rich progress bars; `positions` caps scored perplexity positions and
     KL positions together (the KL uses the first `positions` of the perplexity pass)."""
+    return evaluate_many(ref, [eng], text_tokens, prompts, context=context, stride=stride, positions=positions,
+                         agree_tokens=agree_tokens, free_running=free_running)[0]
+
+
+def evaluate_many(ref: Engine, engines: list[Engine], text_tokens: list[int], prompts: list[list[int]], *,
+                  context: int = CONTEXT, stride: int = STRIDE, positions: int = KL_POSITIONS,
+                  agree_tokens: int = AGREE_TOKENS, free_running: bool = True) -> list[dict]:
+    """`evaluate` for several engines in one pass over the reference (see perplexity_kl_many)."""
     from rich.progress import Progress
 
+    names = ", ".join(getattr(e, "name", "engine") for e in engines)
     with Progress(transient=True) as bar:
-        t1 = bar.add_task(f"perplexity+KL ({eng.name})", total=positions)
-        pk = perplexity_kl(ref, eng, text_tokens, context, stride, kl_positions=positions, max_positions=positions,
-                           progress=lambda k: bar.advance(t1, k))
-        t2 = bar.add_task(f"agreement ({eng.name})", total=len(prompts))
-        ag = agreement(ref, eng, prompts, agree_tokens, progress=lambda k: bar.advance(t2, k), free_running=free_running)
-    return {**pk, **ag, "reference": getattr(ref, "name", "reference"),
-            "reference_info": dict(getattr(ref, "info", {}) or {}), "engine_info": dict(getattr(eng, "info", {}) or {})}
+        t1 = bar.add_task(f"perplexity+KL ({names})", total=positions)
+        pk = perplexity_kl_many(ref, engines, text_tokens, context, stride, kl_positions=positions,
+                                max_positions=positions, progress=lambda k: bar.advance(t1, k))
+        t2 = bar.add_task(f"agreement ({names})", total=len(prompts))
+        ag = agreement_many(ref, engines, prompts, agree_tokens, progress=lambda k: bar.advance(t2, k),
+                            free_running=free_running)
+    return [{**pk[j], **ag[j], "reference": getattr(ref, "name", "reference"),
+             "reference_info": dict(getattr(ref, "info", {}) or {}), "engine_info": dict(getattr(eng, "info", {}) or {})}
+            for j, eng in enumerate(engines)]
 
 
 def text_tokens(tokenizer, path: str | Path | None = None) -> list[int]:
@@ -173,10 +209,13 @@ def quantized_gates(q: dict, floor: dict | None = None, *, ppl_limit: float = PP
              f"{agreement_min:.0%})"]
     if floor is not None:
         f_ag, f_ppl = floor["agreement"], floor["ppl_ratio"]
-        fl_ok = q["agreement"] >= f_ag and q["ppl_ratio"] <= f_ppl * ppl_limit
-        out["floor"] = {"engine": floor.get("engine"), "agreement": f_ag, "ppl_ratio": f_ppl, "kl": floor["kl"]}
-        out.update(agreement_minus_floor=q["agreement"] - f_ag,
-                   kl_over_floor=q["kl"] / floor["kl"] if floor["kl"] > 0 else None, floor_gate_pass=fl_ok)
+        fl_ag_ok, fl_ppl_ok = q["agreement"] >= f_ag, q["ppl_ratio"] <= f_ppl * ppl_limit
+        fl_ok = fl_ag_ok and fl_ppl_ok
+        out["floor"] = {"engine": floor.get("engine"), "agreement": f_ag, "ppl_ratio": f_ppl, "kl": floor["kl"],
+                        "ppl": floor.get("ppl"), "ppl_pass": f_ppl <= ppl_limit, "agreement_pass": f_ag >= agreement_min}
+        out.update(agreement_minus_floor=q["agreement"] - f_ag, ppl_over_floor=q["ppl_ratio"] / f_ppl,
+                   kl_over_floor=q["kl"] / floor["kl"] if floor["kl"] > 0 else None,
+                   floor_agreement_pass=fl_ag_ok, floor_ppl_pass=fl_ppl_ok, floor_gate_pass=fl_ok)
         words.append(f"against the bf16 floor {'PASS' if fl_ok else 'FAIL'} (agreement {q['agreement']:.2%} vs floor "
                      f"{f_ag:.2%}, ppl ratio {q['ppl_ratio']:.4f} vs floor {f_ppl:.4f}, KL {q['kl']:.3g} vs floor "
                      f"{floor['kl']:.3g})")
@@ -187,11 +226,13 @@ def quantized_gates(q: dict, floor: dict | None = None, *, ppl_limit: float = PP
 def compare_quantized(ref: Engine, eng: Engine, floor: Engine | None, text_tokens: list[int],
                       prompts: list[list[int]], **kw) -> dict:
     """`evaluate` for the quantized engine and, beside it, for the bf16 floor engine, both
-    against the same reference; plus `quantized_gates`. kw: evaluate's keyword arguments."""
-    res = {"engine": evaluate(ref, eng, text_tokens, prompts, **kw)}
+    against the same reference (one pass: the reference runs once for both); plus
+    `quantized_gates`. kw: evaluate's keyword arguments."""
+    both = evaluate_many(ref, [eng] if floor is None else [eng, floor], text_tokens, prompts, **kw)
+    res = {"engine": both[0]}
     res["engine"]["engine"] = getattr(eng, "name", "engine")
     if floor is not None:
-        res["floor"] = evaluate(ref, floor, text_tokens, prompts, **kw)
+        res["floor"] = both[1]
         res["floor"]["engine"] = getattr(floor, "name", "floor")
     res["gates"] = quantized_gates(res["engine"], res.get("floor"))
     return res

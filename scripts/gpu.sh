@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [sweep] [devbench] [m4dev] [xraydev] [m4] [m3] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [sweep] [devbench] [m4dev] [xraydev] [m4] [m3] [m3quality] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -105,6 +105,18 @@ if want m3; then
     run m3-xray python3 scripts/xray_raw.py --variant fp8-upstream --position 128 --out results/xray
     run m3-xray-bf16 python3 scripts/xray_raw.py --variant bf16-upstream --position 128 --out "$OUT/xray-m3"
   fi
+fi
+# M3 quality (issue 12, item 5; MISSION.md §5, full protocol): fp8-upstream on the packed fp8 weights
+# and, beside it, the floor bf16-upstream on the original weights, both against fp32 on the bf16
+# weights (the reference runs once for both): WikiText-2 perplexity (context = stride = 512, 10,000
+# scored positions = the KL positions), 64-token greedy agreement on 100 prompts. Needs the
+# WikiText-2 text (carry .data). Estimate: ~20,500 fp32-reference steps (~6-7.5 ms each) + ~30,800
+# steps per megakernel + pack/setup: ~4-5 min (+ the extension build on a fresh machine).
+if want m3quality; then
+  run m3-pack python3 -m monolith pack --format fp8 --model checkpoints/synth-seed0 --out /tmp/fp8pack &&
+  run m3-quality python3 -m monolith eval quality --fp8 /tmp/fp8pack --model checkpoints/synth-seed0 \
+    --engine megakernel-fp8-upstream --ref reference-fp32 --floor megakernel-bf16-upstream \
+    --positions 10000 --context 512 --stride 512 --prompts 100 --agree-tokens 64 --out results/m3_fp8_quality.json
 fi
 want m1 && run m1 python3 -m monolith m1
 # Quality, full protocol, bf16 pairs: HF transformers (its parallel forward) and the megakernel,

@@ -89,3 +89,44 @@ def test_agreement_without_free_running_never_decodes():
     flipper = FakeEngine(flip=swap_top2_when(lambda pos, m: m < 0.05))
     b = Q.agreement(ref, flipper, [[1, 2], [3]], n=16, free_running=False)
     assert 0.5 < b["agreement"] < 1.0
+
+
+def test_many_engines_in_one_pass_give_each_engine_its_own_figures():
+    """compare_quantized measures the fp8 engine and the bf16 floor in one pass over the reference
+    (the fp32 reference is the expensive engine on the GPU): the figures must equal separate passes,
+    and the reference must run each window and each prompt once."""
+    class Counting(FakeEngine):
+        def __init__(self):
+            super().__init__()
+            self.logit_calls = self.prefills = 0
+
+        def _logits(self, tokens):
+            self.logit_calls += 1
+            return super()._logits(tokens)
+
+        def _prefill(self, tokens):
+            self.prefills += 1
+            return super()._prefill(tokens)
+
+    toks = [i % V for i in range(7, 7 + 200)]
+    prompts = [[1, 2], [3], [4, 5, 6]]
+    a = FakeEngine(flip=lambda pos, lg: lg * 0.5)
+    b = FakeEngine(flip=swap_top2_when(lambda pos, m: m < 0.05))
+    ref = Counting()
+    many = Q.perplexity_kl_many(ref, [a, b, ref], toks, context=40, stride=30, kl_positions=70, max_positions=150)
+    assert ref.logit_calls == 5  # once per window (39 + 30 + 30 + 30 + 21 scored = 150), not once per engine
+    for e, got in zip((a, b, ref), many, strict=True):
+        want = Q.perplexity_kl(FakeEngine(), e, toks, context=40, stride=30, kl_positions=70, max_positions=150)
+        assert got == pytest.approx(want)
+    assert many[2]["kl"] == 0.0 and many[0]["kl"] > 0.01 and many[0]["positions"] == 150
+    ag = Q.agreement_many(ref, [a, b], prompts, n=16)
+    assert ref.prefills == len(prompts)
+    for e, got in zip((a, b), ag, strict=True):
+        assert got == Q.agreement(FakeEngine(), e, prompts, n=16)
+    assert 0.5 < ag[1]["agreement"] < 1.0
+    both = Q.compare_quantized(FakeEngine(), a, b, toks, prompts, positions=60, context=40, stride=40,
+                               agree_tokens=8, free_running=False)
+    assert both["engine"]["positions"] == both["floor"]["positions"] == 60
+    assert both["gates"]["floor"]["agreement"] == both["floor"]["agreement"]
+    assert both["engine"]["ppl_ratio"] == pytest.approx(
+        Q.perplexity_kl(FakeEngine(), a, toks, context=40, stride=40, kl_positions=60, max_positions=60)["ppl_ratio"])

@@ -176,3 +176,15 @@ def test_suite_gates_each_engine_against_its_own_weights(monkeypatch, ckpt2):
     assert (n1, c1, w1) == ("megakernel-bf16-upstream", ckpt2, "bf16") and o1 == f"orc-{id(ckpt2)}"
     assert (n2, c2, w2) == ("megakernel-fp8-upstream", dq, "fp8") and o2 == f"orc-{id(dq)}"
     assert "fp8" in doc["protocol"]["oracles"]
+
+
+def test_engine_on_the_dequantized_checkpoint_runs_its_own_pack():
+    """`monolith eval quality --fp8 DIR --engine megakernel-fp8-upstream` builds the engine from the
+    dequantized checkpoint (registry.build(engine, dq)) with packed=None: the kernel then multiplies
+    the very codes and scales that checkpoint's fp32 weights were dequantized from."""
+    t = {name: torch.zeros(shape, dtype=getattr(torch, dt)) for name, (shape, dt) in
+         pack_fp8._expected_shapes(C.NUM_LAYERS, "fp8").items()}
+    pk = pack_fp8.PackedFP8(path=None, meta=_meta(), tensors=t)
+    eng = object.__new__(mk.MegakernelEngine)  # _fp8_pack alone: no extension, no GPU
+    eng.spec, eng.weight_format = mk.variant_spec("fp8-upstream"), "fp8"
+    assert eng._fp8_pack(_fake_ckpt(pk), "fp8-upstream", None) is pk

@@ -148,6 +148,9 @@ def test_default_blocks_stream_is_a_multiple_of_the_kv_groups():
     cases = {132: 128, 128: 128, 120: 120, 100: 96, 16: 16, 17: 16, 23: 16, 15: 15, 8: 8}
     for sms, want in cases.items():  # below min_stream: one per SM, which the range check refuses
         assert mk.default_blocks(stream, sms, groups, min_stream) == want, sms
+    for v in kernel_spec.variants()["variants"]:  # every stream variant (fp8-stream too) takes the rule
+        if v.get("schedule") == "stream":
+            assert mk.default_blocks(v, 132, groups, min_stream) == 128, v["name"]
     for name in ("bf16-upstream", "fp8-upstream", "bf16-upstream-l2pre"):
         spec = mk.variant_spec(name)
         assert spec["schedule"] == "upstream"

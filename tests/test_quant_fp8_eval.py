@@ -117,8 +117,41 @@ def test_fp8_quality_cpu_path(ckpt2, pack2):
     assert e["ppl_ratio"] == pytest.approx(e["ppl"] / e["ref_ppl"], rel=1e-4) and e["ppl_ratio"] != 1.0
     assert res["gates"]["floor"]["agreement"] == f["agreement"] and isinstance(res["gates"]["fixed_gates_pass"], bool)
     assert res["fp8_weights"]["kind"] == "fp8-dequantized" and res["weights"]["kind"] == "synthetic"
+    # MISSION.md §5's parameters are recorded with the figures
+    p = res["protocol"]
+    assert (p["context"], p["stride"], p["positions"], p["kl_positions"], p["prompts"], p["agree_tokens"]) == (
+        8, 8, 16, 16, 2, 4)
+    assert p["text"]["tokens"] == len(text) and p["gates"]["ppl_ratio_max"] == 1.02 and p["gates"]["agreement_min"] == 0.9
+    g = res["gates"]
+    assert g["floor_gate_pass"] == (g["floor_agreement_pass"] and g["floor_ppl_pass"])
+    assert g["floor"]["ppl"] == f["ppl"] and g["ppl_over_floor"] == pytest.approx(e["ppl_ratio"] / f["ppl_ratio"])
     with pytest.raises(MonolithError, match="computes in bf16"):
         fp8_quality(ckpt2, tok, pack2, "cpu", engine="reference", text_tokens=text, quality_prompts=PROMPTS)
+
+
+@pytest.mark.parametrize("engine,floor,device,match", [
+    ("hf-parallel-fp32", None, "cpu", "loads the original weights"),       # HF would read the bf16 files
+    ("megakernel-bf16-upstream", None, "cuda", "does not read fp8 weights"),
+    ("reference-fp32", "megakernel-fp8-upstream", "cuda", "floor is a bf16 engine"),
+    ("megakernel-fp8-upstream", None, "cpu", "--engine megakernel-fp8-upstream needs a CUDA device"),
+    ("reference-fp32", "megakernel-bf16-upstream", "cpu", "--floor megakernel-bf16-upstream needs a CUDA device"),
+])
+def test_fp8_quality_refuses_roles_before_any_work(ckpt2, engine, floor, device, match, tmp_path):
+    """The pack given does not exist: a refusal must come before the dequantization (and before any
+    engine or the text is loaded)."""
+    with pytest.raises(MonolithError, match=match):
+        fp8_quality(ckpt2, None, tmp_path / "no-pack", device, engine=engine, floor=floor, text_tokens=[1, 2],
+                    quality_prompts=PROMPTS)
+
+
+def test_fp8_kernel_variant_is_accepted_for_the_quality_run():
+    """What scripts/gpu.sh m3quality runs: megakernel-fp8-upstream on the fp8 weights, the bf16
+    megakernel as the floor (checked up to the GPU work)."""
+    from monolith.quant.fp8_quality import check_roles
+
+    check_roles("megakernel-fp8-upstream", "reference-fp32", "megakernel-bf16-upstream", "cuda")
+    assert registry.weights_of("megakernel-fp8-upstream") == "fp8"
+    assert registry.weights_of("megakernel-bf16-upstream") == "bf16"
 
 
 def test_pack_and_eval_quality_cli(synth2, pack2, tmp_path):
@@ -145,3 +178,27 @@ def test_pack_and_eval_quality_cli(synth2, pack2, tmp_path):
     doc = json.loads(res.read_text())
     assert "floor" not in doc and doc["gates"]["floor"] is None and "fixed gates" in r.output
     assert doc["engine"]["positions"] == 8 and doc["fp8_weights"]["source"]["sha256"] == doc["weights"]["sha256"]
+
+
+def test_fp8_quality_gives_the_engine_the_dequantized_weights_and_the_floor_the_original(ckpt2, pack2, monkeypatch):
+    """Who runs on what: the reference and the floor on the original bf16 checkpoint, the engine on
+    the dequantized one (a megakernel fp8 variant takes that checkpoint's own pack)."""
+    from harness_fakes import FakeEngine
+
+    built = {}
+
+    def fake_build(name, ck, device):
+        built[name] = ck
+        return FakeEngine()
+
+    monkeypatch.setattr(registry, "build", fake_build)
+    monkeypatch.setattr(registry, "spec", lambda name: registry.Spec(name, name))  # no CUDA needed here
+    res = fp8_quality(ckpt2, None, pack2, "cuda", engine="megakernel-fp8-upstream", ref="reference-fp32",
+                      floor="megakernel-bf16-upstream", text_tokens=[5, 6, 7, 8, 9, 10], positions=4, context=3,
+                      stride=3, prompts=2, agree_tokens=3, free_running=False, quality_prompts=[[1, 2], [3]])
+    assert built["reference-fp32"] is ckpt2 and built["megakernel-bf16-upstream"] is ckpt2
+    dq = built["megakernel-fp8-upstream"]
+    assert dq.weight_dtype == torch.float32 and dq.packed.source_sha256 == ckpt2.sha256()
+    assert str(dq.packed.path).startswith(str(pack2))
+    assert set(res) >= {"engine", "floor", "gates", "protocol", "roles"}
+    assert res["roles"]["floor"] == "megakernel-bf16-upstream on the original bf16 weights"
