@@ -82,7 +82,7 @@ def fp8_quality(ckpt, tok, packed, device: str, *, engine: str | None = None, re
     if floor != "none":
         fl = r if floor == ref else registry.build(floor, ckpt, device)
     res = quality.compare_quantized(r, e, fl, text_tokens, qp, **kw)
-    res["protocol"] = {  # MISSION.md §5: WikiText-2 ppl (context, stride), agreement, mean KL
+    res["protocol"] = {  # NOTES.md, Facts: protocols: WikiText-2 ppl (context, stride), agreement, mean KL
         "text": {**text_desc, "tokens": len(text_tokens)}, "context": context, "stride": stride,
         "positions": res["engine"]["positions"], "kl_positions": res["engine"]["kl_positions"],
         "positions_asked": positions, "prompts": len(qp), "agree_tokens": agree_tokens, "free_running": free_running,

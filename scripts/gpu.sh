@@ -106,7 +106,7 @@ if want m3; then
     run m3-xray-bf16 python3 scripts/xray_raw.py --variant bf16-upstream --position 128 --out "$OUT/xray-m3"
   fi
 fi
-# M3 quality (issue 12, item 5; MISSION.md §5, full protocol): fp8-upstream on the packed fp8 weights
+# M3 quality (issue 12, item 5; NOTES.md, Facts: protocols, in full): fp8-upstream on the packed fp8 weights
 # and, beside it, the floor bf16-upstream on the original weights, both against fp32 on the bf16
 # weights (the reference runs once for both): WikiText-2 perplexity (context = stride = 512, 10,000
 # scored positions = the KL positions), 64-token greedy agreement on 100 prompts. Needs the

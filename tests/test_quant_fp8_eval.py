@@ -117,7 +117,7 @@ def test_fp8_quality_cpu_path(ckpt2, pack2):
     assert e["ppl_ratio"] == pytest.approx(e["ppl"] / e["ref_ppl"], rel=1e-4) and e["ppl_ratio"] != 1.0
     assert res["gates"]["floor"]["agreement"] == f["agreement"] and isinstance(res["gates"]["fixed_gates_pass"], bool)
     assert res["fp8_weights"]["kind"] == "fp8-dequantized" and res["weights"]["kind"] == "synthetic"
-    # MISSION.md §5's parameters are recorded with the figures
+    # the protocol's parameters (NOTES.md, Facts: protocols) are recorded with the figures
     p = res["protocol"]
     assert (p["context"], p["stride"], p["positions"], p["kl_positions"], p["prompts"], p["agree_tokens"]) == (
         8, 8, 16, 16, 2, 4)
