@@ -556,6 +556,219 @@ __device__ __forceinline__ void upstream_step(const StepParams& p) {
   const int o0 = ob < 0 ? 0 : int(part_begin(kHidden, og, ob)), o1 = ob < 0 ? 0 : int(part_begin(kHidden, og, ob + 1));
   const int g0 = 2 * int(part_begin(kIntermediate, G, b)), g1 = 2 * int(part_begin(kIntermediate, G, b + 1));
 
+  // ---- attention of head h = b (the blocks b < kAttnBlocks) -------------------------------
+  // QK-norm + RoPE, the K/V append (the leader of the head pair, then flag sync 1), scores of the
+  // cached positions, softmax, V; the result to scr and attn_done (flag sync 2). False when its
+  // flag wait failed (every thread of the block returns together).
+  auto attention = [&](int L, const uint16_t* N) -> bool {
+    const int h = b, kvh = h / kHeadsPerKV;
+    const bool leader = (h % kHeadsPerKV) == 0;
+    uint16_t* kcache = p.kv + ((int64_t(L) * 2 + 0) * kNumKVHeads + kvh) * int64_t(kContextCap) * kHeadDim;
+    uint16_t* vcache = p.kv + ((int64_t(L) * 2 + 1) * kNumKVHeads + kvh) * int64_t(kContextCap) * kHeadDim;
+    float* s_k = s_acc;                // this position's K (bf16-rounded), free until the V pass
+    float* s_ktmp = s_acc + kHeadDim;  // K before RoPE
+    // q, k and v of this head in one round trip through L2, both QK-norms in one reduction.
+    float qv = 0.f, kv = 0.f, vv = 0.f;
+    if (tid < kHeadDim) {
+      qv = ldcg_f32(scr + kScrQKV + h * kHeadDim + tid);
+      kv = ldcg_f32(scr + kScrQKV + kQDim + kvh * kHeadDim + tid);
+      vv = ldcg_f32(scr + kScrQKV + kQDim + kKVDim + kvh * kHeadDim + tid);
+    }
+    const float2 ss = block_sum2(qv * qv, kv * kv, s_red);
+    if (tid < kHeadDim) {
+      s_tmp[tid] = qv * rsqrtf(ss.x / float(kHeadDim) + kRmsEps) * __uint_as_float(uint32_t(N[kNormQ + tid]) << 16);
+      s_ktmp[tid] = kv * rsqrtf(ss.y / float(kHeadDim) + kRmsEps) * __uint_as_float(uint32_t(N[kNormK + tid]) << 16);
+    }
+    __syncthreads();
+    if (tid < kHeadDim) {
+      // RoPE, rotate-half pairing (i, i + 64)
+      const int i = tid & 63;
+      const float c = rope_row[i], sn = rope_row[64 + i];
+      const bool lo = tid < 64;
+      const float q = lo ? s_tmp[tid] * c - s_tmp[tid + 64] * sn : s_tmp[tid] * c + s_tmp[tid - 64] * sn;
+      s_q[tid] = q;
+      scr[kScrQRot + h * kHeadDim + tid] = q;
+      if (leader) {
+        // Append this position's K and V to the cache; the score of this position uses the
+        // same bf16-rounded K in both heads of the pair.
+        const float k = lo ? s_ktmp[tid] * c - s_ktmp[tid + 64] * sn : s_ktmp[tid] * c + s_ktmp[tid - 64] * sn;
+        const __nv_bfloat16 kb = __float2bfloat16_rn(k);
+        kcache[int64_t(pos) * kHeadDim + tid] = __bfloat16_as_ushort(kb);
+        vcache[int64_t(pos) * kHeadDim + tid] = __bfloat16_as_ushort(__float2bfloat16_rn(vv));
+        scr[kScrKRot + kvh * kHeadDim + tid] = k;
+        s_k[tid] = __bfloat162float(kb);
+      }
+    }
+    __syncthreads();
+    if (leader && tid == 0) {  // flag sync 1: K/V of this position are in the cache
+      st_release(&S->kv_flag[kvh], uint32_t(L + 1));
+    }
+    // Scores of the cached positions 0..pos-1 (prefetched into L2 at the start of the layer):
+    // one thread per position, 16 x 16-byte loads of its K row. They do not need this
+    // position's K, so the second head of the pair does them before waiting on the flag.
+    const float scale = rsqrtf(float(kHeadDim));
+    float mx = -INFINITY;
+    for (int t = tid; t < pos; t += kThreads) {
+      const uint4* krow = reinterpret_cast<const uint4*>(kcache + int64_t(t) * kHeadDim);
+      uint4 kw[kHeadDim / 8];
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j) kw[j] = __ldcg(krow + j);
+      float acc = 0.f;
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j) {
+        const float4* q4 = reinterpret_cast<const float4*>(s_q + j * 8);
+        acc = dot8_bf16(kw[j], q4[0], q4[1], acc);
+      }
+      acc *= scale;
+      s_scores[t] = acc;
+      mx = fmaxf(mx, acc);
+    }
+    if (!leader) {
+      XRAY_END(attn, L);
+      // tour:begin flagwait
+      if (!block_wait_geq(S, &S->kv_flag[kvh], uint32_t(L + 1), tmo, kErrFlagKVTimeout, L * 16 + 2, &s_flag))
+        return false;
+      // tour:end flagwait
+      XRAY_END(flag_kv, L);
+      if (tid < kHeadDim) s_k[tid] = __uint_as_float(uint32_t(__ldcg(kcache + int64_t(pos) * kHeadDim + tid)) << 16);
+      __syncthreads();
+    }
+    if (warp == 0) {  // score of this position
+      float acc = 0.f;
+#pragma unroll
+      for (int i = 0; i < kHeadDim / 32; ++i) acc = fmaf(s_q[lane + 32 * i], s_k[lane + 32 * i], acc);
+      acc = warp_sum(acc) * scale;
+      if (lane == 0) {
+        s_scores[pos] = acc;
+        mx = fmaxf(mx, acc);
+      }
+    }
+    mx = warp_max(mx);
+    __syncthreads();
+    if (lane == 0) s_red[warp] = mx;
+    __syncthreads();
+    mx = s_red[0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, s_red[w]);
+    float sum = 0.f;
+    for (int t = tid; t <= pos; t += kThreads) {
+      const float e = __expf(s_scores[t] - mx);
+      s_scores[t] = e;
+      sum += e;
+    }
+    const float denom = block_sum(sum, s_red + kWarps);
+    // V: warp w takes positions w, w + 16, ...; lane covers dims 4*lane .. 4*lane + 3.
+    // V: each half-warp reads one V row (16 lanes x 16 B), so a warp covers 2 positions per
+    // load and kVUnroll loads are in flight: one memory round trip per 2*16*kVUnroll positions.
+    constexpr int kVUnroll = Cfg::kVUnroll;
+    const int half = lane >> 4, l16 = lane & 15;
+    float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (int t0 = 2 * warp + half; t0 <= pos; t0 += 2 * kWarps * kVUnroll) {
+      uint4 vv[kVUnroll];
+      float pt[kVUnroll];
+#pragma unroll
+      for (int u = 0; u < kVUnroll; ++u) {
+        const int t = t0 + u * 2 * kWarps;
+        const bool in = t <= pos;
+        vv[u] = in ? __ldcg(reinterpret_cast<const uint4*>(vcache + int64_t(t) * kHeadDim) + l16) : make_uint4(0, 0, 0, 0);
+        pt[u] = in ? s_scores[t] : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kVUnroll; ++u) {
+        const uint32_t w4[4] = {vv[u].x, vv[u].y, vv[u].z, vv[u].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          o[2 * i] = fmaf(pt[u], __uint_as_float(w4[i] << 16), o[2 * i]);
+          o[2 * i + 1] = fmaf(pt[u], __uint_as_float(w4[i] & 0xffff0000u), o[2 * i + 1]);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] += __shfl_xor_sync(0xffffffffu, o[i], 16);  // fixed order: deterministic
+    __syncthreads();  // s_acc held K in the leader until here
+    if (half == 0) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s_acc[warp * kHeadDim + l16 * 8 + i] = o[i];
+    }
+    __syncthreads();
+    if (tid < kHeadDim) {
+      float a = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) a += s_acc[w * kHeadDim + tid];
+      scr[kScrAttn + h * kHeadDim + tid] = a / denom;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      red_release_add(&S->attn_done, 1u);
+    }
+    XRAY_END(attn, L);
+    return true;
+  };
+
+  // ---- final norm + LM head + argmax (every block: its rows; the last block to finish reduces) --
+  auto lm_head_argmax = [&]() {
+    constexpr int kRh = Cfg::kRowsPerIterHead;
+    const int v0 = int(part_begin(kVocab, G, b)), v1 = int(part_begin(kVocab, G, b + 1));
+    // Bytes of LM-head rows in flight per block per iteration: the L2 prefetch distance
+    // (kHeadPrefetchDistance iterations ahead, grid-wide) was sized for bf16's 128 KB (VariantCfg).
+    static_assert(kWarps * kRh * kChunk * sizeof(Elem) == 128 * 1024,
+                  "an LM-head iteration streams 128 KB per block whatever the weight format");
+    static_assert(kRh * kLoadsPerChunkOf<Fmt> <= 16, "at most 16 loads (64 registers) of LM-head rows per lane");
+    const Mat<Fmt> head{embed, p.embed_scales};
+    if constexpr (Fmt::kRowScale) {
+      // The block's 1,151 LM-head scales (4.6 KB) into L2 at once: the codes of later iterations
+      // come from the L2 prefetch, and their scale loads must not be the ones that go to DRAM.
+      if (tid == 0) prefetch_l2_span(p.embed_scales + v0, int64_t(v1 - v0) * 4);
+    }
+    RowRegs<Fmt, kRh> pre_head;  // first LM-head rows in flight while the final norm runs
+    preload_k1024<Fmt, kRh>(head, v0 + warp * kRh, v1, pre_head);
+    rmsnorm_to_smem<false>(hidden, p.final_norm, s_x, s_red);
+    if (b == 0)
+      for (int i = tid; i < kHidden; i += kThreads) scr[kScrFinalNorm + i] = s_x[i];
+    float best = -INFINITY;
+    int best_i = 0x7fffffff;
+    {
+      constexpr int kR = kRh;
+      // Rows are visited in increasing order per warp and only a strictly larger logit replaces
+      // the best: ties keep the lowest index, as torch.argmax does.
+      gemv_k1024<Fmt, kR, Cfg::kHeadPrefetchDistance>(head, v0, v1, s_x, pre_head,
+                     [&](int r, const float* acc, int end) {
+  #pragma unroll
+                       for (int i = 0; i < kR; ++i) {
+                         if (r + i < end) {
+                           p.logits[r + i] = acc[i];
+                           if (acc[i] > best) {
+                             best = acc[i];
+                             best_i = r + i;
+                           }
+                         }
+                       }
+                     });
+    }
+    __syncthreads();
+    if (lane == 0) {
+      s_red[warp] = best;
+      s_bestidx[warp] = best_i;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      float bv = s_red[0];
+      int bi = s_bestidx[0];
+      for (int w = 1; w < kWarps; ++w) {
+        if (s_red[w] > bv || (s_red[w] == bv && s_bestidx[w] < bi)) {
+          bv = s_red[w];
+          bi = s_bestidx[w];
+        }
+      }
+      s_flag = publish_block_argmax(p, bv, bi) ? 1 : 0;
+    }
+    __syncthreads();
+    XRAY_END(lmhead, kNumLayers);
+    if (s_flag == 0) return;
+    if (warp == 0) finish_argmax(p, pos);
+    XRAY_END(argmax, kNumLayers);
+  };
+
   RowRegs<Fmt, kRq> pre_qkv;  // next qkv phase's first loads, issued before the barrier that precedes it
   if constexpr (!Cfg::kPreloadL2) preload_k1024<Fmt, kRq>(seg(0, kOffQKV, kScQKV), q0 + warp * kRq, q1, pre_qkv);
 
@@ -601,146 +814,7 @@ __device__ __forceinline__ void upstream_step(const StepParams& p) {
 
     // ---------------- attention / L2 prefetch ----------------
     if (b < kAttnBlocks) {
-      const int h = b, kvh = h / kHeadsPerKV;
-      const bool leader = (h % kHeadsPerKV) == 0;
-      uint16_t* kcache = p.kv + ((int64_t(L) * 2 + 0) * kNumKVHeads + kvh) * int64_t(kContextCap) * kHeadDim;
-      uint16_t* vcache = p.kv + ((int64_t(L) * 2 + 1) * kNumKVHeads + kvh) * int64_t(kContextCap) * kHeadDim;
-      float* s_k = s_acc;                // this position's K (bf16-rounded), free until the V pass
-      float* s_ktmp = s_acc + kHeadDim;  // K before RoPE
-      // q, k and v of this head in one round trip through L2, both QK-norms in one reduction.
-      float qv = 0.f, kv = 0.f, vv = 0.f;
-      if (tid < kHeadDim) {
-        qv = ldcg_f32(scr + kScrQKV + h * kHeadDim + tid);
-        kv = ldcg_f32(scr + kScrQKV + kQDim + kvh * kHeadDim + tid);
-        vv = ldcg_f32(scr + kScrQKV + kQDim + kKVDim + kvh * kHeadDim + tid);
-      }
-      const float2 ss = block_sum2(qv * qv, kv * kv, s_red);
-      if (tid < kHeadDim) {
-        s_tmp[tid] = qv * rsqrtf(ss.x / float(kHeadDim) + kRmsEps) * __uint_as_float(uint32_t(N[kNormQ + tid]) << 16);
-        s_ktmp[tid] = kv * rsqrtf(ss.y / float(kHeadDim) + kRmsEps) * __uint_as_float(uint32_t(N[kNormK + tid]) << 16);
-      }
-      __syncthreads();
-      if (tid < kHeadDim) {
-        // RoPE, rotate-half pairing (i, i + 64)
-        const int i = tid & 63;
-        const float c = rope_row[i], sn = rope_row[64 + i];
-        const bool lo = tid < 64;
-        const float q = lo ? s_tmp[tid] * c - s_tmp[tid + 64] * sn : s_tmp[tid] * c + s_tmp[tid - 64] * sn;
-        s_q[tid] = q;
-        scr[kScrQRot + h * kHeadDim + tid] = q;
-        if (leader) {
-          // Append this position's K and V to the cache; the score of this position uses the
-          // same bf16-rounded K in both heads of the pair.
-          const float k = lo ? s_ktmp[tid] * c - s_ktmp[tid + 64] * sn : s_ktmp[tid] * c + s_ktmp[tid - 64] * sn;
-          const __nv_bfloat16 kb = __float2bfloat16_rn(k);
-          kcache[int64_t(pos) * kHeadDim + tid] = __bfloat16_as_ushort(kb);
-          vcache[int64_t(pos) * kHeadDim + tid] = __bfloat16_as_ushort(__float2bfloat16_rn(vv));
-          scr[kScrKRot + kvh * kHeadDim + tid] = k;
-          s_k[tid] = __bfloat162float(kb);
-        }
-      }
-      __syncthreads();
-      if (leader && tid == 0) {  // flag sync 1: K/V of this position are in the cache
-        st_release(&S->kv_flag[kvh], uint32_t(L + 1));
-      }
-      // Scores of the cached positions 0..pos-1 (prefetched into L2 at the start of the layer):
-      // one thread per position, 16 x 16-byte loads of its K row. They do not need this
-      // position's K, so the second head of the pair does them before waiting on the flag.
-      const float scale = rsqrtf(float(kHeadDim));
-      float mx = -INFINITY;
-      for (int t = tid; t < pos; t += kThreads) {
-        const uint4* krow = reinterpret_cast<const uint4*>(kcache + int64_t(t) * kHeadDim);
-        uint4 kw[kHeadDim / 8];
-#pragma unroll
-        for (int j = 0; j < kHeadDim / 8; ++j) kw[j] = __ldcg(krow + j);
-        float acc = 0.f;
-#pragma unroll
-        for (int j = 0; j < kHeadDim / 8; ++j) {
-          const float4* q4 = reinterpret_cast<const float4*>(s_q + j * 8);
-          acc = dot8_bf16(kw[j], q4[0], q4[1], acc);
-        }
-        acc *= scale;
-        s_scores[t] = acc;
-        mx = fmaxf(mx, acc);
-      }
-      if (!leader) {
-        XRAY_END(attn, L);
-        // tour:begin flagwait
-        if (!block_wait_geq(S, &S->kv_flag[kvh], uint32_t(L + 1), tmo, kErrFlagKVTimeout, L * 16 + 2, &s_flag)) return;
-        // tour:end flagwait
-        XRAY_END(flag_kv, L);
-        if (tid < kHeadDim) s_k[tid] = __uint_as_float(uint32_t(__ldcg(kcache + int64_t(pos) * kHeadDim + tid)) << 16);
-        __syncthreads();
-      }
-      if (warp == 0) {  // score of this position
-        float acc = 0.f;
-#pragma unroll
-        for (int i = 0; i < kHeadDim / 32; ++i) acc = fmaf(s_q[lane + 32 * i], s_k[lane + 32 * i], acc);
-        acc = warp_sum(acc) * scale;
-        if (lane == 0) {
-          s_scores[pos] = acc;
-          mx = fmaxf(mx, acc);
-        }
-      }
-      mx = warp_max(mx);
-      __syncthreads();
-      if (lane == 0) s_red[warp] = mx;
-      __syncthreads();
-      mx = s_red[0];
-#pragma unroll
-      for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, s_red[w]);
-      float sum = 0.f;
-      for (int t = tid; t <= pos; t += kThreads) {
-        const float e = __expf(s_scores[t] - mx);
-        s_scores[t] = e;
-        sum += e;
-      }
-      const float denom = block_sum(sum, s_red + kWarps);
-      // V: warp w takes positions w, w + 16, ...; lane covers dims 4*lane .. 4*lane + 3.
-      // V: each half-warp reads one V row (16 lanes x 16 B), so a warp covers 2 positions per
-      // load and kVUnroll loads are in flight: one memory round trip per 2*16*kVUnroll positions.
-      constexpr int kVUnroll = Cfg::kVUnroll;
-      const int half = lane >> 4, l16 = lane & 15;
-      float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      for (int t0 = 2 * warp + half; t0 <= pos; t0 += 2 * kWarps * kVUnroll) {
-        uint4 vv[kVUnroll];
-        float pt[kVUnroll];
-#pragma unroll
-        for (int u = 0; u < kVUnroll; ++u) {
-          const int t = t0 + u * 2 * kWarps;
-          const bool in = t <= pos;
-          vv[u] = in ? __ldcg(reinterpret_cast<const uint4*>(vcache + int64_t(t) * kHeadDim) + l16) : make_uint4(0, 0, 0, 0);
-          pt[u] = in ? s_scores[t] : 0.f;
-        }
-#pragma unroll
-        for (int u = 0; u < kVUnroll; ++u) {
-          const uint32_t w4[4] = {vv[u].x, vv[u].y, vv[u].z, vv[u].w};
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            o[2 * i] = fmaf(pt[u], __uint_as_float(w4[i] << 16), o[2 * i]);
-            o[2 * i + 1] = fmaf(pt[u], __uint_as_float(w4[i] & 0xffff0000u), o[2 * i + 1]);
-          }
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 8; ++i) o[i] += __shfl_xor_sync(0xffffffffu, o[i], 16);  // fixed order: deterministic
-      __syncthreads();  // s_acc held K in the leader until here
-      if (half == 0) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) s_acc[warp * kHeadDim + l16 * 8 + i] = o[i];
-      }
-      __syncthreads();
-      if (tid < kHeadDim) {
-        float a = 0.f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) a += s_acc[w * kHeadDim + tid];
-        scr[kScrAttn + h * kHeadDim + tid] = a / denom;
-      }
-      __syncthreads();
-      if (tid == 0) {
-        red_release_add(&S->attn_done, 1u);
-      }
-      XRAY_END(attn, L);
+      if (!attention(L, N)) return;
     } else {
       // modes 1 and 2: upstream's productive wait, while 16 blocks do attention (23 / 31.5 MB)
       if constexpr (Cfg::kL2PrefetchMode == 1 || Cfg::kL2PrefetchMode == 2) {
@@ -839,67 +913,7 @@ __device__ __forceinline__ void upstream_step(const StepParams& p) {
     if (p.stop_layer == L && p.stop_phase == kStopDown) return;
   }
 
-  // ---------------- final norm + LM head + argmax ----------------
-  constexpr int kRh = Cfg::kRowsPerIterHead;
-  const int v0 = int(part_begin(kVocab, G, b)), v1 = int(part_begin(kVocab, G, b + 1));
-  // Bytes of LM-head rows in flight per block per iteration: the L2 prefetch distance
-  // (kHeadPrefetchDistance iterations ahead, grid-wide) was sized for bf16's 128 KB (VariantCfg).
-  static_assert(kWarps * kRh * kChunk * sizeof(Elem) == 128 * 1024,
-                "an LM-head iteration streams 128 KB per block whatever the weight format");
-  static_assert(kRh * kLoadsPerChunkOf<Fmt> <= 16, "at most 16 loads (64 registers) of LM-head rows per lane");
-  const Mat<Fmt> head{embed, p.embed_scales};
-  if constexpr (Fmt::kRowScale) {
-    // The block's 1,151 LM-head scales (4.6 KB) into L2 at once: the codes of later iterations
-    // come from the L2 prefetch, and their scale loads must not be the ones that go to DRAM.
-    if (tid == 0) prefetch_l2_span(p.embed_scales + v0, int64_t(v1 - v0) * 4);
-  }
-  RowRegs<Fmt, kRh> pre_head;  // first LM-head rows in flight while the final norm runs
-  preload_k1024<Fmt, kRh>(head, v0 + warp * kRh, v1, pre_head);
-  rmsnorm_to_smem<false>(hidden, p.final_norm, s_x, s_red);
-  if (b == 0)
-    for (int i = tid; i < kHidden; i += kThreads) scr[kScrFinalNorm + i] = s_x[i];
-  float best = -INFINITY;
-  int best_i = 0x7fffffff;
-  {
-    constexpr int kR = kRh;
-    // Rows are visited in increasing order per warp and only a strictly larger logit replaces
-    // the best: ties keep the lowest index, as torch.argmax does.
-    gemv_k1024<Fmt, kR, Cfg::kHeadPrefetchDistance>(head, v0, v1, s_x, pre_head,
-                   [&](int r, const float* acc, int end) {
-#pragma unroll
-                     for (int i = 0; i < kR; ++i) {
-                       if (r + i < end) {
-                         p.logits[r + i] = acc[i];
-                         if (acc[i] > best) {
-                           best = acc[i];
-                           best_i = r + i;
-                         }
-                       }
-                     }
-                   });
-  }
-  __syncthreads();
-  if (lane == 0) {
-    s_red[warp] = best;
-    s_bestidx[warp] = best_i;
-  }
-  __syncthreads();
-  if (tid == 0) {
-    float bv = s_red[0];
-    int bi = s_bestidx[0];
-    for (int w = 1; w < kWarps; ++w) {
-      if (s_red[w] > bv || (s_red[w] == bv && s_bestidx[w] < bi)) {
-        bv = s_red[w];
-        bi = s_bestidx[w];
-      }
-    }
-    s_flag = publish_block_argmax(p, bv, bi) ? 1 : 0;
-  }
-  __syncthreads();
-  XRAY_END(lmhead, kNumLayers);
-  if (s_flag == 0) return;
-  if (warp == 0) finish_argmax(p, pos);
-  XRAY_END(argmax, kNumLayers);
+  lm_head_argmax();
 }
 
 // ---- the step kernel: one template, the schedule chosen at compile time ---------------------
