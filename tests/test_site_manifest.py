@@ -112,3 +112,16 @@ def test_synthetic_trace_date_does_not_stamp_measured_data(tmp_path):
     assert build_site_data(tmp_path, out_dir=tmp_path / "o")["created"] == "2026-11-30T00:54:00+00:00"
     (res / "m1.json").unlink()
     assert build_site_data(tmp_path, out_dir=tmp_path / "o")["created"] == "2026-12-01T00:00:00Z"  # nothing else dated
+
+
+def test_packed_weights_name_their_source_and_scheme():
+    """An fp8 variant's trace carries the packed weights' description (monolith pack): the page
+    names the checkpoint they came from and the scheme, and still flags synthetic weights."""
+    from monolith.xray import site
+
+    packed = {"kind": "fp8-packed", "scheme": "fp8-e4m3-rowscale", "layout": "rowmajor-v1",
+              "source": {"kind": "synthetic", "seed": 0, "num_layers": 28}}
+    assert site._weights_text(packed) == "synthetic (seed 0), fp8-e4m3-rowscale"
+    assert site._is_synthetic_weights(packed)
+    assert site._weights_text({"kind": "synthetic", "seed": 3}) == "synthetic (seed 3)"
+    assert not site._is_synthetic_weights({"kind": "fp8-packed", "source": {"kind": "hf", "name": "Qwen3-0.6B"}})

@@ -88,15 +88,24 @@ def _load_json(path: Path) -> dict:
 
 
 def _weights_text(w) -> str | None:
+    """One line for the page: the checkpoint, and for packed weights their scheme after it
+    (an fp8 variant's weights are the synthetic checkpoint packed: `monolith pack`)."""
     if w is None:
         return None
     if isinstance(w, str):
         return w
     kind = w.get("kind", "?")
-    return f"synthetic (seed {w.get('seed', '?')})" if kind == "synthetic" else f"{kind} {w.get('name', '')}".strip()
+    if kind == "synthetic":
+        return f"synthetic (seed {w.get('seed', '?')})"
+    src = w.get("source")
+    if isinstance(src, dict) and src.get("kind"):
+        return f"{_weights_text(src)}, {w.get('scheme') or kind}"
+    return f"{kind} {w.get('name', '')}".strip()
 
 
 def _is_synthetic_weights(w) -> bool:
+    if isinstance(w, dict) and isinstance(w.get("source"), dict):
+        return _is_synthetic_weights(w["source"])
     return (isinstance(w, dict) and w.get("kind") == "synthetic") or (isinstance(w, str) and "synth" in w.lower())
 
 
