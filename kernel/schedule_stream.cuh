@@ -1,4 +1,4 @@
-// monolith: the streaming schedule (`bf16-stream`), one part of kernel/megakernel.cu.
+// monolith: the streaming schedule (`bf16-stream`, `fp8-stream`), one part of kernel/megakernel.cu.
 //
 // Included by megakernel.cu inside its build namespace (plain_build / xray_build), after the
 // shared helpers (part_begin, warp_sum, dot8_bf16, the X-ray macros): it is not a stand-alone
@@ -11,8 +11,8 @@
 //             kSlotBytes in shared memory full. It never waits on activations, only on free slots.
 //   consumers per layer L (blocks form 8 KV groups of G/8; words as in kernel/config.cuh):
 //     wait_resid  the residual after layer L-1: tagged words, this thread's two   [grid hop]
-//     qkv         RMSNorm (every block, redundantly), this block's rows of its group's 512
-//                 q/k/v rows                                        -> tagged q/k/v words
+//     qkv         RMSNorm (every block, redundantly; its 1/rms applied in the GEMV epilogue),
+//                 this block's rows of its group's 512 q/k/v rows   -> tagged q/k/v words
 //     wait_qkv    the group's 512 q/k/v words                                      [group hop]
 //     attn        (blocks owning a split) QK-norm + RoPE, K/V append (owner of the last split),
 //                 scores / softmax / V of its 64-position splits     -> tagged (m, l, o[128])
@@ -25,7 +25,12 @@
 //   then the final norm, the LM-head rows and the argmax (the last block to arrive reduces).
 // Hops per layer: 5 (3 grid-wide, 2 inside a group); no grid barrier and no release fence: every
 // hop is data that carries its own readiness. The upstream schedule has 6 (4 grid barriers + 2
-// flag syncs), each a release.
+// flag syncs), each a release. A phase's outputs are stored before its last slots go back to the
+// producer (hand_back), so they leave the SM ahead of the refill burst (NOTES.md, third session).
+//
+// Weight formats (StreamFmt): the ring's 16 KB slots hold 8 bf16 rows of K = 1024 or 16 E4M3 rows
+// (with their fp32 row scales loaded by the consumers before each phase's wait); the phases, hops
+// and words are the same code for both.
 //
 // Determinism: every dot product is summed by one warp (or two, combined in a fixed order) in a
 // fixed lane order; each (row, group) O partial is rounded to fixed point once (kFixShift) and
