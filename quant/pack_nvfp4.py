@@ -1,0 +1,489 @@
+"""NVFP4 (E2M1 elements, one E4M3 scale per 16 weights, one fp32 scale per tensor) packer, loader
+and dequantizer (issue 14, item 1). The LM head / embedding stays FP8 (quant/pack_fp8.py's).
+
+`monolith pack --format nvfp4 --model DIR --out DIR` writes <out>/model.nvfp4.safetensors in the
+layout `nvfp4-rowmajor-v1` of quant/nvfp4_layout.py (read its docstring: the kernel's contract).
+
+- `quantize_matrix(w, search=True)` -> NVFP4Matrix (packed codes, block scales, tensor scale,
+  and per-block error of the max-based and the stored scale): NVIDIA's recipe plus a per-block
+  MSE search over nvfp4_layout.SEARCH_OFFSETS.
+- `dequantize_matrix(codes, bscales, g)`: fl32(e2m1 * e4m3(s) * g), the numbers the kernel multiplies.
+- `pack_nvfp4(model, out)`: vectorised torch on CPU (chunks of blocks, every candidate scale
+  evaluated for every block at once).
+- `load_packed_nvfp4(dir, model=...)`: refuses an unknown format/scheme/layout/version and a
+  source hash that differs from `model`'s model.safetensors.
+- `dequantized_checkpoint(dir, model)`: a Checkpoint of the dequantized fp32 weights (the oracle).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+
+from monolith import config as C
+from monolith.checkpoint import WEIGHTS_FILE, Checkpoint, load_checkpoint, validate_config
+from monolith.errors import MonolithError
+from monolith.quant import nvfp4_layout as L
+from monolith.quant import pack_fp8 as P8
+
+_CHUNK_BLOCKS = 1 << 18  # 4 M weights per chunk: ~16 MB per fp32 temporary, ~32 MB per float64 one
+
+SEARCH_RULE = ("per block, the E4M3 block-scale code s_max + offset for offset in SEARCH_OFFSETS (clamped to "
+               "0..0x7E), codes re-rounded for each candidate, error sum((w - w_dq)^2) in float64; the first "
+               "strictly smallest wins (offset 0, the max-based scale, on ties)")
+
+
+# ---- E2M1 -------------------------------------------------------------------------------------
+def e2m1_values() -> torch.Tensor:
+    """fp32 [16]: the value of each 4-bit code (8..15 are 0..7 negated; code 8 is -0)."""
+    mag = torch.tensor(L.E2M1_MAGNITUDES, dtype=torch.float32)
+    return torch.cat([mag, -mag])
+
+
+# index int(2 * magnitude) (0..12) -> code 0..7 (only grid magnitudes are looked up)
+_MAG2_TO_CODE = torch.zeros(13, dtype=torch.uint8)
+for _c, _m in enumerate(L.E2M1_MAGNITUDES):
+    _MAG2_TO_CODE[int(2 * _m)] = _c
+
+
+def e2m1_round_magnitude(a: torch.Tensor) -> torch.Tensor:
+    """Round |x| (fp32, >= 0, NaN-free) to the nearest E2M1 magnitude, ties to the even code,
+    saturating at 6. The grid's step is 0.5 below 2, 1 in [2, 4), 2 in [4, 6]: dividing by the
+    step is exact (a power of two, built from its exponent bits), and torch.round rounds half to
+    even, which on each segment is the even code (a segment starts at an even code and each step
+    adds one code; the boundaries 2 and 4 are grid points, never ties). Returns a new tensor."""
+    a = a.clamp(max=L.E2M1_MAX)
+    k = (a >= 2.0).to(torch.int32).add_((a >= 4.0).to(torch.int32))
+    step = ((k + 126) << 23).view(torch.float32)          # 2^(k-1): 0.5, 1, 2
+    return a.div_(step).round_().mul_(step)
+
+
+def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
+    """fp32 values (already divided by their scale) -> uint8 codes 0..15 (sign bit 8 from the
+    sign of x, so -0.0 and small negatives give code 8)."""
+    q = e2m1_round_magnitude(x.abs())
+    code = _MAG2_TO_CODE[(q * 2).to(torch.int64)]
+    return code | (torch.signbit(x).to(torch.uint8) << 3)
+
+
+def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
+    """uint8 codes [..., 2n] (0..15) -> bytes [..., n]: element 2j low nibble, 2j+1 high nibble."""
+    return codes[..., 0::2] | (codes[..., 1::2] << 4)
+
+
+def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """bytes [..., n] -> codes [..., 2n] (inverse of pack_nibbles)."""
+    out = torch.stack([packed & 0xF, packed >> 4], dim=-1)
+    return out.reshape(*packed.shape[:-1], 2 * packed.shape[-1])
+
+
+# ---- E4M3 block scales ------------------------------------------------------------------------
+_E4M3 = P8.e4m3_values()  # fp32 [256], NaN at 0x7F/0xFF (never used: codes stay 0..0x7E)
+
+
+def e4m3_code(x: torch.Tensor) -> torch.Tensor:
+    """Positive fp32 -> E4M3 code 0..0x7E, round to nearest even, saturating at 448."""
+    return x.clamp(max=L.E4M3_MAX).to(torch.float8_e4m3fn).view(torch.uint8)
+
+
+def tensor_scale(w: torch.Tensor) -> float:
+    """g = amax / (6 * 448) in fp32; 1.0 for an all-zero matrix; at least 2^-126 otherwise (no
+    subnormal g, whose reciprocal a kernel could not hold)."""
+    amax = w.abs().amax().float()
+    if amax.item() == 0.0:
+        return L.ZERO_TENSOR_SCALE
+    g = amax / torch.tensor(L.E2M1_MAX * L.E4M3_MAX, dtype=torch.float32)
+    return max(float(g), 2.0 ** -126)
+
+
+# A candidate replaces the best so far only if its fp32-evaluated error is smaller by more than
+# this factor: the fp32 evaluation (one rounding per difference and per square, a 16-term sum of
+# non-negative terms) is within 20 * 2^-24 of the exact error, so a candidate that wins by more
+# than 2^-18 is better in exact arithmetic too, and the stored scale is never worse than the
+# max-based one (what tests/test_quant_nvfp4.py asserts in float64).
+_WIN_MARGIN = 1.0 + 2.0 ** -18
+
+
+def _block_candidate(aw: torch.Tensor, s: torch.Tensor, g: torch.Tensor):
+    """For blocks aw = |w| [N, 16] and candidate scales s [N] (fp32 E4M3 values): the rounded
+    magnitudes q and the dequantized magnitudes fl32(q * s * g); a scale of 0 gives all zeros."""
+    d = s * g                                             # fl32(s * g)
+    pos = d > 0
+    q = e2m1_round_magnitude(aw / torch.where(pos, d, torch.ones_like(d))[:, None])
+    q.mul_(pos[:, None])
+    dq = (q * s[:, None]).mul_(g)                         # q * s exact, one rounding by g
+    return q, dq
+
+
+def block_errors(aw: torch.Tensor, dq: torch.Tensor) -> torch.Tensor:
+    """float64 [N]: sum over each block of (|w| - |w_dq|)^2 (the sign always matches)."""
+    return (aw.double() - dq.double()).square_().sum(1)
+
+
+@dataclass
+class NVFP4Matrix:
+    codes: torch.Tensor      # uint8 [R, K/2] packed nibbles
+    bscales: torch.Tensor    # uint8 [R, K/16] E4M3 block-scale codes
+    g: float                 # fp32 tensor scale
+    err_max: torch.Tensor    # float64 [R*K/16] block error with the max-based scale
+    err: torch.Tensor        # float64 [R*K/16] block error with the stored scale
+    offset: torch.Tensor     # int8 [R*K/16] stored code - max-based code
+
+
+def quantize_matrix(w: torch.Tensor, *, search: bool = True, g: float | None = None,
+                    offsets=L.SEARCH_OFFSETS) -> NVFP4Matrix:
+    """w [R, K] (bf16 or fp32, finite, K % 16 == 0) -> NVFP4Matrix. search=False is NVIDIA's
+    max-based recipe alone; `g` overrides the tensor scale (tests)."""
+    if w.dim() != 2 or w.shape[1] % L.BLOCK:
+        raise MonolithError(f"quantize_matrix needs a matrix with K % {L.BLOCK} == 0, got shape {list(w.shape)}")
+    R, K = w.shape
+    flat = w.reshape(-1, L.BLOCK)
+    N = flat.shape[0]
+    if g is None:
+        if not torch.isfinite(w).all():
+            bad = (~torch.isfinite(w)).nonzero()[0].tolist()
+            raise MonolithError(f"non-finite weight {w[bad[0], bad[1]].item()} at row {bad[0]}, column {bad[1]}:"
+                                " refusing to quantize")
+        g = tensor_scale(w)
+    gt = torch.tensor(g, dtype=torch.float32)
+    codes = torch.empty(N, L.BLOCK, dtype=torch.uint8)
+    bsc = torch.empty(N, dtype=torch.uint8)
+    err_max = torch.empty(N, dtype=torch.float64)
+    err_best = torch.empty(N, dtype=torch.float64)
+    off_best = torch.zeros(N, dtype=torch.int8)
+    offsets = tuple(offsets) if search else (0,)
+    assert offsets[0] == 0, "the max-based scale is evaluated first (it wins ties)"
+    for n0 in range(0, N, _CHUNK_BLOCKS):
+        wb = flat[n0:n0 + _CHUNK_BLOCKS].to(torch.float32)
+        if not torch.isfinite(wb).all():
+            i = int((~torch.isfinite(wb)).any(1).nonzero()[0])
+            blk = n0 + i
+            raise MonolithError(f"non-finite weight in block {blk} (row {blk * L.BLOCK // K}): refusing to quantize")
+        aw = wb.abs()
+        c0 = e4m3_code((aw.amax(1) / L.E2M1_MAX) / gt).to(torch.int16)
+        best_q = best_dq = best_c = best_e = None
+        for off in offsets:
+            c = (c0 + off).clamp(0, L.MAX_SCALE_CODE)
+            q, dq = _block_candidate(aw, _E4M3[c.long()], gt)
+            e = (aw - dq).square_().sum(1)                # fp32: see _WIN_MARGIN
+            if best_q is None:
+                best_q, best_dq, best_c, best_e = q, dq, c, e
+                err_max[n0:n0 + len(e)] = block_errors(aw, dq)
+                continue
+            better = e * _WIN_MARGIN < best_e
+            best_q = torch.where(better[:, None], q, best_q)
+            best_dq = torch.where(better[:, None], dq, best_dq)
+            best_c = torch.where(better, c, best_c)
+            best_e = torch.where(better, e, best_e)
+        err_best[n0:n0 + len(best_e)] = block_errors(aw, best_dq) if len(offsets) > 1 else err_max[n0:n0 + len(best_e)]
+        mag = _MAG2_TO_CODE[(best_q * 2).to(torch.int64)]
+        # sign bit from the weight (so -0.0 and negatives rounding to 0 keep it, like e2m1_encode),
+        # except in a block whose scale is 0: stored as all +0
+        neg = torch.signbit(wb) & (_E4M3[best_c.long()] > 0)[:, None]
+        codes[n0:n0 + len(mag)] = mag | (neg.to(torch.uint8) << 3)
+        bsc[n0:n0 + len(mag)] = best_c.to(torch.uint8)
+        off_best[n0:n0 + len(mag)] = (best_c - c0).to(torch.int8)
+    return NVFP4Matrix(codes=pack_nibbles(codes.view(R, K)), bscales=bsc.view(R, K // L.BLOCK), g=g,
+                       err_max=err_max, err=err_best, offset=off_best)
+
+
+def dequantize_matrix(codes: torch.Tensor, bscales: torch.Tensor, g: float) -> torch.Tensor:
+    """fp32 [R, K] = fl32((e2m1(code) * e4m3(s_block)) * g) from packed codes [R, K/2] and block
+    scales [R, K/16] (the inner product is exact: at most 6 significant bits)."""
+    R = codes.shape[0]
+    v = e2m1_values()[unpack_nibbles(codes).long()].view(R, -1, L.BLOCK)
+    s = _E4M3[bscales.long()].view(R, -1, 1)
+    return ((v * s) * torch.tensor(g, dtype=torch.float32)).view(R, -1)
+
+
+# ---- packing ----------------------------------------------------------------------------------
+def format_map(num_layers: int) -> dict[str, dict]:
+    """HF tensor name -> format and place (the metadata's `formats`). Every projection nvfp4, the
+    embedding/LM head fp8 (fp8_layout's entry), norms bf16."""
+    out: dict[str, dict] = {}
+    fp8 = P8.format_map(num_layers, "fp8")
+    out["model.embed_tokens.weight"] = fp8["model.embed_tokens.weight"]
+    out["model.norm.weight"] = fp8["model.norm.weight"]
+    for i in range(num_layers):
+        for suffix, (seg, row0, step, rows, cols) in L.PROJECTIONS.items():
+            cb, sb = L.CODE_ROW_BYTES[seg], L.BSCALE_ROW_BYTES[seg]
+            out[f"model.layers.{i}.{suffix}"] = {
+                "format": L.SCHEME, "tensor": L.T_LAYER_CODES, "layer": i, "segment": seg,
+                "byte_offset": L.CODE_OFFSETS[seg] + row0 * cb, "rows": rows, "cols": cols,
+                "row_stride_bytes": step * cb,
+                "bscale_tensor": L.T_LAYER_BSCALES, "bscale_offset": L.BSCALE_OFFSETS[seg] + row0 * sb,
+                "bscale_row_stride": step * sb,
+                "tscale_tensor": L.T_LAYER_TSCALES, "tscale_index": L.TSCALE_INDEX[suffix]}
+        for suffix in L.NORM_FIELDS:
+            name = f"model.layers.{i}.{suffix}"
+            out[name] = fp8[name]
+    return out
+
+
+def pack_tensors(tensors: dict, num_layers: int, *, search: bool = True, progress: bool = True,
+                 stats: dict | None = None) -> dict[str, torch.Tensor]:
+    """The packed safetensors dict of nvfp4-rowmajor-v1. With `stats` (a dict), fills
+    stats[HF name] = {"err_max": float, "err": float, "ref": float, "offsets": {offset: count}}."""
+    from rich.progress import Progress
+
+    n = num_layers
+    out = {L.T_LAYER_CODES: torch.empty(n, L.LAYER_CODE_BYTES, dtype=torch.uint8),
+           L.T_LAYER_BSCALES: torch.empty(n, L.LAYER_BSCALE_BYTES, dtype=torch.uint8),
+           L.T_LAYER_TSCALES: torch.ones(n, L.TSCALE_SLOTS, dtype=torch.float32),
+           L.T_NORMS: torch.empty(n, L.NORM_LAYER_ELEMS, dtype=torch.bfloat16),
+           L.T_FINAL_NORM: tensors["model.norm.weight"].to(torch.bfloat16).contiguous()}
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task(f"pack nvfp4 ({n} layers x 7 matrices + fp8 head)", total=n * len(L.PROJECTIONS) + 1)
+        for i in range(n):
+            for suffix, (seg, row0, step, rows, _cols) in L.PROJECTIONS.items():
+                name = f"model.layers.{i}.{suffix}"
+                w = tensors[name]
+                m = quantize_matrix(w, search=search)
+                cb, sb = L.CODE_ROW_BYTES[seg], L.BSCALE_ROW_BYTES[seg]
+                cseg = out[L.T_LAYER_CODES][i, L.CODE_OFFSETS[seg]:L.CODE_OFFSETS[seg] + L.SEGMENTS[seg][0] * cb]
+                sseg = out[L.T_LAYER_BSCALES][i, L.BSCALE_OFFSETS[seg]:L.BSCALE_OFFSETS[seg] + L.SEGMENTS[seg][0] * sb]
+                cseg.view(-1, cb)[row0::step][:rows] = m.codes
+                sseg.view(-1, sb)[row0::step][:rows] = m.bscales
+                out[L.T_LAYER_TSCALES][i, L.TSCALE_INDEX[suffix]] = m.g
+                if stats is not None:
+                    stats[name] = {"err_max": float(m.err_max.sum()), "err": float(m.err.sum()),
+                                   "ref": float(w.double().square().sum()),
+                                   "offsets": {int(k): int(v) for k, v in zip(*torch.unique(m.offset, return_counts=True),
+                                                                              strict=True)}}
+                bar.advance(task)
+            for suffix, (off, k) in L.NORM_FIELDS.items():
+                out[L.T_NORMS][i, off:off + k] = tensors[f"model.layers.{i}.{suffix}"]
+        out[L.T_EMBED_CODES], out[L.T_EMBED_SCALES] = P8.quantize_rows(tensors["model.embed_tokens.weight"])
+        bar.advance(task)
+    return out
+
+
+def _pack_meta(ckpt: Checkpoint, packed: dict, search: bool, t_pack: float, t_load: float) -> dict:
+    return {
+        "format": L.FORMAT, "scheme": L.SCHEME, "layout": L.LAYOUT, "layout_version": L.LAYOUT_VERSION,
+        "element": L.ELEMENT, "block": L.BLOCK, "block_scale_dtype": L.BLOCK_SCALE_DTYPE,
+        "tensor_scale_dtype": L.TENSOR_SCALE_DTYPE,
+        "rounding": "nearest-even onto E2M1 after |w| / fl32(s * g), saturating at 6",
+        "tensor_scale": "amax / (6 * 448)", "block_scale": "e4m3_rn(amax_block / 6 / g), then the search",
+        "search": {"enabled": bool(search), "offsets": list(L.SEARCH_OFFSETS) if search else [0],
+                   "unit": "E4M3 code steps from the max-based block scale", "rule": SEARCH_RULE},
+        "head": "fp8", "num_layers": ckpt.shape.num_layers,
+        "source": {"sha256": ckpt.sha256(), "file": WEIGHTS_FILE, "path": str(ckpt.path), "weights": ckpt.describe()},
+        "config": ckpt.config,
+        "tensors": {k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)} for k, v in packed.items()},
+        "formats": format_map(ckpt.shape.num_layers),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "pack_seconds": round(t_pack, 2), "load_seconds": round(t_load, 2),
+    }
+
+
+def pack_nvfp4(model, out, *, search: bool = True, progress: bool = True, stats: dict | None = None) -> dict:
+    """Pack checkpoint dir (or Checkpoint) `model` into `out` (created; its model.nvfp4.safetensors
+    replaced atomically). Returns the metadata written."""
+    from safetensors.torch import save_file
+
+    t0 = time.perf_counter()
+    ckpt = model if isinstance(model, Checkpoint) else load_checkpoint(model, allow_reduced_depth=True)
+    t_load = time.perf_counter() - t0
+    packed = pack_tensors(ckpt.tensors, ckpt.shape.num_layers, search=search, progress=progress, stats=stats)
+    meta = _pack_meta(ckpt, packed, search, time.perf_counter() - t0 - t_load, t_load)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / (L.FILE + ".tmp")
+    save_file(packed, str(tmp), metadata={L.META_KEY: json.dumps(meta)})
+    os.chmod(tmp, 0o644)
+    tmp.replace(out / L.FILE)
+    return meta
+
+
+def pack_in_memory(model, *, search: bool = True, progress: bool = False) -> PackedNVFP4:
+    """What `pack_nvfp4` would write, kept in memory (path None)."""
+    t0 = time.perf_counter()
+    ckpt = model if isinstance(model, Checkpoint) else load_checkpoint(model, allow_reduced_depth=True)
+    t_load = time.perf_counter() - t0
+    packed = pack_tensors(ckpt.tensors, ckpt.shape.num_layers, search=search, progress=progress)
+    meta = _pack_meta(ckpt, packed, search, time.perf_counter() - t0 - t_load, t_load)
+    return PackedNVFP4(path=None, meta=meta, tensors=packed)
+
+
+# ---- loading ----------------------------------------------------------------------------------
+@dataclass
+class PackedNVFP4:
+    path: Path | None  # None: packed in memory
+    meta: dict
+    tensors: dict[str, torch.Tensor]
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.meta["num_layers"])
+
+    @property
+    def source_sha256(self) -> str:
+        return self.meta["source"]["sha256"]
+
+    def matrix(self, name: str) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """(codes uint8 [rows, cols/2], block scales uint8 [rows, cols/16], tensor scale) of an
+        nvfp4 matrix, through the format map (strided views, no copy)."""
+        f = self.meta["formats"].get(name)
+        if f is None or f["format"] != L.SCHEME:
+            raise MonolithError(f"{name} is not an nvfp4 matrix in {self.path} (format {f and f['format']!r})")
+        i = f["layer"]
+        buf = self.tensors[f["tensor"]][i]
+        codes = buf.as_strided((f["rows"], f["cols"] // 2), (f["row_stride_bytes"], 1),
+                               buf.storage_offset() + f["byte_offset"])
+        sbuf = self.tensors[f["bscale_tensor"]][i]
+        bsc = sbuf.as_strided((f["rows"], f["cols"] // L.BLOCK), (f["bscale_row_stride"], 1),
+                              sbuf.storage_offset() + f["bscale_offset"])
+        g = float(self.tensors[f["tscale_tensor"]][i, f["tscale_index"]])
+        return codes, bsc, g
+
+    def dequantized(self, name: str) -> torch.Tensor:
+        """fp32 value of any stored tensor: nvfp4 and fp8 matrices dequantized, bf16 widened."""
+        f = self.meta["formats"][name]
+        if f["format"] == L.SCHEME:
+            return dequantize_matrix(*self.matrix(name))
+        if f["format"] == P8.L.SCHEME:
+            return P8.dequantize_rows(self.tensors[f["tensor"]], self.tensors[f["scale_tensor"]])
+        buf = self.tensors[f["tensor"]]
+        buf = buf[f["layer"]] if f["layer"] is not None else buf
+        n = 1
+        for d in f["shape"]:
+            n *= d
+        return buf.reshape(-1)[f["offset"]:f["offset"] + n].reshape(f["shape"]).float()
+
+    def dequantized_tensors(self) -> dict[str, torch.Tensor]:
+        return {name: self.dequantized(name) for name in self.meta["formats"]}
+
+    def bytes_per_token(self) -> int:
+        return L.bytes_per_token(self.num_layers)
+
+    def digest(self) -> str:
+        if self.path is not None:
+            return P8.sha256_file(self.path / L.FILE)
+        import hashlib
+
+        h = hashlib.sha256()
+        for name in sorted(self.tensors):
+            t = self.tensors[name].contiguous()
+            h.update(f"{name}:{t.dtype}:{list(t.shape)};".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+        return h.hexdigest()
+
+
+def check_meta(meta: dict, where: str) -> None:
+    """Refuse anything this code does not know how to read, one line per refusal."""
+    known = {"format": L.FORMAT, "scheme": L.SCHEME, "layout": L.LAYOUT, "layout_version": L.LAYOUT_VERSION,
+             "element": L.ELEMENT, "block": L.BLOCK, "block_scale_dtype": L.BLOCK_SCALE_DTYPE,
+             "tensor_scale_dtype": L.TENSOR_SCALE_DTYPE, "head": "fp8"}
+    for key, want in known.items():
+        got = meta.get(key, "<missing>")
+        if got != want:
+            raise MonolithError(f"{where}: {key} {got!r} is not known (this monolith reads {key} {want!r}); "
+                                "re-pack with `monolith pack --format nvfp4`")
+
+
+def _expected_shapes(n: int) -> dict[str, tuple[list[int], str]]:
+    return {L.T_LAYER_CODES: ([n, L.LAYER_CODE_BYTES], "uint8"),
+            L.T_LAYER_BSCALES: ([n, L.LAYER_BSCALE_BYTES], "uint8"),
+            L.T_LAYER_TSCALES: ([n, L.TSCALE_SLOTS], "float32"),
+            L.T_NORMS: ([n, L.NORM_LAYER_ELEMS], "bfloat16"), L.T_FINAL_NORM: ([C.HIDDEN], "bfloat16"),
+            L.T_EMBED_CODES: ([C.VOCAB, C.HIDDEN], "uint8"), L.T_EMBED_SCALES: ([C.VOCAB], "float32")}
+
+
+def load_packed_nvfp4(path, *, model=None) -> PackedNVFP4:
+    """Read a packed dir (or its .safetensors file). With `model` (a checkpoint dir or a
+    Checkpoint), refuse a pack made from different weights."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    file = path / L.FILE if path.is_dir() else path
+    if not file.is_file():
+        raise MonolithError(f"packed nvfp4 weights not found: {file} (write them with "
+                            "`monolith pack --format nvfp4 --model DIR --out DIR`)")
+    meta = P8._read_meta(file)
+    check_meta(meta, str(file))
+    n = meta.get("num_layers")
+    validate_config(meta.get("config") or {}, allow_reduced_depth=True)
+    if not isinstance(n, int) or n != meta["config"].get("num_hidden_layers"):
+        raise MonolithError(f"{file}: num_layers {n!r} does not match its config")
+    if model is not None:
+        if isinstance(model, Checkpoint):
+            have, mpath = model.sha256(), model.path
+        else:
+            mpath = Path(model)
+            if not (mpath / WEIGHTS_FILE).is_file():
+                raise MonolithError(f"--model {mpath}: {WEIGHTS_FILE} not found")
+            have = P8.sha256_file(mpath / WEIGHTS_FILE)
+        if have != meta["source"]["sha256"]:
+            raise MonolithError(f"{file} was packed from a different checkpoint (source sha256 "
+                                f"{meta['source']['sha256'][:12]}…, --model {mpath} has {have[:12]}…); re-pack it")
+    tensors = load_file(str(file))
+    want = _expected_shapes(n)
+    if set(tensors) != set(want):
+        raise MonolithError(f"{file}: tensors {sorted(tensors)} do not match layout {L.LAYOUT} ({sorted(want)})")
+    for k, (shape, dtype) in want.items():
+        t = tensors[k]
+        if list(t.shape) != shape or str(t.dtype).removeprefix("torch.") != dtype:
+            raise MonolithError(f"{file}: tensor {k} is {str(t.dtype).removeprefix('torch.')} {list(t.shape)}, "
+                                f"layout {L.LAYOUT} needs {dtype} {shape}")
+    if meta.get("formats") != format_map(n):
+        raise MonolithError(f"{file}: its per-matrix format map differs from layout {L.LAYOUT}'s "
+                            "(mixed nvfp4/fp8 maps are not readable yet)")
+    return PackedNVFP4(path=file.parent, meta=meta, tensors=tensors)
+
+
+# ---- the nvfp4 oracle's weights ---------------------------------------------------------------
+@dataclass
+class DequantizedNVFP4Checkpoint(Checkpoint):
+    """A Checkpoint whose tensors are the packed nvfp4 (layers) / fp8 (LM head) weights
+    dequantized to fp32; engines that honour `weight_dtype` keep them in fp32."""
+    packed: PackedNVFP4 | None = None
+    weight_dtype: torch.dtype = torch.float32
+    source: dict = field(default_factory=dict)
+
+    def sha256(self) -> str:
+        if self._sha256 is None:
+            self._sha256 = self.packed.digest()
+        return self._sha256
+
+    def describe(self) -> dict:
+        m = self.packed.meta
+        where = str(self.packed.path) if self.packed.path is not None else "in memory (packed from the source below)"
+        return {"kind": "nvfp4-dequantized", "path": where, "num_layers": self.shape.num_layers,
+                "sha256": self.sha256(), "scheme": m["scheme"], "layout": m["layout"], "head": m["head"],
+                "search": m["search"]["enabled"], "seed": self.source.get("seed"),
+                "recipe": self.source.get("recipe"), "source": self.source}
+
+
+def dequantized_checkpoint(packed, model) -> DequantizedNVFP4Checkpoint:
+    src = model if isinstance(model, Checkpoint) else load_checkpoint(model, allow_reduced_depth=True)
+    pk = packed if isinstance(packed, PackedNVFP4) else load_packed_nvfp4(packed, model=src)
+    if isinstance(packed, PackedNVFP4) and pk.source_sha256 != src.sha256():
+        raise MonolithError(f"{pk.path or 'the in-memory nvfp4 pack'} was packed from a different checkpoint "
+                            f"than {src.path}; re-pack it")
+    return DequantizedNVFP4Checkpoint(path=src.path, shape=src.shape, config=src.config,
+                                      tensors=pk.dequantized_tensors(), tokenizer_path=src.tokenizer_path,
+                                      packed=pk, source=src.describe())
+
+
+# ---- error statistics -------------------------------------------------------------------------
+def summarize_stats(stats: dict, num_layers: int) -> dict:
+    """Per matrix type (q..down): relative MSE sum(err)/sum(W^2) with max-based scales and with
+    the search, their ratio, and how often each search offset won."""
+    out = {}
+    for t, suffix in L.SUFFIX_OF.items():
+        rows = [stats[f"model.layers.{i}.{suffix}"] for i in range(num_layers)]
+        em, e, r = (sum(x[k] for x in rows) for k in ("err_max", "err", "ref"))
+        offs: dict[int, int] = {}
+        for x in rows:
+            for k, v in x["offsets"].items():
+                offs[int(k)] = offs.get(int(k), 0) + v
+        total = sum(offs.values())
+        out[t] = {"rel_mse_max": em / r, "rel_mse_search": e / r, "gain": em / e if e else float("inf"),
+                  "offsets": {str(k): v / total for k, v in sorted(offs.items())}}
+    return out
