@@ -157,8 +157,9 @@ def test_fp8_kernel_variant_is_accepted_for_the_quality_run():
 def test_pack_and_eval_quality_cli(synth2, pack2, tmp_path):
     r = CliRunner().invoke(app, ["pack", "--help"])
     assert r.exit_code == 0 and "--format" in r.output and "--head" in r.output
-    r = CliRunner().invoke(app, ["pack", "--format", "nvfp4", "--model", str(synth2), "--out", str(tmp_path / "x")])
+    r = CliRunner().invoke(app, ["pack", "--format", "int3", "--model", str(synth2), "--out", str(tmp_path / "x")])
     assert isinstance(r.exception, MonolithError) and "not supported" in str(r.exception)
+    assert not (tmp_path / "x").exists()  # refused before anything is written
     r = CliRunner().invoke(app, ["pack", "--format", "fp8", "--model", str(tmp_path / "nope"), "--out", str(tmp_path)])
     assert isinstance(r.exception, MonolithError) and "not a checkpoint dir" in str(r.exception)
     out = tmp_path / "p"
