@@ -143,19 +143,11 @@ SUFFIX_OF = {"q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight", "v"
 TSCALE_INDEX = {SUFFIX_OF[t]: i for i, t in enumerate(TSCALE_ORDER)}
 
 
-def _offsets(unit_of) -> dict[str, int]:
-    out, off = {}, 0
-    for name, (rows, k) in SEGMENTS.items():
-        out[name] = off
-        off += unit_of(rows, k)
-    out["end"] = off
-    return out
-
-
 CODE_ROW_BYTES = {name: k // 2 for name, (_r, k) in SEGMENTS.items()}
 BSCALE_ROW_BYTES = {name: k // BLOCK for name, (_r, k) in SEGMENTS.items()}
-CODE_OFFSETS = _offsets(lambda rows, k: rows * k // 2)
-BSCALE_OFFSETS = _offsets(lambda rows, k: rows * k // BLOCK)
+# each segment's first byte (and "end"), by rowmajor-v1's offset rule over the same SEGMENTS
+CODE_OFFSETS = F8._offsets(lambda rows, k: rows * k // 2)
+BSCALE_OFFSETS = F8._offsets(lambda rows, k: rows * k // BLOCK)
 LAYER_CODE_BYTES = CODE_OFFSETS["end"]          # 7,864,320
 LAYER_BSCALE_BYTES = BSCALE_OFFSETS["end"]      # 983,040
 

@@ -14,19 +14,16 @@ layout `rowmajor-v1` of quant/fp8_layout.py (read its docstring: it is the kerne
 """
 from __future__ import annotations
 
-import json
-import os
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 
 import torch
 
 from monolith import config as C
-from monolith.checkpoint import WEIGHTS_FILE, Checkpoint, load_checkpoint, validate_config
+from monolith.checkpoint import WEIGHTS_FILE, Checkpoint, load_checkpoint
 from monolith.errors import MonolithError
 from monolith.quant import fp8_layout as L
+from monolith.quant.packfile import DequantizedPacked, Packed, dequantized_from, open_packed, write_packed
 
 _CHUNK_ROWS = 16_384  # fp32 temporaries of a chunk: 64 MB at K = 1024
 
@@ -155,20 +152,13 @@ def pack_tensors(tensors: dict[str, torch.Tensor], num_layers: int, head: str = 
 def pack_fp8(model, out, *, head: str = "fp8", progress: bool = True) -> dict:
     """Pack checkpoint dir `model` into `out` (created; its model.fp8.safetensors replaced
     atomically). Returns the metadata written."""
-    from safetensors.torch import save_file
-
     t0 = time.perf_counter()
     ckpt = model if isinstance(model, Checkpoint) else load_checkpoint(model, allow_reduced_depth=True)
     t_load = time.perf_counter() - t0
     packed = pack_tensors(ckpt.tensors, ckpt.shape.num_layers, head=head, progress=progress)
     t_pack = time.perf_counter() - t0 - t_load
     meta = _pack_meta(ckpt, packed, head, t_pack, t_load)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / (L.FILE + ".tmp")
-    save_file(packed, str(tmp), metadata={L.META_KEY: json.dumps(meta)})
-    os.chmod(tmp, 0o644)
-    tmp.replace(out / L.FILE)
+    write_packed(out, L, packed, meta)
     return meta
 
 
@@ -200,19 +190,8 @@ def _pack_meta(ckpt: Checkpoint, packed: dict[str, torch.Tensor], head: str, t_p
 
 
 # ---- loading ----------------------------------------------------------------------------------
-@dataclass
-class PackedFP8:
-    path: Path | None  # None: packed in memory (pack_in_memory), never written
-    meta: dict
-    tensors: dict[str, torch.Tensor]
-
-    @property
-    def num_layers(self) -> int:
-        return int(self.meta["num_layers"])
-
-    @property
-    def source_sha256(self) -> str:
-        return self.meta["source"]["sha256"]
+class PackedFP8(Packed):
+    FILE = L.FILE
 
     def matrix(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(codes uint8 [rows, cols], scales fp32 [rows]) of an fp8 matrix, read through the
@@ -232,51 +211,10 @@ class PackedFP8:
     def dequantized(self, name: str) -> torch.Tensor:
         """fp32 value of any stored tensor: fp8 matrices dequantized, bf16 tensors widened (exact)."""
         f = self.meta["formats"][name]
-        if f["format"] == L.SCHEME:
-            return dequantize_rows(*self.matrix(name))
-        buf = self.tensors[f["tensor"]]
-        buf = buf[f["layer"]] if f["layer"] is not None else buf
-        n = 1
-        for d in f["shape"]:
-            n *= d
-        return buf.reshape(-1)[f["offset"]:f["offset"] + n].reshape(f["shape"]).float()
-
-    def dequantized_tensors(self) -> dict[str, torch.Tensor]:
-        """Checkpoint-like dict: every HF tensor name -> fp32 (what the kernel computes with)."""
-        return {name: self.dequantized(name) for name in self.meta["formats"]}
+        return dequantize_rows(*self.matrix(name)) if f["format"] == L.SCHEME else self.stored(f)
 
     def bytes_per_token(self) -> int:
         return L.bytes_per_token(self.num_layers, self.meta["head"])
-
-    def digest(self) -> str:
-        """sha256 of the file, or for an in-memory pack of its tensors' bytes (name, dtype, shape and
-        data of each, in name order): the identity results record for the fp8 weights."""
-        if self.path is not None:
-            return sha256_file(self.path / L.FILE)
-        import hashlib
-
-        h = hashlib.sha256()
-        for name in sorted(self.tensors):
-            t = self.tensors[name].contiguous()
-            h.update(f"{name}:{t.dtype}:{list(t.shape)};".encode())
-            h.update(t.reshape(-1).view(torch.uint8).numpy().data)
-        return h.hexdigest()
-
-
-def _read_meta(file: Path) -> dict:
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(file), framework="pt") as f:
-            raw = (f.metadata() or {}).get(L.META_KEY)
-    except Exception as e:  # noqa: BLE001  (any parse failure is the same user error)
-        raise MonolithError(f"{file}: not a valid safetensors file ({e})") from e
-    if raw is None:
-        raise MonolithError(f"{file}: no '{L.META_KEY}' metadata: not a monolith packed file")
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise MonolithError(f"{file}: '{L.META_KEY}' metadata is not JSON ({e})") from e
 
 
 def check_meta(meta: dict, where: str) -> None:
@@ -303,91 +241,30 @@ def _expected_shapes(n: int, head: str) -> dict[str, tuple[list[int], str]]:
     return out
 
 
-def sha256_file(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def load_packed_fp8(path, *, model=None) -> PackedFP8:
     """Read a packed dir (or its .safetensors file). With `model` (a checkpoint dir or a
     Checkpoint), refuse a pack made from different weights."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    file = path / L.FILE if path.is_dir() else path
-    if not file.is_file():
-        raise MonolithError(f"packed fp8 weights not found: {file} (write them with "
-                            "`monolith pack --format fp8 --model DIR --out DIR`)")
-    meta = _read_meta(file)
-    check_meta(meta, str(file))
-    n = meta.get("num_layers")
-    validate_config(meta.get("config") or {}, allow_reduced_depth=True)
-    if not isinstance(n, int) or n != meta["config"].get("num_hidden_layers"):
-        raise MonolithError(f"{file}: num_layers {n!r} does not match its config")
-    if model is not None:
-        if isinstance(model, Checkpoint):
-            have, mpath = model.sha256(), model.path
-        else:
-            mpath = Path(model)
-            if not (mpath / WEIGHTS_FILE).is_file():
-                raise MonolithError(f"--model {mpath}: {WEIGHTS_FILE} not found")
-            have = sha256_file(mpath / WEIGHTS_FILE)
-        if have != meta["source"]["sha256"]:
-            raise MonolithError(f"{file} was packed from a different checkpoint (source sha256 "
-                                f"{meta['source']['sha256'][:12]}…, --model {mpath} has {have[:12]}…); re-pack it")
-    tensors = load_file(str(file))
-    want = _expected_shapes(n, meta["head"])
-    if set(tensors) != set(want):
-        raise MonolithError(f"{file}: tensors {sorted(tensors)} do not match layout {L.LAYOUT} ({sorted(want)})")
-    for k, (shape, dtype) in want.items():
-        t = tensors[k]
-        if list(t.shape) != shape or str(t.dtype).removeprefix("torch.") != dtype:
-            raise MonolithError(f"{file}: tensor {k} is {str(t.dtype).removeprefix('torch.')} {list(t.shape)}, "
-                                f"layout {L.LAYOUT} needs {dtype} {shape}")
-    if meta.get("formats") != format_map(n, meta["head"]):
+    file, meta, tensors = open_packed(path, L, fmt="fp8", check_meta=check_meta, model=model,
+                                      expected_shapes=lambda m: _expected_shapes(m["num_layers"], m["head"]))
+    if meta.get("formats") != format_map(meta["num_layers"], meta["head"]):
         raise MonolithError(f"{file}: its per-matrix format map differs from layout {L.LAYOUT}'s")
     return PackedFP8(path=file.parent, meta=meta, tensors=tensors)
 
 
 # ---- the fp8 oracle's weights -----------------------------------------------------------------
-@dataclass
-class DequantizedCheckpoint(Checkpoint):
-    """A Checkpoint whose tensors are the packed fp8 weights dequantized to fp32. Engines that
-    honour `weight_dtype` (the reference, and so the gate's oracle) keep them in fp32: rounding
-    them to bf16 would compute a third model, neither the kernel's nor the original."""
-    packed: PackedFP8 | None = None
-    weight_dtype: torch.dtype = torch.float32
-    source: dict = field(default_factory=dict)
-
-    def sha256(self) -> str:
-        if self._sha256 is None:
-            self._sha256 = self.packed.digest()
-        return self._sha256
+class DequantizedCheckpoint(DequantizedPacked):
+    """The packed fp8 weights dequantized to fp32 as a Checkpoint (the fp8 gate's oracle; see
+    quant/packfile.DequantizedPacked)."""
 
     def describe(self) -> dict:
-        m = self.packed.meta
-        where = str(self.packed.path) if self.packed.path is not None else "in memory (packed from the source below)"
-        return {"kind": "fp8-dequantized", "path": where, "num_layers": self.shape.num_layers,
-                "sha256": self.sha256(), "scheme": m["scheme"], "layout": m["layout"], "head": m["head"],
-                "seed": self.source.get("seed"), "recipe": self.source.get("recipe"),
-                "source": self.source}
+        return self._describe("fp8-dequantized")
 
 
 def dequantized_checkpoint(packed, model) -> DequantizedCheckpoint:
     """The fp8 model as a Checkpoint: config and tokenizer from `model` (whose hash must match
     the pack's source), tensors = the packed weights dequantized (fp32)."""
-    src = model if isinstance(model, Checkpoint) else load_checkpoint(model, allow_reduced_depth=True)
-    pk = packed if isinstance(packed, PackedFP8) else load_packed_fp8(packed, model=src)
-    if isinstance(packed, PackedFP8) and pk.source_sha256 != src.sha256():
-        raise MonolithError(f"{pk.path or 'the in-memory fp8 pack'} was packed from a different checkpoint than {src.path}; re-pack it")
-    return DequantizedCheckpoint(path=src.path, shape=src.shape, config=src.config,
-                                 tensors=pk.dequantized_tensors(), tokenizer_path=src.tokenizer_path,
-                                 packed=pk, source=src.describe())
+    return dequantized_from(packed, model, packed_cls=PackedFP8, load=load_packed_fp8,
+                            ckpt_cls=DequantizedCheckpoint, fmt="fp8")
 
 
 # ---- error statistics (NOTES.md numbers) ------------------------------------------------------

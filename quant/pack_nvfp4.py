@@ -16,20 +16,18 @@ layout `nvfp4-rowmajor-v1` of quant/nvfp4_layout.py (read its docstring: the ker
 """
 from __future__ import annotations
 
-import json
-import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 import torch
 
 from monolith import config as C
-from monolith.checkpoint import WEIGHTS_FILE, Checkpoint, load_checkpoint, validate_config
+from monolith.checkpoint import WEIGHTS_FILE, Checkpoint, load_checkpoint
 from monolith.errors import MonolithError
 from monolith.quant import nvfp4_layout as L
 from monolith.quant import pack_fp8 as P8
+from monolith.quant.packfile import DequantizedPacked, Packed, dequantized_from, open_packed, write_packed
 
 _CHUNK_BLOCKS = 1 << 18  # 4 M weights per chunk: ~16 MB per fp32 temporary, ~32 MB per float64 one
 
@@ -285,19 +283,12 @@ def _pack_meta(ckpt: Checkpoint, packed: dict, search: bool, t_pack: float, t_lo
 def pack_nvfp4(model, out, *, search: bool = True, progress: bool = True, stats: dict | None = None) -> dict:
     """Pack checkpoint dir (or Checkpoint) `model` into `out` (created; its model.nvfp4.safetensors
     replaced atomically). Returns the metadata written."""
-    from safetensors.torch import save_file
-
     t0 = time.perf_counter()
     ckpt = model if isinstance(model, Checkpoint) else load_checkpoint(model, allow_reduced_depth=True)
     t_load = time.perf_counter() - t0
     packed = pack_tensors(ckpt.tensors, ckpt.shape.num_layers, search=search, progress=progress, stats=stats)
     meta = _pack_meta(ckpt, packed, search, time.perf_counter() - t0 - t_load, t_load)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / (L.FILE + ".tmp")
-    save_file(packed, str(tmp), metadata={L.META_KEY: json.dumps(meta)})
-    os.chmod(tmp, 0o644)
-    tmp.replace(out / L.FILE)
+    write_packed(out, L, packed, meta)
     return meta
 
 
@@ -312,19 +303,8 @@ def pack_in_memory(model, *, search: bool = True, progress: bool = False) -> Pac
 
 
 # ---- loading ----------------------------------------------------------------------------------
-@dataclass
-class PackedNVFP4:
-    path: Path | None  # None: packed in memory
-    meta: dict
-    tensors: dict[str, torch.Tensor]
-
-    @property
-    def num_layers(self) -> int:
-        return int(self.meta["num_layers"])
-
-    @property
-    def source_sha256(self) -> str:
-        return self.meta["source"]["sha256"]
+class PackedNVFP4(Packed):
+    FILE = L.FILE
 
     def matrix(self, name: str) -> tuple[torch.Tensor, torch.Tensor, float]:
         """(codes uint8 [rows, cols/2], block scales uint8 [rows, cols/16], tensor scale) of an
@@ -349,30 +329,10 @@ class PackedNVFP4:
             return dequantize_matrix(*self.matrix(name))
         if f["format"] == P8.L.SCHEME:
             return P8.dequantize_rows(self.tensors[f["tensor"]], self.tensors[f["scale_tensor"]])
-        buf = self.tensors[f["tensor"]]
-        buf = buf[f["layer"]] if f["layer"] is not None else buf
-        n = 1
-        for d in f["shape"]:
-            n *= d
-        return buf.reshape(-1)[f["offset"]:f["offset"] + n].reshape(f["shape"]).float()
-
-    def dequantized_tensors(self) -> dict[str, torch.Tensor]:
-        return {name: self.dequantized(name) for name in self.meta["formats"]}
+        return self.stored(f)
 
     def bytes_per_token(self) -> int:
         return L.bytes_per_token(self.num_layers)
-
-    def digest(self) -> str:
-        if self.path is not None:
-            return P8.sha256_file(self.path / L.FILE)
-        import hashlib
-
-        h = hashlib.sha256()
-        for name in sorted(self.tensors):
-            t = self.tensors[name].contiguous()
-            h.update(f"{name}:{t.dtype}:{list(t.shape)};".encode())
-            h.update(t.reshape(-1).view(torch.uint8).numpy().data)
-        return h.hexdigest()
 
 
 def check_meta(meta: dict, where: str) -> None:
@@ -398,77 +358,26 @@ def _expected_shapes(n: int) -> dict[str, tuple[list[int], str]]:
 def load_packed_nvfp4(path, *, model=None) -> PackedNVFP4:
     """Read a packed dir (or its .safetensors file). With `model` (a checkpoint dir or a
     Checkpoint), refuse a pack made from different weights."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    file = path / L.FILE if path.is_dir() else path
-    if not file.is_file():
-        raise MonolithError(f"packed nvfp4 weights not found: {file} (write them with "
-                            "`monolith pack --format nvfp4 --model DIR --out DIR`)")
-    meta = P8._read_meta(file)
-    check_meta(meta, str(file))
-    n = meta.get("num_layers")
-    validate_config(meta.get("config") or {}, allow_reduced_depth=True)
-    if not isinstance(n, int) or n != meta["config"].get("num_hidden_layers"):
-        raise MonolithError(f"{file}: num_layers {n!r} does not match its config")
-    if model is not None:
-        if isinstance(model, Checkpoint):
-            have, mpath = model.sha256(), model.path
-        else:
-            mpath = Path(model)
-            if not (mpath / WEIGHTS_FILE).is_file():
-                raise MonolithError(f"--model {mpath}: {WEIGHTS_FILE} not found")
-            have = P8.sha256_file(mpath / WEIGHTS_FILE)
-        if have != meta["source"]["sha256"]:
-            raise MonolithError(f"{file} was packed from a different checkpoint (source sha256 "
-                                f"{meta['source']['sha256'][:12]}…, --model {mpath} has {have[:12]}…); re-pack it")
-    tensors = load_file(str(file))
-    want = _expected_shapes(n)
-    if set(tensors) != set(want):
-        raise MonolithError(f"{file}: tensors {sorted(tensors)} do not match layout {L.LAYOUT} ({sorted(want)})")
-    for k, (shape, dtype) in want.items():
-        t = tensors[k]
-        if list(t.shape) != shape or str(t.dtype).removeprefix("torch.") != dtype:
-            raise MonolithError(f"{file}: tensor {k} is {str(t.dtype).removeprefix('torch.')} {list(t.shape)}, "
-                                f"layout {L.LAYOUT} needs {dtype} {shape}")
-    if meta.get("formats") != format_map(n):
+    file, meta, tensors = open_packed(path, L, fmt="nvfp4", check_meta=check_meta, model=model,
+                                      expected_shapes=lambda m: _expected_shapes(m["num_layers"]))
+    if meta.get("formats") != format_map(meta["num_layers"]):
         raise MonolithError(f"{file}: its per-matrix format map differs from layout {L.LAYOUT}'s "
                             "(mixed nvfp4/fp8 maps are not readable yet)")
     return PackedNVFP4(path=file.parent, meta=meta, tensors=tensors)
 
 
 # ---- the nvfp4 oracle's weights ---------------------------------------------------------------
-@dataclass
-class DequantizedNVFP4Checkpoint(Checkpoint):
-    """A Checkpoint whose tensors are the packed nvfp4 (layers) / fp8 (LM head) weights
-    dequantized to fp32; engines that honour `weight_dtype` keep them in fp32."""
-    packed: PackedNVFP4 | None = None
-    weight_dtype: torch.dtype = torch.float32
-    source: dict = field(default_factory=dict)
-
-    def sha256(self) -> str:
-        if self._sha256 is None:
-            self._sha256 = self.packed.digest()
-        return self._sha256
+class DequantizedNVFP4Checkpoint(DequantizedPacked):
+    """The packed nvfp4 (layers) / fp8 (LM head) weights dequantized to fp32 as a Checkpoint (the
+    nvfp4 gate's oracle; see quant/packfile.DequantizedPacked)."""
 
     def describe(self) -> dict:
-        m = self.packed.meta
-        where = str(self.packed.path) if self.packed.path is not None else "in memory (packed from the source below)"
-        return {"kind": "nvfp4-dequantized", "path": where, "num_layers": self.shape.num_layers,
-                "sha256": self.sha256(), "scheme": m["scheme"], "layout": m["layout"], "head": m["head"],
-                "search": m["search"]["enabled"], "seed": self.source.get("seed"),
-                "recipe": self.source.get("recipe"), "source": self.source}
+        return self._describe("nvfp4-dequantized", search=self.packed.meta["search"]["enabled"])
 
 
 def dequantized_checkpoint(packed, model) -> DequantizedNVFP4Checkpoint:
-    src = model if isinstance(model, Checkpoint) else load_checkpoint(model, allow_reduced_depth=True)
-    pk = packed if isinstance(packed, PackedNVFP4) else load_packed_nvfp4(packed, model=src)
-    if isinstance(packed, PackedNVFP4) and pk.source_sha256 != src.sha256():
-        raise MonolithError(f"{pk.path or 'the in-memory nvfp4 pack'} was packed from a different checkpoint "
-                            f"than {src.path}; re-pack it")
-    return DequantizedNVFP4Checkpoint(path=src.path, shape=src.shape, config=src.config,
-                                      tensors=pk.dequantized_tensors(), tokenizer_path=src.tokenizer_path,
-                                      packed=pk, source=src.describe())
+    return dequantized_from(packed, model, packed_cls=PackedNVFP4, load=load_packed_nvfp4,
+                            ckpt_cls=DequantizedNVFP4Checkpoint, fmt="nvfp4")
 
 
 # ---- error statistics -------------------------------------------------------------------------
