@@ -679,6 +679,18 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           nw0 = bf16_as_float(__ldg(nw + d));
           nw1 = bf16_as_float(__ldg(nw + d + 64));
         }
+        // this position's K (kind 0) or V (1), elements d and d + 64: rounded to bf16 as the cache
+        // holds them, kept in shared memory for this block's splits, appended by the owner
+        auto keep_kv = [&](int kind, float a, float c, float* s_vec) {
+          const __nv_bfloat16 a16 = __float2bfloat16_rn(a), c16 = __float2bfloat16_rn(c);
+          s_vec[d] = __bfloat162float(a16);
+          s_vec[d + 64] = __bfloat162float(c16);
+          if (owner) {
+            uint16_t* row = kv_base(p.kv, L, kind, g) + int64_t(pos) * kHeadDim;
+            row[d] = __bfloat16_as_ushort(a16);
+            row[d + 64] = __bfloat16_as_ushort(c16);
+          }
+        };
         bool ok = true;
         float v[2] = {0.f, 0.f};
         if (mine)
@@ -701,26 +713,14 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
               scr[kScrQRot + g * kGroupCols + seg * kHeadDim + d + 64] = y1;
             }
           } else {
-            const __nv_bfloat16 k0 = __float2bfloat16_rn(y0), k1 = __float2bfloat16_rn(y1);
-            sm.kc[d] = __bfloat162float(k0);
-            sm.kc[d + 64] = __bfloat162float(k1);
+            keep_kv(0, y0, y1, sm.kc);
             if (owner) {
-              uint16_t* kp = kv_base(p.kv, L, 0, g) + int64_t(pos) * kHeadDim;
-              kp[d] = __bfloat16_as_ushort(k0);
-              kp[d + 64] = __bfloat16_as_ushort(k1);
               scr[kScrKRot + g * kHeadDim + d] = y0;
               scr[kScrKRot + g * kHeadDim + d + 64] = y1;
             }
           }
         } else if (mine) {
-          const __nv_bfloat16 v0 = __float2bfloat16_rn(v[0]), v1 = __float2bfloat16_rn(v[1]);
-          sm.vc[d] = __bfloat162float(v0);
-          sm.vc[d + 64] = __bfloat162float(v1);
-          if (owner) {
-            uint16_t* vp = kv_base(p.kv, L, 1, g) + int64_t(pos) * kHeadDim;
-            vp[d] = __bfloat16_as_ushort(v0);
-            vp[d + 64] = __bfloat16_as_ushort(v1);
-          }
+          keep_kv(1, v[0], v[1], sm.vc);
         }
         // this barrier publishes q, kc, vc and opens the first split's K round when it has one
         held = min(s.gi * kSplitPositions + kSplitPositions, pos) > s.gi * kSplitPositions;
