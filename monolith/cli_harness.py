@@ -144,7 +144,8 @@ def register(app: typer.Typer) -> None:
 
     @ev.command("quality")
     def quality_cmd(
-        engine: str = typer.Option("reference-graph", help="engine measured"),
+        engine: str = typer.Option("reference-graph", help="engine measured (with --fp8: comma-separated list, "
+                                   "one reference pass for all)"),
         ref: str = typer.Option(None, help="bf16 reference engine"),
         model: str = typer.Option(None, help="checkpoint dir (default: synthetic seed 0)"),
         device: str = typer.Option(None, help="cuda or cpu (default: cuda if present)"),
@@ -158,7 +159,8 @@ def register(app: typer.Typer) -> None:
         fp8: Path = typer.Option(None, help="packed fp8 dir (`monolith pack`): the engine runs on its dequantized "
                                  "weights, the reference (default reference-fp32) on --model's bf16 weights"),
         floor: str = typer.Option(None, help="with --fp8: bf16 engine measured beside it against the same reference "
-                                  "(default megakernel-bf16-upstream on cuda, reference on cpu; 'none' skips)"),
+                                  "(default megakernel-bf16-upstream on cuda, reference on cpu; 'none' skips); "
+                                  "a comma-separated list pairs floor i with engine i, one floor serves all"),
         agree_tokens: int = typer.Option(64, help="greedy tokens per prompt for agreement"),
     ):
         """Perplexity, greedy agreement and KL against the bf16 reference (same weights)."""
@@ -168,15 +170,19 @@ def register(app: typer.Typer) -> None:
 
         dev = _device(device)
         if fp8 is not None:  # quant area: quant/fp8_quality.py
-            from monolith.quant.fp8_quality import fp8_quality
+            from monolith.quant.fp8_quality import fp8_pairs, fp8_quality
 
+            # every pair's roles checked before the checkpoint is loaded
+            pairs = fp8_pairs(None if engine == "reference-graph" else engine, floor, ref, dev)
             ckpt, tok = load_inputs(model)
-            res = fp8_quality(ckpt, tok, fp8, dev, engine=None if engine == "reference-graph" else engine, ref=ref,
-                              floor=floor, text=text, positions=positions, prompts=prompts, context=context,
-                              stride=stride, agree_tokens=agree_tokens, free_running=free_running)
+            res = fp8_quality(ckpt, tok, fp8, dev, engine=[e for e, _ in pairs], ref=ref,
+                              floor=[f for _, f in pairs], text=text, positions=positions, prompts=prompts,
+                              context=context, stride=stride, agree_tokens=agree_tokens, free_running=free_running)
             keys = ("ppl", "ref_ppl", "ppl_ratio", "agreement", "kl", "positions")
-            typer.echo(json.dumps({role: {k: res[role][k] for k in keys} for role in ("engine", "floor") if role in res}))
-            typer.echo(res["gates"]["summary"])
+            for p in res["pairs"]:
+                typer.echo(f"{p['roles']['engine']} | floor {p['roles']['floor']}: " + json.dumps(
+                    {role: {k: p[role][k] for k in keys} for role in ("engine", "floor") if role in p}))
+                typer.echo(f"  {p['gates']['summary']}")
             if out:
                 Path(out).write_text(json.dumps(res, indent=1, default=str) + "\n")
             return

@@ -106,16 +106,19 @@ if want m3; then
     run m3-xray-bf16 python3 scripts/xray_raw.py --variant bf16-upstream --position 128 --out "$OUT/xray-m3"
   fi
 fi
-# M3 quality (issue 12, item 5; NOTES.md, Facts: protocols, in full): fp8-upstream on the packed fp8 weights
-# and, beside it, the floor bf16-upstream on the original weights, both against fp32 on the bf16
-# weights (the reference runs once for both): WikiText-2 perplexity (context = stride = 512, 10,000
+# M3 quality (issue 12, item 5; NOTES.md, Facts: protocols, in full): two pairs, each fp8 schedule on
+# the packed fp8 weights beside its bf16 schedule (the floor) on the original weights: fp8-upstream
+# with bf16-upstream, fp8-stream with bf16-stream; all four against fp32 on the bf16 weights (the
+# reference runs once for every engine): WikiText-2 perplexity (context = stride = 512, 10,000
 # scored positions = the KL positions), 64-token greedy agreement on 100 prompts. Needs the
 # WikiText-2 text (carry .data). Estimate: ~20,500 fp32-reference steps (~6-7.5 ms each) + ~30,800
-# steps per megakernel + pack/setup: ~4-5 min (+ the extension build on a fresh machine).
+# steps per megakernel + pack/setup: ~4-5 min for the upstream pair, ~1 min more for the two stream
+# engines: ~5-6 min (+ the extension builds on a fresh machine).
 if want m3quality; then
   run m3-pack python3 -m monolith pack --format fp8 --model checkpoints/synth-seed0 --out /tmp/fp8pack &&
   run m3-quality python3 -m monolith eval quality --fp8 /tmp/fp8pack --model checkpoints/synth-seed0 \
-    --engine megakernel-fp8-upstream --ref reference-fp32 --floor megakernel-bf16-upstream \
+    --engine megakernel-fp8-upstream,megakernel-fp8-stream --ref reference-fp32 \
+    --floor megakernel-bf16-upstream,megakernel-bf16-stream \
     --positions 10000 --context 512 --stride 512 --prompts 100 --agree-tokens 64 --out results/m3_fp8_quality.json
 fi
 want m1 && run m1 python3 -m monolith m1

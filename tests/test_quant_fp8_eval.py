@@ -203,3 +203,111 @@ def test_fp8_quality_gives_the_engine_the_dequantized_weights_and_the_floor_the_
     assert str(dq.packed.path).startswith(str(pack2))
     assert set(res) >= {"engine", "floor", "gates", "protocol", "roles"}
     assert res["roles"]["floor"] == "megakernel-bf16-upstream on the original bf16 weights"
+
+
+def _counting(monkeypatch, build=None):
+    """registry.build (or `build`) and evaluate_many wrapped: (name, checkpoint) per build, engine
+    names per pass."""
+    builds, passes = [], []
+    build, many = build or registry.build, Q.evaluate_many
+
+    def counting_build(name, ck, device):
+        builds.append((name, ck))
+        return build(name, ck, device)
+
+    def counting_many(ref, engines, *a, **kw):
+        passes.append([getattr(e, "name", "?") for e in engines])
+        return many(ref, engines, *a, **kw)
+
+    monkeypatch.setattr(registry, "build", counting_build)
+    monkeypatch.setattr(Q, "evaluate_many", counting_many)
+    return builds, passes
+
+
+def test_fp8_quality_several_pairs_share_one_reference_pass(ckpt2, pack2, monkeypatch):
+    """Pairs (engine i, floor i) measured in one reference pass (scripts/gpu.sh m3quality: both
+    schedules' fp8 engines); each distinct engine and floor built and measured once; the top level
+    is the first pair, as a one-pair run writes it."""
+    from monolith.tokenizer import load_tokenizer
+    tok = load_tokenizer(ckpt2.path)
+    text = tok.encode("The history of the city begins with a small settlement on the river. " * 3)
+    builds, passes = _counting(monkeypatch)
+    res = fp8_quality(ckpt2, tok, pack2, "cpu", engine=["reference-fp32", "reference-fp32"],
+                      floor=["reference", "none"], text_tokens=text, positions=16, context=8, stride=8, prompts=2,
+                      agree_tokens=4, free_running=False, quality_prompts=PROMPTS)
+    assert len(passes) == 1 and len(passes[0]) == 2             # one pass: the fp8 engine and the floor, once each
+    names = [n for n, _ in builds]
+    assert names.count("reference-fp32") == 2 and names.count("reference") == 1  # the reference, the fp8 engine
+    assert [ck is ckpt2 for n, ck in builds] == [True, False, True]  # reference, engine (dequantized), floor
+    p0, p1 = res["pairs"]
+    assert p0["roles"]["floor"] == "reference on the original bf16 weights" and p1["roles"]["floor"] is None
+    assert "on fp8 weights" in p0["roles"]["engine"] and p0["roles"]["engine"] == p1["roles"]["engine"]
+    assert "floor" in p0 and "floor" not in p1 and p1["gates"]["floor"] is None
+    assert p0["engine"] == p1["engine"] and p0["engine"] is not p1["engine"]  # same figures, not one shared dict
+    assert p0["gates"]["floor"]["agreement"] == p0["floor"]["agreement"]
+    for k in ("engine", "floor", "gates", "roles"):                  # one-pair readers see the first pair
+        assert res[k] == p0[k], k
+    assert set(res) >= {"protocol", "weights", "fp8_weights", "seconds"} and res["protocol"]["positions"] == 16
+
+
+def test_fp8_quality_pairs_of_both_schedules_on_one_reference(ckpt2, pack2, monkeypatch):
+    """The m3quality pairs, cuda path faked: the reference built and run once, each fp8 schedule on
+    the dequantized weights, each bf16 floor on the original; a floor shared by two engines once."""
+    from harness_fakes import FakeEngine
+
+    built, passes = _counting(monkeypatch, lambda name, ck, device: FakeEngine())
+    monkeypatch.setattr(registry, "spec", lambda name: registry.Spec(name, name))  # no CUDA needed here
+    kw = dict(text_tokens=[5, 6, 7, 8, 9, 10], positions=4, context=3, stride=3, prompts=2, agree_tokens=3,
+              free_running=False, quality_prompts=[[1, 2], [3]])
+    res = fp8_quality(ckpt2, None, pack2, "cuda", engine="megakernel-fp8-upstream,megakernel-fp8-stream",
+                      floor="megakernel-bf16-upstream,megakernel-bf16-stream", **kw)
+    assert [n for n, _ in built] == ["reference-fp32", "megakernel-fp8-upstream", "megakernel-bf16-upstream",
+                                     "megakernel-fp8-stream", "megakernel-bf16-stream"]
+    assert [ck is ckpt2 for _, ck in built] == [True, False, True, False, True]
+    assert built[1][1] is built[3][1]                                 # one dequantized checkpoint for both
+    assert len(passes) == 1 and len(passes[0]) == 4
+    assert [(p["roles"]["engine"].split()[0], p["roles"]["floor"].split()[0]) for p in res["pairs"]] == [
+        ("megakernel-fp8-upstream", "megakernel-bf16-upstream"), ("megakernel-fp8-stream", "megakernel-bf16-stream")]
+    assert res["roles"] == res["pairs"][0]["roles"] and res["gates"] == res["pairs"][0]["gates"]
+    built.clear()
+    passes.clear()
+    res = fp8_quality(ckpt2, None, pack2, "cuda", engine=["megakernel-fp8-upstream", "megakernel-fp8-stream"],
+                      floor="megakernel-bf16-upstream", **kw)               # one floor for both engines
+    assert [n for n, _ in built].count("megakernel-bf16-upstream") == 1 and len(passes[0]) == 3
+    assert [p["roles"]["floor"] for p in res["pairs"]] == ["megakernel-bf16-upstream on the original bf16 weights"] * 2
+
+
+@pytest.mark.parametrize("engine,floor,match", [
+    ("megakernel-fp8-upstream,megakernel-fp8-stream", "megakernel-bf16-upstream,megakernel-bf16-stream,none",
+     "2 engines and --floor 3 floors"),
+    ("megakernel-fp8-upstream,megakernel-fp8-stream,reference-fp32", "megakernel-bf16-upstream,none",
+     "3 engines and --floor 2 floors"),
+    ("megakernel-fp8-upstream,megakernel-bf16-stream", "megakernel-bf16-upstream", "bf16-stream does not read fp8"),
+    ("megakernel-fp8-upstream,megakernel-fp8-stream", "megakernel-bf16-upstream,megakernel-fp8-stream",
+     "floor is a bf16 engine"),
+])
+def test_fp8_quality_refuses_bad_pairs_before_any_work(ckpt2, engine, floor, match, tmp_path, monkeypatch):
+    """Mismatched lists, or a bad role in the second pair: refused before the dequantization (the
+    pack does not exist) and before any engine is built, in the library and in the CLI."""
+    builds, passes = _counting(monkeypatch)
+    with pytest.raises(MonolithError, match=match):
+        fp8_quality(ckpt2, None, tmp_path / "no-pack", "cuda", engine=engine, floor=floor, text_tokens=[1, 2],
+                    quality_prompts=PROMPTS)
+    r = CliRunner().invoke(app, ["eval", "quality", "--fp8", str(tmp_path / "no-pack"), "--device", "cuda",
+                                 "--model", str(tmp_path / "no-model"), "--engine", engine, "--floor", floor])
+    assert isinstance(r.exception, MonolithError) and match in str(r.exception)   # not the missing checkpoint's error
+    assert builds == [] and passes == []
+
+
+def test_gpu_sh_m3quality_pairs_are_accepted():
+    """The pairs scripts/gpu.sh m3quality passes, checked as the CLI does before the GPU work."""
+    import re
+
+    from monolith import REPO_ROOT
+    from monolith.quant.fp8_quality import fp8_pairs
+
+    sh = (REPO_ROOT / "scripts" / "gpu.sh").read_text()
+    cmd = sh[sh.index("run m3-quality"):].split("--out")[0]
+    engine, floor = (re.search(rf"--{k} (\S+)", cmd).group(1) for k in ("engine", "floor"))
+    assert fp8_pairs(engine, floor, "reference-fp32", "cuda") == [
+        ("megakernel-fp8-upstream", "megakernel-bf16-upstream"), ("megakernel-fp8-stream", "megakernel-bf16-stream")]
