@@ -34,7 +34,9 @@ scales in one u16):
 
 Checks: every one of the 16 codes in every nibble position for each decode, bit-exact against a CPU
 reference (A, C: f16 bits of e2m1 * 2^-14; B: of e2m1), and each path's 32-weight dot product
-against fp64 (A: 1e-5 of sum |terms|; B, C: 4e-3, the f16 activations and sums).
+against fp64 (A: 1e-5 of sum |terms|; B, C: 4e-3, the f16 activations and sums). Before any GPU
+call, D's decode also runs on the host (its lop3 through lop3_host with the same immLut) over the
+same words, exhaustive per u32 half; a mismatch exits 1 there. --host-check stops after it (no GPU).
 
 Throughput: 4 words (rows) per thread per iteration against one set of activations held in
 registers (like a lane of the stream schedule), 132 x 4 blocks of 256 threads, weights
@@ -49,7 +51,7 @@ Compile (what scripts/compile_all.py does for every probe, plus the link):
   (sm_120a compiles too; there the native cvt exists and C/B are only for comparison)
 PTX / SASS instruction counts per 8 weights: python probes/e2m1_count.py (the k_count_* kernels).
 Run:
-  ./e2m1_decode [--json] [--reps N] [--iters N]
+  ./e2m1_decode [--json] [--reps N] [--iters N] [--host-check]
 */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -77,6 +79,19 @@ constexpr int kSmemWords = 2048;              // 32 KB of codes per block (+ 4 K
 constexpr uint32_t kLutLo = 0x3E3C3800u;      // 0, 0.5, 1, 1.5
 constexpr uint32_t kLutHi = 0x46444240u;      // 2, 3, 4, 6
 
+// lop3 immLuts are F(0xF0, 0xCC, 0xAA) with a = 0xF0, b = 0xCC, c = 0xAA (PTX ISA), checked here at
+// compile time; lop3_host evaluates a table bit by bit so the host check in main runs the same ones.
+constexpr uint32_t kLutOrAnd = 0xF8;  // a | (b & c)
+constexpr uint32_t kLutSel = 0xD8;    // (a & ~c) | (b & c): b's bits where c is set, a's elsewhere
+static_assert(kLutOrAnd == ((0xF0u | (0xCCu & 0xAAu)) & 0xFFu), "immLut of a | (b & c)");
+static_assert(kLutSel == (((0xF0u & ~0xAAu) | (0xCCu & 0xAAu)) & 0xFFu), "immLut of (a & ~c) | (b & c)");
+__host__ __device__ constexpr uint32_t lop3_host(uint32_t a, uint32_t b, uint32_t c, uint32_t lut) {
+  uint32_t d = 0;
+  for (int i = 0; i < 8; ++i)  // minterm i: a if bit 2, b if bit 1, c if bit 0
+    if ((lut >> i) & 1u) d |= ((i & 4) ? a : ~a) & ((i & 2) ? b : ~b) & ((i & 1) ? c : ~c);
+  return d;
+}
+
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   uint32_t d;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
@@ -84,7 +99,7 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 }
 __device__ __forceinline__ uint32_t lop3_or_and(uint32_t a, uint32_t b, uint32_t c) {  // a | (b & c)
   uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xF8;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  asm("lop3.b32 %0, %1, %2, %3, %4;" : "=r"(d) : "r"(a), "r"(b), "r"(c), "n"(kLutOrAnd));
   return d;
 }
 
@@ -110,13 +125,21 @@ __host__ __device__ constexpr int prmt_elem(int k, int hi) {
   return k == 0 ? (hi ? 3 : 1) : k == 1 ? (hi ? 7 : 5) : k == 2 ? (hi ? 2 : 0) : (hi ? 6 : 4);
 }
 
-// D and E: the trick's values with fewer integer ops (see the header). sel(a, b, m) = (a & ~m) | (b & m).
-__device__ __forceinline__ uint32_t bitsel(uint32_t a, uint32_t b, uint32_t m) {
+// D and E: the trick's values with fewer integer ops (see the header). bitsel(a, b, m) = (a & ~m) | (b & m),
+// immLut 0xD8. (It had 0xE2 = (a & b) | (c & ~b), a select on b: y and z were garbage, 713216 of the
+// probe's 1048576 values wrong on the H200.) 12 integer ops per u32: shl (t), 2 lop3 (y, z), shift + and
+// for each of out[0..2], shr + 2 lop3 for out[3]; the trick takes 15. On the host, bitsel evaluates
+// kLutSel with lop3_host, so main's host check exercises the same table as the GPU.
+__host__ __device__ __forceinline__ uint32_t bitsel(uint32_t a, uint32_t b, uint32_t m) {
+#ifdef __CUDA_ARCH__
   uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xE2;" : "=r"(d) : "r"(a), "r"(b), "r"(m));  // (a & ~c) | (b & c)
+  asm("lop3.b32 %0, %1, %2, %3, %4;" : "=r"(d) : "r"(a), "r"(b), "r"(m), "n"(kLutSel));
   return d;
+#else
+  return lop3_host(a, b, m, kLutSel);
+#endif
 }
-__device__ __forceinline__ void decode_lop3(uint32_t x, uint32_t out[4]) {
+__host__ __device__ __forceinline__ void decode_lop3(uint32_t x, uint32_t out[4]) {
   constexpr uint32_t kM = 0x8E008E00u;         // f16x2 sign + the 3 magnitude bits, both halves
   const uint32_t t = x << 3;
   const uint32_t y = bitsel(x, t, 0x40404040u);  // even nibbles: sign 4 bits above the magnitude's top
@@ -397,20 +420,35 @@ static uint16_t f16_bits(double v) {
 }
 static float f16_round(float v) { return __half2float(__float2half_rn(v)); }
 
+// decode_lop3 run on the host (bitsel through lop3_host, same immLut) against the CPU table, for
+// every word: the nibbles of a u32's low half only reach its outputs' low halves, the high half's
+// the high halves, so the probe's words (every low half, every high half) are exhaustive.
+static long host_check_lop3(const std::vector<uint32_t>& words) {
+  long bad = 0;
+  for (const uint32_t x : words) {
+    uint32_t d[4];
+    decode_lop3(x, d);
+    for (int k = 0; k < 4; ++k)
+      for (int hi = 0; hi < 2; ++hi)
+        if (uint16_t(d[k] >> (16 * hi)) != f16_bits(ref_e2m1((x >> (4 * trick_elem(k, hi))) & 0xF) * std::ldexp(1.0, -14)))
+          ++bad;
+  }
+  return bad;
+}
+
 int main(int argc, char** argv) {
   int reps = 5, iters = 2048;
+  bool host_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--json")) g_json = true;
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--help")) { printf("usage: e2m1_decode [--json] [--reps N] [--iters N]\n"); return 0; }
+    else if (!strcmp(argv[i], "--host-check")) host_only = true;
+    else if (!strcmp(argv[i], "--help")) {
+      printf("usage: e2m1_decode [--json] [--reps N] [--iters N] [--host-check (no GPU: decode_lop3 on the host only)]\n");
+      return 0;
+    }
   }
-  int dev = 0, sms = 0, clock_khz = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
-  cudaDeviceProp prop;
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
 
   // ---- every code in every nibble: words i | i << 16 and i | ~i << 16 (as probes/cvt.cu)
   const int nw = 2 * 65536;
@@ -419,6 +457,25 @@ int main(int argc, char** argv) {
     words[i] = i | (i << 16);
     words[65536 + i] = i | ((~i & 0xFFFFu) << 16);
   }
+  // ---- decode_lop3 on the host first: a wrong bit trick fails here, before any GPU time
+  const long bad_lop3_host = host_check_lop3(words);
+  if (host_only || bad_lop3_host) {
+    if (g_json)
+      printf("{\"probe\": \"e2m1_decode\", \"ok\": %s, \"host_check\": {\"checked\": %d, \"lop3_mismatches\": %ld}}\n",
+             bad_lop3_host ? "false" : "true", nw * 8, bad_lop3_host);
+    else
+      printf("host check, decode_lop3 vs CPU table (%d values): %ld mismatches  %s\n", nw * 8, bad_lop3_host,
+             bad_lop3_host ? "FAIL (no GPU run)" : "OK");
+    return bad_lop3_host ? 1 : 0;
+  }
+
+  int dev = 0, sms = 0, clock_khz = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+
   uint32_t* d_words;
   uint4 *d_p, *d_t, *d_l;
   CUDA_CHECK(cudaMalloc(&d_words, nw * 4));
