@@ -227,6 +227,7 @@ struct StreamFmt {
   static constexpr int kRb = kRows1024 / 8;                                  // 8-row blocks per slot: 1 | 2
   static constexpr int kRowsO = kSlotBytes / (kGroupCols * kElemBytes);      // O rows (K = 256) per slot: 32 | 64
   static constexpr int kSlotsPerUnit = 2 * kMlpUnitCols * kHidden * kElemBytes / kSlotBytes;  // 2 | 1
+  static constexpr int kHeadSlots = kRb == 2 ? 6 : 4;                         // LM-head slots per round
   static_assert(kRows1024 % 8 == 0 && (kRb == 1 || kRb == 2), "a slot holds one or two 8-row blocks");
   static_assert(kSlotsPerUnit >= 1 && kSlotsPerUnit * kSlotBytes == 2 * kMlpUnitCols * kHidden * kElemBytes,
                 "an MLP unit is whole slots");
@@ -328,12 +329,27 @@ __device__ __forceinline__ uint16_t* kv_base(uint16_t* kv, int L, int kind, int 
   return kv + ((int64_t(L) * 2 + kind) * kNumKVHeads + g) * int64_t(kContextCap) * kHeadDim;
 }
 
+// Who returns a consumed slot to the producer (the `empty` mbarrier's arrival count). 16: lane 0
+// of every consumer warp after __syncwarp, so each warp's slot reads are ordered before its own
+// arrive (CUTLASS's consumer-release shape); 1: thread 0 alone after the block barrier (the reads
+// reach its arrive only through bar.sync's cumulativity: the suspected source of racecheck's WAR
+// reports on the ring); 512: every consumer thread (the racecheck reference). Measured in NOTES.md
+// (fourth session); -DMONOLITH_RING_RELEASE=N builds the others.
+// (Here, not in config.cuh: a build knob, which the header's Python parser does not evaluate.)
+#ifndef MONOLITH_RING_RELEASE
+#define MONOLITH_RING_RELEASE 16
+#endif
+constexpr int kEmptyArrivals = MONOLITH_RING_RELEASE;
+static_assert(kEmptyArrivals == 1 || kEmptyArrivals == kStreamConsumerWarps || kEmptyArrivals == kStreamConsumerThreads,
+              "a slot is released by thread 0, by lane 0 of every consumer warp, or by every consumer thread");
+
 // ---- producer -------------------------------------------------------------------------------
 struct Ring {
   uint8_t* slots;
   uint64_t* full;
   uint64_t* empty;
-  volatile int* quit;  // set by the consumers when they leave (stop phase, error): the producer stops
+  int* quit;  // set by the consumers when they leave (stop phase, error): the producer stops. Shared-
+              // memory atomics on both sides: a flag, not data (racecheck reports plain accesses)
 };
 
 template <class W>
@@ -361,7 +377,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
         const long long t0 = clock64();
         for (uint32_t it = 0;; ++it) {
           if (mbar_try_wait(&r.empty[slot], par)) break;
-          if (*r.quit) {
+          if (atomicAdd(r.quit, 0) != 0) {
             ok = false;
             return;
           }
@@ -445,7 +461,13 @@ static_assert(kRoundSlots <= kStages / 2 && kMlpRoundSlots <= kStages / 2, "a ro
 static_assert(kMlpRoundSlots % 2 == 0 && kMlpRoundSlots <= 2 * kRoundSlots, "whole units, at most two pieces");
 constexpr int kMlpRoundUnits = kMlpRoundSlots / 2;  // units per MLP-1 round (bf16: 2 slots each; E4M3: 1)
 // 8-row blocks of one round: a bf16 MLP round (6 slots of 8 rows) or an E4M3 round (4 slots of 16)
-constexpr int kRoundRbMax = kMlpRoundSlots > 2 * kRoundSlots ? kMlpRoundSlots : 2 * kRoundSlots;
+// The LM head's rounds (StreamFmt::kHeadSlots): E4M3 takes 6 slots per round, in two pieces like
+// MLP-1, because its rounds are consumer-bound (the e4m3 cvt, ~1 us per 64 KB) and a round's
+// fixed cost (waits, two barriers, the combine) is then paid per 96 KB; bf16 keeps 4 (its LM
+// head streams at ~4.2 TB/s, DRAM-bound).
+constexpr int kHeadRoundSlotsMax = 6;
+static_assert(kHeadRoundSlotsMax <= kStages / 2 && kHeadRoundSlotsMax <= 2 * kRoundSlots, "at most two pieces, half the ring");
+constexpr int kRoundRbMax = kMlpRoundSlots > 2 * kHeadRoundSlotsMax ? kMlpRoundSlots : 2 * kHeadRoundSlotsMax;
 
 static_assert(kIntermediate == 3 * kHidden, "a down row is three 1024-wide segments");
 
@@ -516,12 +538,15 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   auto slot_at = [&](int i) -> const uint4* {
     return reinterpret_cast<const uint4*>(r.slots + size_t((kc + i) % kStages) * kSlotBytes);
   };
-  // The end of a round: after a barrier (every thread is done with the slots) thread 0 hands
-  // them back to the producer, which refills them at once. Phases whose outputs are other
+  // The end of a round: after a barrier (every thread is done with the slots) the slots go back
+  // to the producer (kEmptyArrivals arrivals each, config.cuh), which refills them at once. Phases whose outputs are other
   // blocks' inputs issue those stores between the barrier and the hand-back, so that the stores
   // leave the SM ahead of the refill burst (up to 6 x 16 KB per block, grid-wide ~13 MB).
+  // Every call site is reached by all consumer threads (uniform control flow), after a barrier.
   auto hand_back = [&](int n) {
-    if (tid == 0)
+    if constexpr (kEmptyArrivals == kStreamConsumerWarps) __syncwarp();  // the warp's reads, then lane 0's arrive
+    const bool arrives = kEmptyArrivals == 1 ? tid == 0 : kEmptyArrivals == kStreamConsumerWarps ? lane == 0 : true;
+    if (arrives)
       for (int i = 0; i < n; ++i) mbar_arrive(&r.empty[(kc + i) % kStages]);
     kc += n;
   };
@@ -543,7 +568,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         a[i] = (i < n && F::kRows1024 * i + row < nr) ? half_row_lane<W>(slot_at(base + i), row, x) : 0.f;
       }
       const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);  // lane 8 v: slot v's row
-      if ((lane & 7) == 0) part[(F::kRb * (lane >> 3) + k) * kStreamConsumerWarps + warp] = r4;
+      // only the slots of this piece: a piece's part[] ends where its n slots end (the second
+      // piece of a 6-slot E4M3 round would write past sm.part otherwise)
+      if ((lane & 7) == 0 && (lane >> 3) < n) part[(F::kRb * (lane >> 3) + k) * kStreamConsumerWarps + warp] = r4;
     }
   };
   auto combine_row = [&](const float* part, int t) {  // row t of the round (8-row block t / 8, row t % 8)
@@ -558,20 +585,27 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // Row scales (E4M3): row q's is scl[q]; thread t's for the first round is sc0 (the caller loads
   // it before its wait), each later round's is loaded one round ahead, so no scale load is ever
   // waited on at the end of a round. The dot product reaches on_row scaled.
-  auto rows_1024 = [&](int r0, int r1, uint16_t work_phase, int layer, const float* s_x, bool ok, const float* scl,
-                       float sc0, auto&& on_row, auto&& opened) -> bool {
-    if (!acquire_n(min(kRoundSlots, (r1 - r0 + F::kRows1024 - 1) / F::kRows1024), work_phase, layer, ok)) return false;
+  // kSlots (an integral_constant): slots per round, at most two pieces of kRoundSlots.
+  auto rows_1024 = [&](auto kSlotsC, int r0, int r1, uint16_t work_phase, int layer, const float* s_x, bool ok,
+                       const float* scl, float sc0, auto&& on_row, auto&& opened) -> bool {
+    constexpr int kSl = decltype(kSlotsC)::value, kRows = kSl * F::kRows1024;
+    static_assert(kSl <= 2 * kRoundSlots && kSl * F::kRb <= kRoundRbMax, "two pieces at most; part[] holds the round");
+    if (!acquire_n(min(kSl, (r1 - r0 + F::kRows1024 - 1) / F::kRows1024), work_phase, layer, ok)) return false;
     opened();
     const XHalf x = load_xhalf<W>(s_x);
     float sc = sc0;
-    for (int q = r0, rd = 0; q < r1; q += kRowsRound, ++rd) {
-      const int nr = min(kRowsRound, r1 - q), n = (nr + F::kRows1024 - 1) / F::kRows1024;
+    for (int q = r0, rd = 0; q < r1; q += kRows, ++rd) {
+      const int nr = min(kRows, r1 - q), n = (nr + F::kRows1024 - 1) / F::kRows1024;
       float* part = sm.part[rd & 1];
       if (rd > 0 && !acquire_n(n, work_phase, layer)) return false;
       float sc_next = 1.f;
       if constexpr (kScaled)
-        if (tid < kRowsRound && q + kRowsRound + tid < r1) sc_next = __ldg(scl + q + kRowsRound + tid);
-      round_1024(0, n, nr, x, part);
+        if (tid < kRows && q + kRows + tid < r1) sc_next = __ldg(scl + q + kRows + tid);
+#pragma unroll
+      for (int pc = 0; pc < (kSl + kRoundSlots - 1) / kRoundSlots; ++pc) {  // pieces of kRoundSlots slots
+        const int p0 = pc * kRoundSlots, np = min(kRoundSlots, n - p0);
+        if (np > 0) round_1024(p0, np, nr - p0 * F::kRows1024, x, part + p0 * F::kRb * kStreamConsumerWarps);
+      }
       csync();  // publishes part: combine after it, in fixed order
       if (tid < nr) {
         if constexpr (kScaled) on_row(q + tid, combine_row(part, tid) * sc);
@@ -582,9 +616,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     }
     return true;
   };
-  // this thread's scale of row r0 + tid (the first round of rows_1024), 1 for bf16
-  auto first_scale = [&](const float* scl, int r0, int r1) -> float {
-    if constexpr (kScaled) return tid < kRowsRound && r0 + tid < r1 ? __ldg(scl + r0 + tid) : 1.f;
+  // this thread's scale of row r0 + tid (the first round of rows_1024 with kRows rows), 1 for bf16
+  auto first_scale = [&](const float* scl, int r0, int r1, int kRows) -> float {
+    if constexpr (kScaled) return tid < kRows && r0 + tid < r1 ? __ldg(scl + r0 + tid) : 1.f;
     else return 1.f;
   };
 
@@ -628,7 +662,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       bool ok = true;
       const Norm2 nin = load_norm2(N + kNormInLn);  // in flight during the wait below
       const float* scl = kScaled ? SC + kScQKV + g * kGroupRows : nullptr;
-      const float sc0 = first_scale(scl, s.q0, s.q1);
+      const float sc0 = first_scale(scl, s.q0, s.q1, kRowsRound);
       if (L == 0) {
         if constexpr (kScaled) {  // the token's E4M3 row, dequantized as the oracle's weights are
           const float es = __ldg(p.embed_scales + token);
@@ -650,11 +684,14 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       if (ok) seed_o(acc_o, v);
       stream_prenorm(v, nin, sm.x, sm.ssq);
       float inv = 0.f;
-      if (!rows_1024(s.q0, s.q1, kPhase_s_qkv, L, sm.x, ok, scl, sc0, [&](int q, float a) {
+      if (!rows_1024(std::integral_constant<int, kRoundSlots>{}, s.q0, s.q1, kPhase_s_qkv, L, sm.x, ok, scl, sc0, [&](int q, float a) {
             const int row = qkv_std_row(g, q);
             tagged_store(acc + kTagQKV + row, a * inv, tag);
             scr[kScrQKV + row] = a * inv;  // phase diff only
-          }, [&] { inv = norm_inv(sm.ssq); }))
+          }, [&] {
+            inv = norm_inv(sm.ssq);
+            XRAY_END(s_gather, L);  // every thread's residual words are in
+          }))
         return;
       if (b == 0)  // phase diff only
         for (int e = 0; e < 2; ++e) scr[kScrNormIn + tid + e * kStreamConsumerThreads] = v[e] * inv * nin.w[e];
@@ -700,6 +737,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const float ssw = warp_sum(v[0] * v[0] + v[1] * v[1]);
         if (lane == 0) sm.red[warp] = ssw;
         if (!csync_and(ok)) return;
+        XRAY_END(s_gather, L);  // every thread's q/k/v words are in
         if (mine && seg < 3) {
           const float r = rsqrtf((sm.red[2 * seg] + sm.red[2 * seg + 1]) / float(kHeadDim) + kRmsEps);
           const float x0 = v[0] * r * nw0, x1 = v[1] * r * nw1;
@@ -986,6 +1024,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       constexpr int kSpu = F::kSlotsPerUnit;
       static_assert(kMlpRoundUnits * kSpu <= 2 * kRoundSlots, "an MLP round is at most two pieces");
       if (!acquire_n(kSpu * min(kMlpRoundUnits, s.u1 - s.u0), kPhase_s_mlp, L, ok)) return;
+      XRAY_END(s_gather, L);  // every thread's counted words are in
       const float inv = norm_inv(sm.ssq);
       if (b == 0)  // phase diff only
         for (int e = 0; e < 2; ++e) scr[kScrNormPost + tid + e * kStreamConsumerThreads] = v[e] * inv * npost.w[e];
@@ -1083,7 +1122,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   float v[2];
   bool ok = true;
   const Norm2 nfin = load_norm2(p.final_norm);  // in flight during the wait below
-  const float sch0 = first_scale(p.embed_scales, s.v0, s.v1);  // E4M3: the first LM-head round's
+  constexpr int kHeadRows = F::kHeadSlots * F::kRows1024;  // LM-head rows per round: 32 | 96
+  const float sch0 = first_scale(p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
   {
     const long long* rp = acc + kTagResid + tid;
     tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, kNumLayers - 1), v, S,
@@ -1102,14 +1142,14 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       }
     }
   }
-  // Thread t < kRowsRound (32 bf16, 64 E4M3) combines row t of every round: rows are visited in
+  // Thread t < kHeadRows (32 bf16, 96 E4M3) combines row t of every round: rows are visited in
   // increasing order per thread and only a strictly larger logit replaces the best, so ties keep
   // the lowest index (as torch.argmax); the threads' winners are reduced with the same rule, per
   // warp and then over the kArgWarps warps in order.
   float best = -INFINITY;
   int best_i = 0x7fffffff;
   float inv = 0.f;
-  if (!rows_1024(s.v0, s.v1, kPhase_lmhead, kNumLayers, sm.x, ok, p.embed_scales, sch0, [&](int row, float a) {
+  if (!rows_1024(std::integral_constant<int, F::kHeadSlots>{}, s.v0, s.v1, kPhase_lmhead, kNumLayers, sm.x, ok, p.embed_scales, sch0, [&](int row, float a) {
         const float logit = a * inv;
         p.logits[row] = logit;
         if (logit > best) {
@@ -1122,8 +1162,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int e = 0; e < 2; ++e) scr[kScrFinalNorm + tid + e * kStreamConsumerThreads] = v[e] * inv * nfin.w[e];
       }))
     return;
-  constexpr int kArgWarps = kRowsRound / 32;
-  static_assert(kRowsRound % 32 == 0 && kArgWarps <= kStreamConsumerWarps, "whole warps hold the candidates");
+  constexpr int kArgWarps = kHeadRows / 32;
+  static_assert(kHeadRows % 32 == 0 && kArgWarps <= kStreamConsumerWarps, "whole warps hold the candidates");
   if (warp < kArgWarps) warp_argmax(best, best_i);
   if constexpr (kArgWarps > 1) {  // the other warps' winners to warp 0 (sm.red is free here)
     int* idx = reinterpret_cast<int*>(sm.ssq);
@@ -1165,7 +1205,7 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&full[i], 1);
-      mbar_init(&empty[i], 1);
+      mbar_init(&empty[i], kEmptyArrivals);
     }
     quit = 0;
     plan = make_plan(blockIdx.x, gridDim.x, pos);
@@ -1179,5 +1219,5 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
   }
   const uint32_t steps = *(volatile const uint32_t*)&p.sync->steps;  // names this launch in tagged words
   stream_consumer<Cfg>(p, plan, pos, token, steps, r, sm);
-  if (tid == 0) *(volatile int*)&quit = 1;  // whatever path the consumers left by
+  if (tid == 0) atomicExch(&quit, 1);  // whatever path the consumers left by
 }

@@ -25,7 +25,7 @@ struct XrayEvent {     // 40 bytes; layout mirrored by monolith/megakernel.py (X
 static_assert(sizeof(XrayEvent) == 40, "the host parses 40-byte records");
 
 // Per block per token: bf16-upstream 28 layers x at most 13 intervals (with the barrier
-// arrivals); bf16-stream 28 x 8 plus the ring stalls longer than kXrayRingStallCycles; with margin.
+// arrivals); bf16-stream 28 x 11 plus the ring stalls longer than kXrayRingStallCycles; with margin.
 constexpr int kXrayMaxEvents = 1024;
 // A consumer wait for a weight slot shorter than this stays inside its work interval (recording
 // every short wait would cost a record per 16 KB chunk); longer ones become a `ring` interval.
