@@ -477,9 +477,9 @@ struct StreamSmem {
   float attn[kGroupCols];                           // merged attention of the group's two heads
   float q[kGroupCols];                              // q of both heads after QK-norm + RoPE
   float tmp[kGroupRows];                            // q | k | v before RoPE
-  uint16_t kc16[kHeadDim];                          // this position's K as the cache holds it (bf16)
-  float vc[kHeadDim];                               // this position's V (bf16-rounded)
+  float kc[kHeadDim], vc[kHeadDim];                 // this position's K and V (bf16-rounded)
   float sc[kHeadsPerKV * kSplitPositions];          // scores, then probabilities, of one split
+  float ml[2 * kHeadsPerKV];                        // (max, sum) per head of one split
   float rope[kHeadDim];                             // this position's cos | sin, read once per launch
   union {
     float vpart[kStreamConsumerWarps * kGroupCols];  // attention: per-warp V partial sums
@@ -703,7 +703,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     // ---------------- attention splits of group g ----------------
     if (s.gi < s.nsplit) {
       const bool owner = (s.nsplit - 1) % s.ng == s.gi;  // owns the last split: appends K/V
-      bool held = false;  // the first split's K and V slots, acquired by the barrier below
+      bool held = false;  // the first split's K slot, acquired by the barrier below
       {
         // two values per thread t < 256: elements d and d + 64 of segment seg (0/1: q of heads
         // 2g/2g+1, 2: k, 3: v), so RoPE's pairs are in one thread and a segment is two warps:
@@ -717,17 +717,11 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           nw1 = bf16_as_float(__ldg(nw + d + 64));
         }
         // this position's K (kind 0) or V (1), elements d and d + 64: rounded to bf16 as the cache
-        // holds them, kept in shared memory for this block's splits (K as bf16 bits, so that its
-        // score is the cached positions' code path; V as floats), appended by the owner
-        auto keep_kv = [&](int kind, float a, float c) {
+        // holds them, kept in shared memory for this block's splits, appended by the owner
+        auto keep_kv = [&](int kind, float a, float c, float* s_vec) {
           const __nv_bfloat16 a16 = __float2bfloat16_rn(a), c16 = __float2bfloat16_rn(c);
-          if (kind == 0) {
-            sm.kc16[d] = __bfloat16_as_ushort(a16);
-            sm.kc16[d + 64] = __bfloat16_as_ushort(c16);
-          } else {
-            sm.vc[d] = __bfloat162float(a16);
-            sm.vc[d + 64] = __bfloat162float(c16);
-          }
+          s_vec[d] = __bfloat162float(a16);
+          s_vec[d + 64] = __bfloat162float(c16);
           if (owner) {
             uint16_t* row = kv_base(p.kv, L, kind, g) + int64_t(pos) * kHeadDim;
             row[d] = __bfloat16_as_ushort(a16);
@@ -757,39 +751,34 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
               scr[kScrQRot + g * kGroupCols + seg * kHeadDim + d + 64] = y1;
             }
           } else {
-            keep_kv(0, y0, y1);
+            keep_kv(0, y0, y1, sm.kc);
             if (owner) {
               scr[kScrKRot + g * kHeadDim + d] = y0;
               scr[kScrKRot + g * kHeadDim + d + 64] = y1;
             }
           }
         } else if (mine) {
-          keep_kv(1, v[0], v[1]);
+          keep_kv(1, v[0], v[1], sm.vc);
         }
-        // this barrier publishes q, kc16, vc and opens the first split's K and V round when it has one
+        // this barrier publishes q, kc, vc and opens the first split's K round when it has one
         held = min(s.gi * kSplitPositions + kSplitPositions, pos) > s.gi * kSplitPositions;
-        if (!acquire_n(held ? 2 : 0, kPhase_s_attn, L)) return;
+        if (!acquire_n(held ? 1 : 0, kPhase_s_attn, L)) return;
       }
-      // A split: its K and V slots in one round, three barriers (scores, V partials, and between
-      // two splits of one block). The softmax statistics are computed by every warp from the
-      // scores (64 per head, two per lane), so they need no barrier of their own, and this
-      // position's score is the cached positions' code path on kc16.
       for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
         const int t0 = sp * kSplitPositions, t1 = min(t0 + kSplitPositions, pos);
         const int nh = t1 > t0 ? t1 - t0 : 0;      // cached positions in this split
         const bool cur = sp == s.nsplit - 1;       // this position is the split's last entry
-        const int n = nh + (cur ? 1 : 0);          // positions scored (nh <= 63 when cur)
-        if (nh > 0 && !held && !acquire_n(2, kPhase_s_attn, L)) return;
-        held = false;
-        {  // scores: one half-warp per position, 16 lanes x 16 B = one K row, both heads
-          const uint4* slot = slot_at(0);  // read only for rr < nh (the slot exists then)
-          const uint4* kcur = reinterpret_cast<const uint4*>(sm.kc16);
+        // scores: one half-warp per cached position, 16 lanes x 16 B = one K row, both heads
+        if (nh > 0) {
+          if (!held && !acquire_n(1, kPhase_s_attn, L)) return;
+          held = false;
+          const uint4* slot = slot_at(0);
           const int hw = tid >> 4, l16 = tid & 15;
           const float4* q4 = reinterpret_cast<const float4*>(sm.q);
           for (int rr = hw; rr < kSplitPositions; rr += kStreamConsumerThreads / 16) {
             float a0 = 0.f, a1 = 0.f;
-            if (rr < n) {
-              const uint4 kw = rr < nh ? slot[rr * 16 + l16] : kcur[l16];
+            if (rr < nh) {
+              const uint4 kw = slot[rr * 16 + l16];
               a0 = dot8_bf16(kw, q4[2 * l16], q4[2 * l16 + 1], 0.f);
               a1 = dot8_bf16(kw, q4[32 + 2 * l16], q4[32 + 2 * l16 + 1], 0.f);
             }
@@ -798,32 +787,54 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
               a0 += __shfl_xor_sync(0xffffffffu, a0, o);
               a1 += __shfl_xor_sync(0xffffffffu, a1, o);
             }
-            if (l16 == 0 && rr < n) {
+            if (l16 == 0 && rr < nh) {
               sm.sc[rr] = a0 * scale;
               sm.sc[kSplitPositions + rr] = a1 * scale;
             }
           }
+          release_n(1);
         }
-        csync();  // publishes the scores
-        float mh[kHeadsPerKV], lh[kHeadsPerKV];  // per head: max and sum of exp over the split, every warp
+        if (cur && warp == 0) {
+          float a0 = 0.f, a1 = 0.f;
 #pragma unroll
-        for (int h = 0; h < kHeadsPerKV; ++h) {
-          const float* sc = sm.sc + h * kSplitPositions;
-          const float x0 = lane < n ? sc[lane] : -INFINITY, x1 = lane + 32 < n ? sc[lane + 32] : -INFINITY;
-          mh[h] = warp_max(fmaxf(x0, x1));
-          const float e0 = lane < n ? __expf(x0 - mh[h]) : 0.f, e1 = lane + 32 < n ? __expf(x1 - mh[h]) : 0.f;
-          lh[h] = warp_sum(e0 + e1);
+          for (int i = 0; i < kHeadDim / 32; ++i) {
+            a0 = fmaf(sm.q[lane + 32 * i], sm.kc[lane + 32 * i], a0);
+            a1 = fmaf(sm.q[kHeadDim + lane + 32 * i], sm.kc[lane + 32 * i], a1);
+          }
+          a0 = warp_sum(a0);
+          a1 = warp_sum(a1);
+          if (lane == 0) {
+            sm.sc[nh] = a0 * scale;
+            sm.sc[kSplitPositions + nh] = a1 * scale;
+          }
         }
+        csync();
+        const int n = nh + (cur ? 1 : 0);
+        if (warp < kHeadsPerKV) {  // softmax statistics of this split, one warp per head
+          float* sc = sm.sc + warp * kSplitPositions;
+          const float x0 = lane < n ? sc[lane] : -INFINITY, x1 = lane + 32 < n ? sc[lane + 32] : -INFINITY;
+          const float m = warp_max(fmaxf(x0, x1));
+          const float e0 = lane < n ? __expf(x0 - m) : 0.f, e1 = lane + 32 < n ? __expf(x1 - m) : 0.f;
+          if (lane < n) sc[lane] = e0;
+          if (lane + 32 < n) sc[lane + 32] = e1;
+          const float l = warp_sum(e0 + e1);
+          if (lane == 0) {
+            sm.ml[2 * warp] = m;
+            sm.ml[2 * warp + 1] = l;
+          }
+        }
+        csync();
         // V: warp w takes cached positions w, w + 16, w + 32, w + 48; lane holds dims 4 lane .. + 3
         float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
         if (nh > 0) {
-          const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(1));
+          if (!acquire_n(1, kPhase_s_attn, L)) return;
+          const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(0));
 #pragma unroll
           for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
             const int rr = warp + kStreamConsumerWarps * j;
             if (rr < nh) {
               const uint2 vv = vslot[rr * 32 + lane];
-              const float p0 = __expf(sm.sc[rr] - mh[0]), p1 = __expf(sm.sc[kSplitPositions + rr] - mh[1]);
+              const float p0 = sm.sc[rr], p1 = sm.sc[kSplitPositions + rr];
               const float v4[4] = {__uint_as_float(vv.x << 16), __uint_as_float(vv.x & 0xffff0000u),
                                    __uint_as_float(vv.y << 16), __uint_as_float(vv.y & 0xffff0000u)};
 #pragma unroll
@@ -839,22 +850,22 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           sm.vpart[warp * kGroupCols + 4 * lane + i] = o0[i];
           sm.vpart[warp * kGroupCols + kHeadDim + 4 * lane + i] = o1[i];
         }
-        csync();  // publishes vpart (every thread's slot reads are done)
+        csync();
         if (tid < kGroupCols) {  // fixed order over warps, this position last
           const int h = tid / kHeadDim, d = tid & (kHeadDim - 1);
           float a = 0.f;
 #pragma unroll
           for (int w = 0; w < kStreamConsumerWarps; ++w) a += sm.vpart[w * kGroupCols + tid];
-          if (cur) a = fmaf(__expf(sm.sc[h * kSplitPositions + nh] - mh[h]), sm.vc[d], a);
+          if (cur) a = fmaf(sm.sc[h * kSplitPositions + nh], sm.vc[d], a);
           long long* part = acc + kTagAttnPart + ((g * kMaxSplits + sp) * kHeadsPerKV + h) * kPartStride;
           tagged_store(part + 2 + d, a, tag);
           if (d == 0) {
-            tagged_store(part, mh[h], tag);
-            tagged_store(part + 1, lh[h], tag);
+            tagged_store(part, sm.ml[2 * h], tag);
+            tagged_store(part + 1, sm.ml[2 * h + 1], tag);
           }
         }
-        if (nh > 0) hand_back(2);
-        if (sp + s.ng < s.nsplit) csync();  // vpart and sc are reused by this block's next split
+        if (nh > 0) hand_back(1);
+        csync();  // vpart and sc are reused by the next split
       }
       XRAY_END(s_attn, L);
     }
