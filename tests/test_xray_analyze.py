@@ -149,3 +149,27 @@ def test_stream_trace_hops_and_wait_kinds():
     assert abs(bs["dependency_wait_us_per_layer"] + bs["ring_wait_us_per_layer"] - bs["wait_us_per_layer"]) < 1e-6
     assert summ["grid_bandwidth_token_tbs"] > 0
     assert {"s_qkv", "s_mlp", "s_down"} <= {p["name"] for p in summ["phases"] if p.get("bytes")}
+
+
+def test_hop_readiness_goes_through_s_gather():
+    """A stream wait ends when thread 0 has its words; the block is ready when its s_gather (the
+    rest of the wait) ends. Two consumer blocks, one producer: the *_ready_us figures come from the
+    gather ends, the *_sees_us figures from the wait ends, and a trace without block ids (or
+    without s_gather) has no readiness figures."""
+    from monolith.xray.analyze import hop_latency
+    from monolith.xray.phases import load_phases
+
+    phases = load_phases()
+    pid = {p.name: p.id for p in phases}
+    #          block, phase,          layer, start, end (ns)
+    rows = [(2, pid["s_down"], 0, 0, 1000),
+            (0, pid["s_wait_resid"], 1, 900, 1500), (0, pid["s_gather"], 1, 1500, 2500), (0, pid["s_qkv"], 1, 2500, 3000),
+            (1, pid["s_wait_resid"], 1, 900, 1200), (1, pid["s_gather"], 1, 1200, 3000), (1, pid["s_qkv"], 1, 3000, 3100)]
+    blk, ph, lay, s, e = (np.array(c, dtype=np.float64 if i > 2 else np.int64) for i, c in enumerate(zip(*rows)))
+    h = {x["wait"]: x for x in hop_latency(s, e, ph, lay, phases, blk)}["s_wait_resid"]
+    assert (h["first_sees_us"], h["last_sees_us"]) == pytest.approx((0.2, 0.5))
+    assert (h["first_ready_us"], h["last_ready_us"]) == pytest.approx((1.5, 2.0))
+    assert "last_ready_us" not in hop_latency(s, e, ph, lay, phases)[0]
+    no_gather = ph != pid["s_gather"]
+    h2 = hop_latency(s[no_gather], e[no_gather], ph[no_gather], lay[no_gather], phases, blk[no_gather])[0]
+    assert "last_ready_us" not in h2 and h2["last_sees_us"] == pytest.approx(0.5)

@@ -190,16 +190,36 @@ HOPS = (("s_down", "s_wait_resid", 1), ("s_qkv", "s_wait_qkv", 0), ("s_attn", "s
         ("attn", "flag_attn", 0))
 
 
-def hop_latency(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, phases) -> list[dict]:
+def _ready_ends(s: np.ndarray, e: np.ndarray, blk: np.ndarray, ph: np.ndarray, lay: np.ndarray,
+                gather: int | None) -> np.ndarray:
+    """Per event: when its block had every thread's words. A stream wait interval ends when thread
+    0 has its own words; where the block's next event is an `s_gather` of the same layer (the rest
+    of the wait, up to the phase's opening barrier), that interval's end; else the event's own end."""
+    ready = e.copy()
+    if gather is None:
+        return ready
+    order = np.lexsort((s, blk))
+    for a, b in zip(order[:-1], order[1:], strict=True):
+        if blk[a] == blk[b] and ph[b] == gather and lay[b] == lay[a] and ph[a] != gather:
+            ready[a] = e[b]
+    return ready
+
+
+def hop_latency(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, phases,
+                blk: np.ndarray | None = None) -> list[dict]:
     """Per hop of HOPS present in the trace: median over layers of (first / last consumer wait end)
-    - (last producer end), in µs, and how many layers it was measured on."""
+    - (last producer end), in µs, and how many layers it was measured on. With block ids and an
+    `s_gather` phase in the trace, also the same for the block-level readiness (`first_ready_us`,
+    `last_ready_us`): thread 0's wait end understates a hop whose words arrive over a spread."""
     ids = {p.name: p.id for p in phases}
+    ready = _ready_ends(s, e, blk, ph, lay, ids.get("s_gather")) if blk is not None else None
+    has_gather = ready is not None and "s_gather" in ids and bool((ph == ids["s_gather"]).any())
     out = []
     for prod, wait, off in HOPS:
         if prod not in ids or wait not in ids:
             continue
         mp, mw = ph == ids[prod], ph == ids[wait]
-        first, last = [], []
+        first, last, rfirst, rlast = [], [], [], []
         for L in np.unique(lay[mw]):
             src = mp & (lay == L - off)
             dst = mw & (lay == L)
@@ -208,9 +228,16 @@ def hop_latency(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, p
             t = e[src].max()
             first.append(e[dst].min() - t)
             last.append(e[dst].max() - t)
+            if has_gather:
+                rfirst.append(ready[dst].min() - t)
+                rlast.append(ready[dst].max() - t)
         if first:
-            out.append({"producer": prod, "wait": wait, "layers": len(first),
-                        "first_sees_us": float(np.median(first) / 1e3), "last_sees_us": float(np.median(last) / 1e3)})
+            h = {"producer": prod, "wait": wait, "layers": len(first),
+                 "first_sees_us": float(np.median(first) / 1e3), "last_sees_us": float(np.median(last) / 1e3)}
+            if has_gather:
+                h["first_ready_us"] = float(np.median(rfirst) / 1e3)
+                h["last_ready_us"] = float(np.median(rlast) / 1e3)
+            out.append(h)
     return out
 
 
@@ -285,7 +312,7 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
     ring_per_layer = float(d[is_ring & layer_mask].sum() / 1e3 / nblocks / max(n_layers, 1))
     dep_token = float(d[dep].sum() / 1e3 / nblocks)  # per block, the whole token (LM head included)
     ring_token = float(d[is_ring].sum() / 1e3 / nblocks)
-    hops = hop_latency(s, e, ph, lay, phases)
+    hops = hop_latency(s, e, ph, lay, phases, blk)
     hops_per_layer = len({h["wait"] for h in hops if h["wait"].startswith("s_")}) or len(hops)
     bar_per_layer = float(d[bar & layer_mask].sum() / 1e3 / nblocks / max(n_layers, 1))
     mean_layer = float(layer_us.mean()) if len(layer_us) else None
@@ -348,7 +375,8 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
         },
         "hops": {"per_layer": hops_per_layer, "latency": hops,
                  "method": "per layer: consumer wait end (first / last block) minus the last producer's phase end "
-                           "(stamped after its stores); median over layers"},
+                           "(stamped after its stores); median over layers. *_sees_us: the wait's end (thread 0 "
+                           "has its words); *_ready_us (traces with s_gather): the block has every thread's words"},
         "grid_bandwidth_token_tbs": _tbs(float(sum(v["bytes"] * (n_layers if v["per"] == "layer" else 1)
                                                    for v in bytes_model.values())), span) if span > 0 else None,
         "idle": {
@@ -407,8 +435,10 @@ def print_report(summ: dict, console=None) -> None:
                   + (f" · grid bandwidth over the token {summ['grid_bandwidth_token_tbs']:.2f} TB/s"
                      if summ.get("grid_bandwidth_token_tbs") else ""))
     for h in summ.get("hops", {}).get("latency", []):
+        ready = (f"; every thread's words in: first block {h['first_ready_us']:.2f}, last {h['last_ready_us']:.2f} µs"
+                 if "last_ready_us" in h else "")
         con.print(f"hop {h['producer']} → {h['wait']}: first block sees it after {h['first_sees_us']:.2f} µs, "
-                  f"last after {h['last_sees_us']:.2f} µs (median of {h['layers']} layers)")
+                  f"last after {h['last_sees_us']:.2f} µs{ready} (median of {h['layers']} layers)")
     w = summ["waits"]
     con.print(f"wait per block: mean {w['mean_per_block_us']:.1f} µs, max block {w['max_block']} "
               f"({w['per_block_us'][w['max_block']]:.1f} µs), min block {w['min_block']} ({w['per_block_us'][w['min_block']]:.1f} µs)")

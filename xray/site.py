@@ -32,8 +32,8 @@ TOUR = (
      "Every load of several rows is issued before the first FMA: the bytes in flight per SM are what reach the roofline.", False),
     ("dequant", "The dequant inner loop",
      "8 fp8 (e4m3) weights become fp32 FMAs in registers through the hardware cvt: no dequantized copy ever "
-     "touches memory. probes/cvt.cu checks it for all 256 codes; the fp8 kernel variant that will use it is "
-     "not built yet.", True),
+     "touches memory. probes/cvt.cu checks it for all 256 codes; fp8-upstream and fp8-stream run it in every "
+     "GEMV and the LM head (16 codes per 16-byte load).", True),
     ("flagwait", "The flag wait",
      "The second query head of a KV pair waits only for the block that wrote its K/V, not for the whole grid.", False),
     ("counter-wait", "The counter wait",
