@@ -165,10 +165,11 @@ def test_hop_readiness_goes_through_s_gather():
     rows = [(2, pid["s_down"], 0, 0, 1000),
             (0, pid["s_wait_resid"], 1, 900, 1500), (0, pid["s_gather"], 1, 1500, 2500), (0, pid["s_qkv"], 1, 2500, 3000),
             (1, pid["s_wait_resid"], 1, 900, 1200), (1, pid["s_gather"], 1, 1200, 3000), (1, pid["s_qkv"], 1, 3000, 3100)]
-    blk, ph, lay, s, e = (np.array(c, dtype=np.float64 if i > 2 else np.int64) for i, c in enumerate(zip(*rows)))
+    blk, ph, lay, s, e = (np.array(c, dtype=np.float64 if i > 2 else np.int64) for i, c in enumerate(zip(*rows, strict=True)))
     h = {x["wait"]: x for x in hop_latency(s, e, ph, lay, phases, blk)}["s_wait_resid"]
     assert (h["first_sees_us"], h["last_sees_us"]) == pytest.approx((0.2, 0.5))
     assert (h["first_ready_us"], h["last_ready_us"]) == pytest.approx((1.5, 2.0))
+    assert h["producer_spread_us"] == pytest.approx(0.0)  # one producer
     assert "last_ready_us" not in hop_latency(s, e, ph, lay, phases)[0]
     no_gather = ph != pid["s_gather"]
     h2 = hop_latency(s[no_gather], e[no_gather], ph[no_gather], lay[no_gather], phases, blk[no_gather])[0]

@@ -208,7 +208,9 @@ def _ready_ends(s: np.ndarray, e: np.ndarray, blk: np.ndarray, ph: np.ndarray, l
 def hop_latency(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, phases,
                 blk: np.ndarray | None = None) -> list[dict]:
     """Per hop of HOPS present in the trace: median over layers of (first / last consumer wait end)
-    - (last producer end), in µs, and how many layers it was measured on. With block ids and an
+    - (last producer end), in µs, how many layers it was measured on, and the producers' spread
+    (last producer end - first producer end; the attention hop's producers are the split owners
+    only). With block ids and an
     `s_gather` phase in the trace, also the same for the block-level readiness (`first_ready_us`,
     `last_ready_us`): thread 0's wait end understates a hop whose words arrive over a spread."""
     ids = {p.name: p.id for p in phases}
@@ -219,13 +221,14 @@ def hop_latency(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, p
         if prod not in ids or wait not in ids:
             continue
         mp, mw = ph == ids[prod], ph == ids[wait]
-        first, last, rfirst, rlast = [], [], [], []
+        first, last, rfirst, rlast, spread = [], [], [], [], []
         for L in np.unique(lay[mw]):
             src = mp & (lay == L - off)
             dst = mw & (lay == L)
             if not src.any() or not dst.any():
                 continue
             t = e[src].max()
+            spread.append(t - e[src].min())
             first.append(e[dst].min() - t)
             last.append(e[dst].max() - t)
             if has_gather:
@@ -233,7 +236,9 @@ def hop_latency(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, p
                 rlast.append(ready[dst].max() - t)
         if first:
             h = {"producer": prod, "wait": wait, "layers": len(first),
-                 "first_sees_us": float(np.median(first) / 1e3), "last_sees_us": float(np.median(last) / 1e3)}
+                 "first_sees_us": float(np.median(first) / 1e3), "last_sees_us": float(np.median(last) / 1e3),
+                 # how far apart the producers finish: the part of a hop that is the producers' own spread
+                 "producer_spread_us": float(np.median(spread) / 1e3)}
             if has_gather:
                 h["first_ready_us"] = float(np.median(rfirst) / 1e3)
                 h["last_ready_us"] = float(np.median(rlast) / 1e3)
@@ -438,7 +443,8 @@ def print_report(summ: dict, console=None) -> None:
         ready = (f"; every thread's words in: first block {h['first_ready_us']:.2f}, last {h['last_ready_us']:.2f} µs"
                  if "last_ready_us" in h else "")
         con.print(f"hop {h['producer']} → {h['wait']}: first block sees it after {h['first_sees_us']:.2f} µs, "
-                  f"last after {h['last_sees_us']:.2f} µs{ready} (median of {h['layers']} layers)")
+                  f"last after {h['last_sees_us']:.2f} µs{ready}; producers end within {h['producer_spread_us']:.2f} µs "
+                  f"(median of {h['layers']} layers)")
     w = summ["waits"]
     con.print(f"wait per block: mean {w['mean_per_block_us']:.1f} µs, max block {w['max_block']} "
               f"({w['per_block_us'][w['max_block']]:.1f} µs), min block {w['min_block']} ({w['per_block_us'][w['min_block']]:.1f} µs)")
