@@ -20,6 +20,8 @@
 //   u32: those nibbles are 16 bits apart, exactly like the two halves of a half2, so one shift
 //   and one mask serve both halves (pairing k with k+1 would need two different shifts).
 //   Storage stays the standard NVFP4 order (element j in nibble j, low nibble first).
+//   The sm_90 code does not compute the pairs one at a time (e2m1_pair_f16bits_trick, 15 integer
+//   ops per u32) but with e2m1x8_f16bits_lop3 (12): the same values bit for bit (see there).
 // - E2M1 on sm_100a/sm_120a: the native `cvt.rn.f16x2.e2m1x2` (compiled for sm_120a; our
 //   measurements are on the H200, where it does not exist). Same pairing and same API; the
 //   unbias factor differs per arch (e2m1_unbias()), so the kernel code is identical.
@@ -178,8 +180,9 @@ __host__ __device__ __forceinline__ constexpr float e2m1_unbias() {
 #endif
 }
 
-// sm_90 path for pair K: element K (bits 4K..4K+3) -> low half, element K+4 (bits 16+4K..) ->
-// high half. Magnitude bits move to f16 bits 9..11, the sign to bit 15.
+// The sm_90 bit trick for pair K: element K (bits 4K..4K+3) -> low half, element K+4 (bits 16+4K..)
+// -> high half. Magnitude bits move to f16 bits 9..11, the sign to bit 15. The definition of the
+// sm_90 values; e2m1x8_to_half2x4 computes all four pairs with e2m1x8_f16bits_lop3 (same bits).
 template <int K>
 __device__ __forceinline__ uint32_t e2m1_pair_f16bits_trick(uint32_t x) {
   static_assert(K >= 0 && K < 4, "pair index");
@@ -188,6 +191,37 @@ __device__ __forceinline__ uint32_t e2m1_pair_f16bits_trick(uint32_t x) {
   const uint32_t mag = kMagShift >= 0 ? (x << (kMagShift & 31)) : (x >> ((-kMagShift) & 31));
   const uint32_t sgn = x << kSignShift;
   return (mag & 0x0E000E00u) | (sgn & 0x80008000u);
+}
+
+// lop3 immLut = F(0xF0, 0xCC, 0xAA) for operands a = 0xF0, b = 0xCC, c = 0xAA (PTX ISA), checked at
+// compile time. kE2M1LutSel: (a & ~c) | (b & c), b's bits where c is set, a's elsewhere. (The
+// probe's first version had 0xE2 = (a & b) | (c & ~b), a select on b: 713216 of 1048576 values
+// wrong on the H200; tests/test_probe_e2m1_decode.py reads this constant and emulates the lop3.)
+constexpr uint32_t kE2M1LutSel = 0xD8;
+static_assert(kE2M1LutSel == (((0xF0u & ~0xAAu) | (0xCCu & 0xAAu)) & 0xFFu), "immLut of (a & ~c) | (b & c)");
+__device__ __forceinline__ uint32_t e2m1_bitsel(uint32_t a, uint32_t b, uint32_t m) {  // (a & ~m) | (b & m)
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, %4;" : "=r"(d) : "r"(a), "r"(b), "r"(m), "n"(kE2M1LutSel));
+  return d;
+}
+
+// All four sm_90 pairs at once, out[k] = e2m1_pair_f16bits_trick<k>(x) bit for bit, in 12 integer
+// ops instead of 15 (SASS: 7 LOP3 + 5 shifts): one bit-select copies the even nibbles' signs 3 bits
+// up (y: bits 6, 14, 22, 30 from x << 3, just above each magnitude's top bit), another nibbles 1 and
+// 5's (z: bits 10, 26); pairs (0,4), (2,6), (1,5) are then one shift and one AND each, (3,7) is the
+// trick's. The sequence of probes/e2m1_decode.cu's decode_lop3 (tests/test_probe_e2m1_decode.py
+// checks the two texts are the same and emulates it over every code in every nibble): measured
+// there on the H200 with fp32 FMAs (lop3_f32) at 3.48 TB/s of codes against the trick's 3.07
+// (trick_f32), weights in registers (results/m5_e2m1_decode.json).
+__device__ __forceinline__ void e2m1x8_f16bits_lop3(uint32_t x, uint32_t out[4]) {
+  constexpr uint32_t kM = 0x8E008E00u;         // f16x2 sign + the 3 magnitude bits, both halves
+  const uint32_t t = x << 3;
+  const uint32_t y = e2m1_bitsel(x, t, 0x40404040u);  // even nibbles: sign 4 bits above the magnitude's top
+  const uint32_t z = e2m1_bitsel(x, t, 0x04000400u);  // nibbles 1 and 5 likewise
+  out[0] = (y << 9) & kM;                        // (e0, e4)
+  out[1] = (z << 5) & kM;                        // (e1, e5)
+  out[2] = (y << 1) & kM;                        // (e2, e6)
+  out[3] = ((x >> 3) & 0x0E000E00u) | (x & 0x80008000u);  // (e3, e7): the trick's
 }
 
 // Eight E2M1 in a u32 (element j in nibble j) -> out[k] = (element k, element k+4), k = 0..3,
@@ -213,10 +247,12 @@ __device__ __forceinline__ void e2m1x8_to_half2x4(uint32_t x, __half2 out[4]) {
   out[2] = u32_as_half2(r2);
   out[3] = u32_as_half2(r3);
 #else
-  out[0] = u32_as_half2(e2m1_pair_f16bits_trick<0>(x));
-  out[1] = u32_as_half2(e2m1_pair_f16bits_trick<1>(x));
-  out[2] = u32_as_half2(e2m1_pair_f16bits_trick<2>(x));
-  out[3] = u32_as_half2(e2m1_pair_f16bits_trick<3>(x));
+  uint32_t d[4];
+  e2m1x8_f16bits_lop3(x, d);  // = e2m1_pair_f16bits_trick<k>(x), k = 0..3
+  out[0] = u32_as_half2(d[0]);
+  out[1] = u32_as_half2(d[1]);
+  out[2] = u32_as_half2(d[2]);
+  out[3] = u32_as_half2(d[3]);
 #endif
 }
 

@@ -7,9 +7,11 @@ checks and times three candidate decode + dot-product paths over the packed layo
 quant/nvfp4_layout.py (a lane's 16-byte word = 32 weights = two blocks of 16, their two E4M3 block
 scales in one u16):
 
-  A trick_f32  kernel/dequant.cuh as it is: the bit trick (f16 = e2m1 * 2^-14, pairs (k, k+4) of a
-               u32), f16 -> f32, 8 fp32 FMAs per u32, block sum * block scale in fp32. Numerically
-               the oracle's arithmetic (fp32 activations).
+  A trick_f32  kernel/dequant.cuh as it was when this probe ran: the bit trick (f16 = e2m1 * 2^-14,
+               pairs (k, k+4) of a u32, e2m1_pair_f16bits_trick), f16 -> f32, 8 fp32 FMAs per u32
+               in dot8_e2m1_biased's order, block sum * block scale in fp32. Numerically the oracle's
+               arithmetic (fp32 activations). (dequant.cuh's sm_90 decode is E's since; A calls the
+               trick itself so the comparison stays.)
   B prmt_h2    a 16-entry table lookup with `prmt`: the f16 high bytes of the 8 magnitudes live in
                two registers, the masked codes are the selector (nibbles 1 and 3 -> bytes 1 and 3,
                nibbles 0 and 2 pick the table's 0x00), a second `prmt` in sign-replicate mode makes
@@ -150,7 +152,7 @@ __host__ __device__ __forceinline__ void decode_lop3(uint32_t x, uint32_t out[4]
   out[3] = ((x >> 3) & 0x0E000E00u) | (x & 0x80008000u);  // (e3, e7): the trick's
 }
 
-// A and C: the bit trick of kernel/dequant.cuh (sm_90 path on every arch): out[k] = (e_k, e_k+4) * 2^-14.
+// A and C: kernel/dequant.cuh's bit trick e2m1_pair_f16bits_trick on every arch: out[k] = (e_k, e_k+4) * 2^-14.
 __device__ __forceinline__ void decode_trick(uint32_t x, uint32_t out[4]) {
   out[0] = monolith::e2m1_pair_f16bits_trick<0>(x);
   out[1] = monolith::e2m1_pair_f16bits_trick<1>(x);
@@ -175,22 +177,14 @@ __device__ __forceinline__ float dot_word(uint4 w, uint32_t sc2, const ActF& xf,
   const float s[2] = {__low2float(s2), __high2float(s2)};
 #pragma unroll
   for (int b = 0; b < 2; ++b) {
-    if constexpr (CAND == 0) {
-      float a = 0.f;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int m = 2 * b + h;
-        a = monolith::dot8_e2m1_biased(u[m], make_float4(xf.v[8 * m], xf.v[8 * m + 1], xf.v[8 * m + 2], xf.v[8 * m + 3]),
-                                       make_float4(xf.v[8 * m + 4], xf.v[8 * m + 5], xf.v[8 * m + 6], xf.v[8 * m + 7]), a);
-      }
-      y = fmaf(a, s[b], y);
-    } else if constexpr (CAND == 4) {  // dot8_e2m1_biased's order on decode_lop3's pairs
+    if constexpr (CAND == 0 || CAND == 4) {  // dot8_e2m1_biased's order on the trick's / decode_lop3's pairs
       float a = 0.f;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int m = 2 * b + h;
         uint32_t d[4];
-        decode_lop3(u[m], d);
+        if constexpr (CAND == 0) decode_trick(u[m], d);
+        else decode_lop3(u[m], d);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const float2 f = __half22float2(monolith::u32_as_half2(d[k]));
@@ -273,8 +267,16 @@ __global__ void k_count_none(const uint32_t* w, const float* x, const __half2* x
   out[0] = __uint_as_float(w[0]) + x[0] + __low2float(xh[0]);
 }
 __global__ void k_count_trick_f32(const uint32_t* w, const float* x, const __half2* xh, float* out) {
-  out[0] = monolith::dot8_e2m1_biased(w[0], make_float4(x[0], x[1], x[2], x[3]), make_float4(x[4], x[5], x[6], x[7]),
-                                      x[8]) + __low2float(xh[0]);
+  uint32_t d[4];
+  decode_trick(w[0], d);
+  float a = x[8];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 f = __half22float2(monolith::u32_as_half2(d[k]));
+    a = fmaf(f.x, x[k], a);
+    a = fmaf(f.y, x[k + 4], a);
+  }
+  out[0] = a + __low2float(xh[0]);
 }
 __global__ void k_count_prmt_h2(const uint32_t* w, const float* x, const __half2* xh, float* out) {
   uint32_t d[4];

@@ -3,7 +3,8 @@
 It shares no code with the packer's dequantizer (quant/pack_nvfp4.py looks values up in a table):
 - decode: a port of kernel/dequant.cuh's sm_90 bit trick `e2m1_pair_f16bits_trick` (magnitude
   bits -> f16 bits 9..11, sign -> bit 15), giving e2m1 * 2^-14 exactly as an f16, then f16 -> f32
-  through torch's half type (exact);
+  through torch's half type (exact); the kernel computes the same bits with `e2m1x8_f16bits_lop3`
+  (tests/test_probe_e2m1_decode.py emulates it against the trick);
 - one row: lane l takes the 16-byte words l, l + 32, ... of the row (a word = 32 weights = blocks
   2w and 2w + 1; nvfp4_layout's docstring); per block an fp32 accumulator runs fmaf over the
   block's two u32s in dot8_e2m1_biased's pair order (element k, then k + 4, for k = 0..3), then

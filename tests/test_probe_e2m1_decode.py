@@ -4,6 +4,11 @@ semantics, immLuts read from the source), checked against the format-definition 
 decode_lop3 once had immLut 0xE2 for its bit-select: 713216 of the probe's 1048576 values were wrong
 on the H200, and this emulation reproduces that count exactly. The shifts and masks are transcribed
 from the source; the probe's own host check (`e2m1_decode --host-check`) runs the real C++.
+
+kernel/dequant.cuh's sm_90 decode (e2m1x8_f16bits_lop3, behind e2m1x8_to_half2x4) is the same
+sequence: its statements are checked equal to decode_lop3's text, its lop3 operand order and the
+pair order e2m1x8_to_half2x4 hands out are checked in the source, and the emulation runs with the
+immLut read from dequant.cuh.
 """
 import re
 
@@ -13,13 +18,25 @@ from monolith import REPO_ROOT
 from monolith.probes import fp_formats as ff
 
 SRC = (REPO_ROOT / "probes" / "e2m1_decode.cu").read_text()
+DEQUANT = (REPO_ROOT / "kernel" / "dequant.cuh").read_text()
 U = np.uint32
 
 
-def _const(name: str) -> int:
-    m = re.search(rf"constexpr uint32_t {name} = (0x[0-9A-Fa-f]+)u?;", SRC)
+def _const(name: str, src: str = SRC) -> int:
+    m = re.search(rf"constexpr uint32_t {name} = (0x[0-9A-Fa-f]+)u?;", src)
     assert m, name
     return int(m.group(1), 16)
+
+
+def _body(src: str, signature: str) -> str:
+    """A function's body (after `signature`, up to the closing brace at column 0), comments dropped."""
+    i = src.index(signature)
+    body = src[src.index("{", i) + 1:src.index("\n}", i)]
+    return re.sub(r"//[^\n]*", "", body)
+
+
+def _statements(body: str) -> list[str]:
+    return [" ".join(st.split()) for st in body.split(";") if st.strip()]
 
 
 def lop3(a, b, c, lut: int):
@@ -100,13 +117,20 @@ def test_decode_lop3_every_code_every_nibble():
     assert mismatches(w, decode_lop3(w, _const("kLutSel")), trick_elem, BIASED) == 0
 
 
-def test_decode_lop3_equals_trick_on_random_words():
-    x = np.random.default_rng(14).integers(0, 2**32, size=1 << 18, dtype=np.uint64).astype(U)
-    got = decode_lop3(x, _const("kLutSel"))
+def trick(x):
+    """e2m1_pair_f16bits_trick<k>(x), k = 0..3 (kernel/dequant.cuh)."""
+    out = []
     for k in range(4):
         ms, ss = 9 - 4 * k, 12 - 4 * k
         mag = x << U(ms) if ms >= 0 else x >> U(-ms)
-        assert np.array_equal(got[k], (mag & U(0x0E000E00)) | ((x << U(ss)) & U(0x80008000)))
+        out.append((mag & U(0x0E000E00)) | ((x << U(ss)) & U(0x80008000)))
+    return out
+
+
+def test_decode_lop3_equals_trick_on_random_words():
+    x = np.random.default_rng(14).integers(0, 2**32, size=1 << 18, dtype=np.uint64).astype(U)
+    got = decode_lop3(x, _const("kLutSel"))
+    assert all(np.array_equal(a, b) for a, b in zip(got, trick(x), strict=True))
 
 
 def test_old_immlut_reproduces_the_h200_failure():
@@ -117,3 +141,25 @@ def test_old_immlut_reproduces_the_h200_failure():
 def test_decode_prmt_every_code_every_nibble():
     w = probe_words()
     assert mismatches(w, decode_prmt(w, _const("kLutOrAnd")), prmt_elem, EXACT) == 0
+
+
+def test_dequant_lop3_is_the_probes_sequence():
+    probe = _statements(_body(SRC, "void decode_lop3(uint32_t x, uint32_t out[4])"))
+    kern = _statements(_body(DEQUANT, "void e2m1x8_f16bits_lop3(uint32_t x, uint32_t out[4])"))
+    assert len(kern) == 8
+    assert [st.replace("e2m1_bitsel(", "bitsel(") for st in kern] == probe
+    # e2m1_bitsel(a, b, m) passes a, b, m to lop3 in that order with dequant.cuh's immLut, like bitsel
+    asm = _body(DEQUANT, "uint32_t e2m1_bitsel(uint32_t a, uint32_t b, uint32_t m)")
+    assert '"lop3.b32 %0, %1, %2, %3, %4;" : "=r"(d) : "r"(a), "r"(b), "r"(m), "n"(kE2M1LutSel)' in asm
+    # the sm_90 branch of e2m1x8_to_half2x4 hands out d[k] as out[k]: pair k = (element k, element k + 4)
+    sm90 = _body(DEQUANT, "void e2m1x8_to_half2x4(uint32_t x, __half2 out[4])").split("#else")[1].split("#endif")[0]
+    assert _statements(sm90) == ["uint32_t d[4]", "e2m1x8_f16bits_lop3(x, d)"] + \
+        [f"out[{k}] = u32_as_half2(d[{k}])" for k in range(4)]
+
+
+def test_dequant_lop3_every_code_every_nibble():
+    lut = _const("kE2M1LutSel", DEQUANT)
+    w = probe_words()
+    assert mismatches(w, decode_lop3(w, lut), trick_elem, BIASED) == 0
+    x = np.random.default_rng(90).integers(0, 2**32, size=1 << 18, dtype=np.uint64).astype(U)
+    assert all(np.array_equal(a, b) for a, b in zip(decode_lop3(x, lut), trick(x), strict=True))
