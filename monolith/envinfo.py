@@ -5,6 +5,7 @@ when it cannot be read (no GPU, no nvidia-smi) so CPU runs still produce a valid
 """
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import subprocess
@@ -59,6 +60,11 @@ def collect(device: str | torch.device | None = None) -> dict:
         "python": platform.python_version(), "sm_clock_mhz": None, "mem_clock_mhz": None,
         "power_limit_w": None, "temperature_c": None,
     }
+    # a diagnostic kernel build (monolith.kernel_spec.EXTRA_DEFINES_ENV): recorded wherever set, so a
+    # result of such a build names it even where the engine's build info is not kept
+    defines = os.environ.get("MONOLITH_NVCC_DEFINES", "").strip()
+    if defines:
+        env["monolith_nvcc_defines"] = defines
     try:
         import transformers
         env["transformers"] = transformers.__version__

@@ -19,6 +19,7 @@ variants.json schema (the kernel owner adds variants; unknown keys are kept and 
 from __future__ import annotations
 
 import json
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -88,10 +89,54 @@ def variant_spec(name: str, path: Path | str | None = None) -> dict:
     raise MonolithError(f"unknown kernel variant {name!r}; known: {[v['name'] for v in vs]}")
 
 
-def build_flags(variant: str | dict, *, xray: bool = False, spec: dict | None = None) -> list[str]:
+# Extra preprocessor defines for a diagnostic build, e.g. MONOLITH_NVCC_DEFINES="MONOLITH_RING_RELEASE=512"
+# (compute-sanitizer racecheck with every consumer thread arriving on the ring's `empty` barrier:
+# scripts/gpu.sh stage racecheck-stream). Never set by default: CI (scripts/compile_all.py) and
+# every measured run build without it. Where it is set, the defines enter the nvcc flags and so
+# the build hash (another build dir), ext.build_info["extra_defines"], every result that records
+# the engine's info or environment (harness rows, quality, X-ray meta, dev_bench, envinfo.collect).
+EXTRA_DEFINES_ENV = "MONOLITH_NVCC_DEFINES"
+# The X-ray source defines MONOLITH_XRAY itself; a -D of it would redefine it in that build.
+RESERVED_DEFINES = frozenset({"MONOLITH_XRAY"})
+_DEFINE_TOKEN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:=([A-Za-z0-9_.+\-]+))?")
+
+
+def parse_extra_defines(text: str | None) -> list[str]:
+    """MONOLITH_NVCC_DEFINES's value -> ["NAME", "NAME=VALUE", ...]: tokens separated by
+    whitespace or commas, each a C identifier optionally followed by `=` and a value of letters,
+    digits, `_ . + -` (no -D, quotes, spaces, shell or preprocessor syntax). None or blank: [].
+    A token of another shape, a name given twice or a reserved name is a MonolithError."""
+    out: list[str] = []
+    names: set[str] = set()
+    for tok in (t for t in re.split(r"[\s,]+", text or "") if t):
+        m = _DEFINE_TOKEN.fullmatch(tok)
+        if m is None:
+            raise MonolithError(f"{EXTRA_DEFINES_ENV}: {tok!r} is not NAME or NAME=VALUE (NAME a C identifier, "
+                                "VALUE letters, digits, _ . + -; no -D prefix; tokens separated by spaces or "
+                                f"commas), in {text!r}")
+        name = m.group(1)
+        if name in RESERVED_DEFINES:
+            raise MonolithError(f"{EXTRA_DEFINES_ENV}: {name} is set by the build itself; refusing to define it")
+        if name in names:
+            raise MonolithError(f"{EXTRA_DEFINES_ENV}: {name} is given twice, in {text!r}")
+        names.add(name)
+        out.append(tok)
+    return out
+
+
+def env_extra_defines(environ: dict | None = None) -> list[str]:
+    """The extra defines MONOLITH_NVCC_DEFINES asks for (os.environ by default); [] when unset."""
+    env = os.environ if environ is None else environ
+    return parse_extra_defines(env.get(EXTRA_DEFINES_ENV))
+
+
+def build_flags(variant: str | dict, *, xray: bool = False, spec: dict | None = None,
+                extra_defines: list[str] | tuple[str, ...] = ()) -> list[str]:
     """nvcc flags (without the arch) of one variant's build: the common `extra_flags`, then the
     variant's `-D` defines, then `-DMONOLITH_XRAY` for the X-ray build when there is no separate
-    `xray_source` (which defines it itself). The one place these flags are made."""
+    `xray_source` (which defines it itself), then `extra_defines` (parse_extra_defines's tokens:
+    a diagnostic build, none by default; a name the flags already define is refused). The one
+    place these flags are made."""
     spec = spec if spec is not None else variants()
     if isinstance(variant, str):
         v = next((x for x in spec["variants"] if x["name"] == variant), None)
@@ -102,6 +147,14 @@ def build_flags(variant: str | dict, *, xray: bool = False, spec: dict | None = 
     flags = [*spec.get("extra_flags", []), *(f"-D{d}" for d in v.get("defines", []))]
     if xray and not spec.get("xray_source"):
         flags.append("-DMONOLITH_XRAY")
+    if extra_defines:
+        extra = parse_extra_defines(" ".join(extra_defines))
+        have = {f[2:].split("=", 1)[0] for f in flags if f.startswith("-D")}
+        clash = sorted(have & {d.split("=", 1)[0] for d in extra})
+        if clash:
+            raise MonolithError(f"{EXTRA_DEFINES_ENV}: {', '.join(clash)} already defined by kernel/variants.json "
+                                f"for {v.get('name', 'this variant')} ({flags}); refusing a second definition")
+        flags += [f"-D{d}" for d in extra]
     return flags
 
 

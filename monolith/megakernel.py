@@ -187,12 +187,16 @@ def load_extension(variant: str = "bf16-upstream", verbose: bool = False):
     One extension holds every variant whose flags are the same (variants are template
     instantiations selected at launch by id) plus its X-ray build (megakernel_xray.cu). Its nvcc
     flags are kernel_spec.build_flags(variant) + the arch: exactly what scripts/compile_all.py
-    compiles in CI."""
+    compiles in CI, unless MONOLITH_NVCC_DEFINES names extra defines (a diagnostic build, e.g.
+    "MONOLITH_RING_RELEASE=512" for racecheck; never set by default): they are checked first (a
+    malformed value is a MonolithError), enter the flags and so the hash (their own build dir),
+    and are listed in build_info["extra_defines"] ([] for the measured build)."""
+    extra = kernel_spec.env_extra_defines()  # before the GPU check: a bad value is refused anywhere
     if not torch.cuda.is_available():
         raise MonolithError("the megakernel needs a CUDA GPU; none is visible (use --engine reference on CPU)")
     from torch.utils.cpp_extension import load
 
-    cuda_flags = [*kernel_spec.build_flags(variant), *_arch_flags()]
+    cuda_flags = [*kernel_spec.build_flags(variant, extra_defines=extra), *_arch_flags()]
     h = hashlib.sha256(" ".join(cuda_flags).encode())
     for f in sorted(KERNEL_DIR.glob("*")):
         if f.suffix in {".cu", ".cuh", ".cpp", ".def", ".h"}:
@@ -207,7 +211,7 @@ def load_extension(variant: str = "bf16-upstream", verbose: bool = False):
     ext = load(name=f"monolith_mk_{tag}", sources=[str(s) for s in sources], extra_cuda_cflags=cuda_flags,
                extra_cflags=["-O2", "-std=c++17"], extra_include_paths=[str(KERNEL_DIR)],
                build_directory=str(build_dir), verbose=verbose)
-    ext.build_info = {"tag": tag, "nvcc_flags": cuda_flags, "build_dir": str(build_dir)}
+    ext.build_info = {"tag": tag, "nvcc_flags": cuda_flags, "build_dir": str(build_dir), "extra_defines": extra}
     _EXT[tag] = ext
     return ext
 
@@ -347,6 +351,9 @@ class MegakernelEngine(Engine):
                      "weight_format": self.weight_format,
                      "time_model": {**time_model_bytes(self.weight_format),
                                     "syncs_per_layer": self.spec["grid_barriers_per_layer"] + self.spec["flag_syncs_per_layer"]}}
+        if self.ext.build_info.get("extra_defines"):  # MONOLITH_NVCC_DEFINES: a diagnostic build
+            self.info["diagnostic_build"] = (f"extra nvcc defines {self.ext.build_info['extra_defines']} "
+                                             f"({kernel_spec.EXTRA_DEFINES_ENV}): not the measured kernel")
         if fp8_pack is not None:
             # the gate checks the implementation against fp32 on these dequantized weights
             self.info["gate_oracle"] = "fp32 reference on the fp8 weights dequantized (quant/pack_fp8.py)"

@@ -44,11 +44,14 @@ def main() -> None:
         times = sorted(times[1:])
         med = times[len(times) // 2]
         p0 = len(prompt)
+        extra = mk.ext.build_info.get("extra_defines", [])  # MONOLITH_NVCC_DEFINES: not the measured kernel
         bpt = sum(mk.bytes_per_token(p) for p in range(p0, p0 + a.tokens)) / a.tokens  # the variant's weight format
         print(f"[dev] {variant} pos={p0} blocks={mk.blocks} xray={a.xray} tok/s median {a.tokens / med:.0f} "
               f"(min {a.tokens / times[-1]:.0f}, max {a.tokens / times[0]:.0f}) us/token {med / a.tokens * 1e6:.1f} "
-              f"eff BW {bpt * a.tokens / med / 1e12:.2f} TB/s regs {mk.info['kernel_attributes']['num_regs']}")
+              f"eff BW {bpt * a.tokens / med / 1e12:.2f} TB/s regs {mk.info['kernel_attributes']['num_regs']}"
+              + (f" DIAGNOSTIC BUILD (defines {extra})" if extra else ""))
         rows.append({"variant": variant, "prompt_len": p0, "blocks": mk.blocks, "xray": a.xray,
+                     "build": mk.ext.build_info["tag"], "extra_defines": extra,
                      "tok_s": {"median": a.tokens / med, "min": a.tokens / times[-1], "max": a.tokens / times[0]},
                      "us_per_token": med / a.tokens * 1e6, "eff_bw_tbs": bpt * a.tokens / med / 1e12})
         del mk

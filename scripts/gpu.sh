@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [sweep] [devbench] [m4dev] [xraydev] [m4] [m3] [m3quality] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [m4] [m3] [m3quality] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -34,6 +34,17 @@ run() {  # run NAME CMD...: log, time, keep going on failure
   return "$rc"
 }
 want() { for s in "${stages[@]}"; do [ "$s" = "$1" ] || [ "$s" = all ] && return 0; done; return 1; }
+logged() {  # logged FILE CMD...: CMD's output into FILE as well (one log per sanitizer run); CMD's status
+  local f=$1; shift
+  "$@" 2>&1 | tee "$f"
+  return "${PIPESTATUS[0]}"
+}
+# Extra -D defines (monolith/kernel_spec.py) make a diagnostic kernel, never the default: exported
+# by the caller, every stage would build and measure it. Results name it (build info, env); the
+# log says so first.
+if [ -n "${MONOLITH_NVCC_DEFINES:-}" ]; then
+  echo "WARNING: MONOLITH_NVCC_DEFINES=$MONOLITH_NVCC_DEFINES: every stage builds this diagnostic kernel" | tee -a "$OUT/log.txt"
+fi
 
 if want env; then
   run env bash -c 'nvidia-smi; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit,temperature.gpu --format=csv; nvcc --version | tail -2; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__, torch.cuda.get_device_name())"'
@@ -57,6 +68,41 @@ if want sanitize-stream; then
   for tool in memcheck racecheck synccheck; do
     run "$tool-stream" env MONOLITH_VARIANT=bf16-stream MONOLITH_SANITIZE_BLOCKS=16 MONOLITH_SANITIZE_PROMPT=2 \
       timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tests/gpu/sanitize_step.py
+  done
+fi
+# The ring's WAR reports (consumer reads in half_row_lane, the producer's next cp.async.bulk into the
+# slot) against who arrives on the slot's `empty` mbarrier: first a build where every consumer
+# thread arrives (MONOLITH_RING_RELEASE=512 through MONOLITH_NVCC_DEFINES: its own build dir, named
+# in the build info), then the default build (lane 0 of each warp after __syncwarp) for the
+# contrast. The question: is racecheck blind to __syncwarp / bar.sync ordering the consumers' reads
+# before one thread's arrive (reports with 16 and 1, none with 512), or is there a real WAR.
+# Fourth session (results/logs/2026-12-01-s4): the default build's first step reported the WARs,
+# the 512 build none before its 150 s cap cut the run. Here 16 blocks and the reduced step only
+# (MONOLITH_SANITIZE_FULL=0: layers 0-1 at position 0, no 28-layer step) so that racecheck ends.
+# The extension is built first, outside the sanitizer: the cap times racecheck, not nvcc.
+# --racecheck-report analysis (racecheck's default, said out loud): hazard reports are per byte,
+# and racecheck-first's print limit went on 12 consecutive bytes of one race; analysis reports
+# each race once (its two source lines, its hazard count), so --print-limit 20 shows up to 20
+# distinct races and the RACECHECK SUMMARY line counts them all. Each run: its own log in $OUT.
+# RACECHECK_VARIANTS: comma list (bf16-stream,fp8-stream for both formats); RACECHECK_RELEASES:
+# MONOLITH_RING_RELEASE values in order, `default` = the build without extra defines. Two runs at
+# the full SANITIZE_TIMEOUT outlast one 10-minute device call: give them a call each if needed.
+if want racecheck-stream; then
+  IFS=, read -ra rc_variants <<< "${RACECHECK_VARIANTS:-bf16-stream}"
+  IFS=, read -ra rc_releases <<< "${RACECHECK_RELEASES:-512,default}"
+  for variant in "${rc_variants[@]}"; do
+    for rel in "${rc_releases[@]}"; do
+      if [ "$rel" = default ]; then defs=(env -u MONOLITH_NVCC_DEFINES); else defs=(env MONOLITH_NVCC_DEFINES="MONOLITH_RING_RELEASE=$rel"); fi
+      rlog="$OUT/racecheck-stream-$variant-r$rel.log"; rm -f "$rlog"
+      run "rc-build-$variant-r$rel" "${defs[@]}" python3 -c \
+        "import sys; from monolith.megakernel import load_extension as L; print(L(sys.argv[1]).build_info)" "$variant" &&
+      run "racecheck-$variant-r$rel" logged "$rlog" "${defs[@]}" MONOLITH_VARIANT="$variant" MONOLITH_SANITIZE_BLOCKS=16 \
+        MONOLITH_SANITIZE_FULL=0 timeout -k 20 "${SANITIZE_TIMEOUT:-420}" compute-sanitizer --tool racecheck \
+        --racecheck-report analysis --print-limit 20 --error-exitcode 9 python3 tests/gpu/sanitize_step.py
+      # the sanitizer's own count under the run's rc in the table
+      rc_line=$(grep -hE "RACECHECK SUMMARY|ERROR SUMMARY" "$rlog" 2>/dev/null | tail -n 1)
+      [ -n "$rc_line" ] && summary+=("  ${rc_line#========= }")
+    done
   done
 fi
 if want sweep; then

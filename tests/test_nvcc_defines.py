@@ -1,0 +1,258 @@
+"""MONOLITH_NVCC_DEFINES (a diagnostic kernel build: extra -D defines, never the default), the
+reduced-step-only knob of tests/gpu/sanitize_step.py, and scripts/gpu.sh's racecheck-stream stage
+run with stand-ins for python3 and compute-sanitizer. No GPU: torch's extension loader is
+replaced by a stand-in that records what it was asked to build."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from monolith import REPO_ROOT, envinfo, kernel_spec
+from monolith import megakernel as mk
+from monolith.errors import MonolithError
+
+ENV = kernel_spec.EXTRA_DEFINES_ENV
+ARCH = "-gencode=arch=compute_90a,code=sm_90a"
+
+
+# ----------------------------------------------------------------------------- parsing
+@pytest.mark.parametrize("text, want", [
+    (None, []), ("", []), ("  , ", []),
+    ("MONOLITH_RING_RELEASE=512", ["MONOLITH_RING_RELEASE=512"]),
+    ("A B=1,C=x.y  D=-2", ["A", "B=1", "C=x.y", "D=-2"]),
+    ("_X=1e+3,\tY", ["_X=1e+3", "Y"]),
+])
+def test_defines_parse(text, want):
+    assert kernel_spec.parse_extra_defines(text) == want
+
+
+@pytest.mark.parametrize("bad", [
+    "-DMONOLITH_RING_RELEASE=512",   # a flag, not a define
+    "1ABC=2",                         # not an identifier
+    "A=",                             # empty value
+    "A=1=2", "A=$(id)", "A=`x`", "A='1'", 'A="1"', "A=1;B=2", "A=(1)", "A=1|2", "A=x/y", "A(x)=1",
+])
+def test_defines_refuse_other_tokens(bad):
+    with pytest.raises(MonolithError, match=f"{ENV}: .* is not NAME or NAME=VALUE"):
+        kernel_spec.parse_extra_defines(f"B=1 {bad}")
+
+
+def test_defines_refuse_a_name_twice_and_reserved_names():
+    with pytest.raises(MonolithError, match="A is given twice"):
+        kernel_spec.parse_extra_defines("A=1 B A=2")
+    with pytest.raises(MonolithError, match="MONOLITH_XRAY is set by the build itself"):
+        kernel_spec.parse_extra_defines("MONOLITH_XRAY")
+
+
+def test_env_extra_defines_reads_the_variable():
+    assert kernel_spec.env_extra_defines({}) == []
+    assert kernel_spec.env_extra_defines({ENV: "MONOLITH_RING_RELEASE=1"}) == ["MONOLITH_RING_RELEASE=1"]
+
+
+# ----------------------------------------------------------------------------- build flags
+def test_build_flags_append_extra_defines_last():
+    spec = {"source": "k.cu", "extra_flags": ["-O3"],
+            "variants": [{"name": "v", "id": 0, "defines": ["VARIANT_X=1"]}]}
+    assert kernel_spec.build_flags("v", spec=spec) == ["-O3", "-DVARIANT_X=1"]
+    assert kernel_spec.build_flags("v", spec=spec, extra_defines=["R=512", "Q"]) == \
+        ["-O3", "-DVARIANT_X=1", "-DR=512", "-DQ"]
+    with pytest.raises(MonolithError, match="VARIANT_X already defined by kernel/variants.json for v"):
+        kernel_spec.build_flags("v", spec=spec, extra_defines=["VARIANT_X=2"])
+    with pytest.raises(MonolithError, match="not NAME or NAME=VALUE"):
+        kernel_spec.build_flags("v", spec=spec, extra_defines=["-DR=1"])
+
+
+@pytest.fixture
+def fake_loader(monkeypatch, tmp_path):
+    """load_extension with torch's builder replaced: returns the kwargs of every build asked for."""
+    seen: list[dict] = []
+
+    def fake_load(**kw):
+        seen.append(kw)
+        return SimpleNamespace()
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(mk, "_arch_flags", lambda: [ARCH])
+    monkeypatch.setattr(mk, "_EXT", {})
+    monkeypatch.setattr("torch.utils.cpp_extension.load", fake_load)
+    monkeypatch.setattr(mk, "REPO_ROOT", tmp_path)  # build/ext-<tag> goes to tmp
+    monkeypatch.delenv(ENV, raising=False)
+    return seen
+
+
+def test_load_extension_without_the_variable_is_the_measured_build(fake_loader):
+    ext = mk.load_extension("bf16-stream")
+    assert fake_loader[0]["extra_cuda_cflags"] == [*kernel_spec.build_flags("bf16-stream"), ARCH]
+    assert ext.build_info["extra_defines"] == [] and ext.build_info["nvcc_flags"] == fake_loader[0]["extra_cuda_cflags"]
+    assert not any("RING_RELEASE" in f for f in ext.build_info["nvcc_flags"])
+
+
+def test_load_extension_passes_the_defines_and_hashes_them(fake_loader, monkeypatch):
+    plain = mk.load_extension("bf16-stream")
+    monkeypatch.setenv(ENV, "MONOLITH_RING_RELEASE=512")
+    diag = mk.load_extension("bf16-stream")
+    assert len(fake_loader) == 2  # a build of its own, not the cached plain one
+    flags = fake_loader[1]["extra_cuda_cflags"]
+    assert flags == [*kernel_spec.build_flags("bf16-stream"), "-DMONOLITH_RING_RELEASE=512", ARCH]
+    assert diag.build_info["extra_defines"] == ["MONOLITH_RING_RELEASE=512"] and diag.build_info["nvcc_flags"] == flags
+    assert diag.build_info["tag"] != plain.build_info["tag"]
+    assert diag.build_info["build_dir"] != plain.build_info["build_dir"]
+    assert fake_loader[1]["build_directory"] == diag.build_info["build_dir"]
+    assert fake_loader[1]["name"] == f"monolith_mk_{diag.build_info['tag']}"
+    monkeypatch.setenv(ENV, "MONOLITH_RING_RELEASE=1")
+    assert mk.load_extension("bf16-stream").build_info["tag"] not in (diag.build_info["tag"], plain.build_info["tag"])
+
+
+def test_load_extension_refuses_a_bad_value_before_anything(monkeypatch):
+    """Checked first: on a machine without a GPU the bad value is still what is reported."""
+    monkeypatch.setattr(mk, "_EXT", {})
+    monkeypatch.setenv(ENV, "-DMONOLITH_RING_RELEASE=512")
+    with pytest.raises(MonolithError, match=f"{ENV}: '-DMONOLITH_RING_RELEASE=512' is not NAME or NAME=VALUE"):
+        mk.load_extension("bf16-stream")
+
+
+def test_environment_record_names_the_defines(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    assert "monolith_nvcc_defines" not in envinfo.collect()
+    monkeypatch.setenv(ENV, "MONOLITH_RING_RELEASE=512")
+    assert envinfo.collect()["monolith_nvcc_defines"] == "MONOLITH_RING_RELEASE=512"
+
+
+# ----------------------------------------------------------------------------- sanitize_step
+def _sanitize_step(monkeypatch):
+    path = REPO_ROOT / "tests" / "gpu" / "sanitize_step.py"
+    spec = importlib.util.spec_from_file_location("sanitize_step_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    calls: list[tuple] = []
+
+    class FakeEngine:
+        def __init__(self, ckpt, variant, timeout_s, blocks):
+            calls.append(("engine", variant, blocks))
+            self.variant, self.blocks = variant, blocks
+            self.ext = SimpleNamespace(build_info={"tag": "abc", "extra_defines": ["MONOLITH_RING_RELEASE=512"]})
+
+        def reset(self):
+            calls.append(("reset",))
+
+        def prefill(self, tokens):
+            calls.append(("prefill", list(tokens)))
+            return 42
+
+        def step_until(self, token, layer, phase):
+            calls.append(("step_until", token, layer, phase))
+            return {}
+
+        def decode(self, token, n):
+            calls.append(("decode", token, n))
+            return torch.tensor([7])
+
+    monkeypatch.setattr(mod, "ensure_checkpoint", lambda *a, **k: "ckpt")
+    monkeypatch.setattr(mod, "load_checkpoint", lambda p: p)
+    monkeypatch.setattr(mod, "MegakernelEngine", FakeEngine)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    for k in ("MONOLITH_SANITIZE_FULL", "MONOLITH_SANITIZE_PROMPT", "MONOLITH_SANITIZE_BLOCKS", "MONOLITH_VARIANT"):
+        monkeypatch.delenv(k, raising=False)
+    return mod, calls
+
+
+def test_sanitize_step_reduced_only(monkeypatch, capsys):
+    mod, calls = _sanitize_step(monkeypatch)
+    monkeypatch.setenv("MONOLITH_SANITIZE_FULL", "0")
+    monkeypatch.setenv("MONOLITH_SANITIZE_BLOCKS", "16")
+    monkeypatch.setenv("MONOLITH_VARIANT", "bf16-stream")
+    assert mod.main() == 0
+    assert calls == [("engine", "bf16-stream", 16), ("reset",), ("step_until", 9707, 1, 4)]
+    out = capsys.readouterr().out
+    assert "build abc, extra defines ['MONOLITH_RING_RELEASE=512']" in out and "reduced step only" in out
+
+
+def test_sanitize_step_default_keeps_the_full_steps(monkeypatch):
+    mod, calls = _sanitize_step(monkeypatch)
+    monkeypatch.setenv("MONOLITH_SANITIZE_PROMPT", "2")
+    assert mod.main() == 0
+    assert calls == [("engine", "bf16-upstream", None), ("reset",), ("prefill", [9707, 1879]),
+                     ("step_until", 42, 1, 4), ("decode", 42, 1)]
+
+
+def test_sanitize_step_refuses_an_unknown_full_value(monkeypatch, capsys):
+    mod, calls = _sanitize_step(monkeypatch)
+    monkeypatch.setenv("MONOLITH_SANITIZE_FULL", "no")
+    assert mod.main() == 2 and calls == []
+    assert "MONOLITH_SANITIZE_FULL must be 0 or 1" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- scripts/gpu.sh
+def _stand_in(bindir: Path, name: str, body: str) -> None:
+    p = bindir / name
+    p.write_text("#!/usr/bin/env bash\n" + body)
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+
+
+def _gpu_sh(tmp_path, *stages, **env_kw) -> tuple[subprocess.CompletedProcess, list[str], Path]:
+    """scripts/gpu.sh in a scratch tree, python3 and compute-sanitizer stood in (each records its
+    arguments and the environment the stage gave it)."""
+    root, b, out = tmp_path / "repo", tmp_path / "bin", tmp_path / "out"
+    (root / "scripts").mkdir(parents=True)
+    (root / "results").mkdir()
+    b.mkdir()
+    shutil.copy2(REPO_ROOT / "scripts" / "gpu.sh", root / "scripts" / "gpu.sh")
+    calls = tmp_path / "calls"
+    rec = ('DEFINES=${MONOLITH_NVCC_DEFINES-unset} VARIANT=${MONOLITH_VARIANT-unset} '
+           'BLOCKS=${MONOLITH_SANITIZE_BLOCKS-unset} FULL=${MONOLITH_SANITIZE_FULL-unset}')
+    _stand_in(b, "python3", f'echo "python3 $* | {rec}" >> {calls}\n')
+    _stand_in(b, "compute-sanitizer", f'echo "sanitizer $* | {rec}" >> {calls}\n'
+              'echo "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MONOLITH_", "RACECHECK_", "SANITIZE_"))}
+    env.update(PATH=f"{b}:{env['PATH']}", OUT=str(out), **env_kw)
+    r = subprocess.run(["bash", str(root / "scripts" / "gpu.sh"), *stages], capture_output=True, text=True,
+                       timeout=60, env=env)
+    return r, calls.read_text().splitlines(), out
+
+
+def test_gpu_sh_racecheck_stream_runs_release_512_then_the_default_build(tmp_path):
+    r, calls, out = _gpu_sh(tmp_path, "racecheck-stream")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert calls[0].endswith("DEFINES=unset VARIANT=unset BLOCKS=unset FULL=unset")  # synth: the plain build
+    builds = [c for c in calls if "load_extension" in c]
+    san = [c for c in calls if c.startswith("sanitizer ")]
+    assert len(builds) == 2 and len(san) == 2
+    assert builds[0].endswith("bf16-stream | DEFINES=MONOLITH_RING_RELEASE=512 VARIANT=unset BLOCKS=unset FULL=unset")
+    assert builds[1].endswith("bf16-stream | DEFINES=unset VARIANT=unset BLOCKS=unset FULL=unset")
+    opts = "--tool racecheck --racecheck-report analysis --print-limit 20 --error-exitcode 9 python3 tests/gpu/sanitize_step.py"
+    assert san[0] == f"sanitizer {opts} | DEFINES=MONOLITH_RING_RELEASE=512 VARIANT=bf16-stream BLOCKS=16 FULL=0"
+    assert san[1] == f"sanitizer {opts} | DEFINES=unset VARIANT=bf16-stream BLOCKS=16 FULL=0"
+    for rel in ("512", "default"):
+        assert "RACECHECK SUMMARY: 0 hazards" in (out / f"racecheck-stream-bf16-stream-r{rel}.log").read_text()
+    table = r.stdout.split("==== summary")[1]
+    assert "racecheck-bf16-stream-r512" in table and "racecheck-bf16-stream-rdefault" in table
+    assert table.count("RACECHECK SUMMARY") == 2
+
+
+def test_gpu_sh_racecheck_stream_variants_and_an_exported_define(tmp_path):
+    """RACECHECK_VARIANTS adds fp8-stream; a caller's exported MONOLITH_NVCC_DEFINES is warned about
+    and does not leak into the default-build run."""
+    r, calls, out = _gpu_sh(tmp_path, "racecheck-stream", RACECHECK_VARIANTS="bf16-stream,fp8-stream",
+                            MONOLITH_NVCC_DEFINES="MONOLITH_RING_RELEASE=1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    san = [c.split(" | ")[1] for c in calls if c.startswith("sanitizer ")]
+    assert san == [f"DEFINES={d} VARIANT={v} BLOCKS=16 FULL=0" for v in ("bf16-stream", "fp8-stream")
+                   for d in ("MONOLITH_RING_RELEASE=512", "unset")]
+    assert "WARNING: MONOLITH_NVCC_DEFINES=MONOLITH_RING_RELEASE=1" in (out / "log.txt").read_text()
+
+
+def test_gpu_sh_lists_the_stage_and_passes_shellcheck():
+    r = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "gpu.sh"), "--help"], capture_output=True, text=True)
+    assert "[racecheck-stream]" in r.stdout
+    sc = shutil.which("shellcheck")
+    assert sc, "shellcheck is not installed: run `make deps` (apt-get install shellcheck)"
+    r = subprocess.run([sc, "-x", str(REPO_ROOT / "scripts" / "gpu.sh")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
