@@ -92,8 +92,40 @@ File: <out>/model.nvfp4.safetensors; its header's `__metadata__["monolith.pack"]
 `format`, `scheme`, `layout`, `layout_version`, `element`, `block`, `block_scale_dtype`,
 `tensor_scale_dtype`, `search` (the search space and rule), `source.sha256` (of the source
 model.safetensors), `config`, `num_layers`, and `formats` (HF tensor name -> its format and where it
-is stored: per-matrix, so a later mixed map can keep some matrices FP8). The loader refuses any
+is stored: per-matrix, so a mixed map can keep some matrices FP8, below). The loader refuses any
 other format/scheme/layout/version and a source hash that differs from the --model given.
+
+Mixed files: layout_version 2 (some projections FP8; issue 14 item 2)
+---------------------------------------------------------------------
+Written only when a map keeps projections in FP8 (`monolith pack --format nvfp4 --map FILE.json`,
+the map quant/sensitivity.py proposes, or `--fp8-kinds q,k`). An all-NVFP4 pack is still written
+and read as layout_version 1, byte for byte as before. Version 2 is version 1 plus one section, so
+a reader that knows only version 1 refuses a mixed file instead of misreading it.
+- `layers.codes`, `layers.bscales`, `layers.tscales`, `embed.*`, `norms`, `final_norm`: version 1's
+  tensors at version 1's offsets. The rows of an FP8 matrix in them are zero (codes 0, block-scale
+  code 0: +0 weights) and its tensor-scale slot holds 0.0 (version 1 never writes 0.0 there: an
+  all-zero matrix gets 1.0).
+- `layers.fp8.codes` uint8 [num_layers, 15728640] and `layers.fp8.scales` fp32 [num_layers, 12288]:
+  per layer the fp8 layout rowmajor-v1 of quant/fp8_layout.py (its segments, offsets, row order,
+  gate/up interleave and scheme fp8-e4m3-rowscale with one fp32 scale per row). An FP8 matrix's
+  rows hold exactly the codes and scales `monolith pack --format fp8` writes for it; the rows of
+  every NVFP4 matrix there are zero codes with scale 0.0 (rowmajor-v1 never writes a 0.0 scale).
+- So each matrix has one home, at its own format's offsets, and the other buffer's rows of it are
+  zero: a kernel that streams the wrong buffer for a matrix computes 0 and fails its gate. A mixed
+  gate/up pair (one FP8, one NVFP4) keeps the interleave: gate r is row 2r and up r row 2r + 1 of
+  the gateup segment in both sections, each format's rows in its own section.
+- Metadata: layout_version 2; `formats` gives each matrix's format and place (an FP8 matrix's entry
+  has fp8_layout's keys: tensor `layers.fp8.codes`, byte_offset, row_stride_bytes, scale_tensor
+  `layers.fp8.scales`, scale_offset, scale_stride); `mixed` = {"fp8": the FP8 projections' HF names,
+  sorted; "fp8_kinds": the kinds (q, k, v, o, gate, up, down) FP8 in every layer; "per_kind": true
+  when every layer has the same FP8 kinds (a kernel may build its variant for one kind set and
+  refuse other maps); "fp8_layout", "fp8_scheme"; "map": where the map came from (the sensitivity
+  JSON's path, sha256, rule and units, or the --fp8-kinds list)}. The loader refuses a map naming a
+  matrix that does not exist or a norm, the LM head in any format but FP8, an unknown format, and
+  zero markers that disagree with the map.
+- Bytes per token (`bytes_per_token(num_layers, fp8=names)`): an FP8 matrix of R x K rows costs
+  R * K + 4 * R bytes instead of R * K / 2 + R * K / 16. The file is larger than what a token reads:
+  the fp8 section holds every layer's 15.7 MB, zero outside the FP8 matrices.
 """
 from __future__ import annotations
 
@@ -128,6 +160,11 @@ T_EMBED_CODES = F8.T_EMBED_CODES
 T_EMBED_SCALES = F8.T_EMBED_SCALES
 T_NORMS = F8.T_NORMS
 T_FINAL_NORM = F8.T_FINAL_NORM
+# layout_version 2 (mixed files): the FP8 projections' section, fp8 rowmajor-v1 per layer
+LAYOUT_VERSION_MIXED = 2
+T_FP8_CODES = "layers.fp8.codes"
+T_FP8_SCALES = "layers.fp8.scales"
+ABSENT_SCALE = 0.0               # tensor scale / fp8 row scale of a matrix stored in the other section
 
 SEGMENTS = F8.SEGMENTS           # name -> (rows, K): the same rows as rowmajor-v1
 QKV_ROWS, O_ROWS, GATEUP_ROWS, DOWN_ROWS = F8.QKV_ROWS, F8.O_ROWS, F8.GATEUP_ROWS, F8.DOWN_ROWS
@@ -155,10 +192,15 @@ EMBED_BYTES = F8.EMBED_BYTES
 EMBED_SCALES = F8.EMBED_SCALES
 
 
-def bytes_per_token(num_layers: int = C.NUM_LAYERS) -> int:
+def bytes_per_token(num_layers: int = C.NUM_LAYERS, fp8=()) -> int:
     """Weight bytes one decode step reads in this layout (codes + block scales + tensor scales +
-    norms + the FP8 LM head + one FP8 embedding row with its scale), excluding the KV cache."""
+    norms + the FP8 LM head + one FP8 embedding row with its scale), excluding the KV cache.
+    `fp8`: HF names of projections kept FP8 (layout_version 2): each reads its fp8 rows and row
+    scales instead of its nvfp4 codes and block scales."""
     layers = num_layers * (LAYER_CODE_BYTES + LAYER_BSCALE_BYTES + 4 * TSCALE_SLOTS + 2 * NORM_LAYER_ELEMS)
+    for name in fp8:
+        _seg, _row0, _step, rows, cols = PROJECTIONS[name.split(".", 3)[3]]
+        layers += rows * cols + 4 * rows - (rows * cols // 2 + rows * cols // BLOCK)
     return layers + 2 * C.HIDDEN + EMBED_BYTES + 4 * EMBED_SCALES + C.HIDDEN + 4
 
 

@@ -13,6 +13,10 @@ layout `nvfp4-rowmajor-v1` of quant/nvfp4_layout.py (read its docstring: the ker
 - `load_packed_nvfp4(dir, model=...)`: refuses an unknown format/scheme/layout/version and a
   source hash that differs from `model`'s model.safetensors.
 - `dequantized_checkpoint(dir, model)`: a Checkpoint of the dequantized fp32 weights (the oracle).
+- Mixed packs (layout_version 2, nvfp4_layout's docstring): `pack_nvfp4(..., fp8=names)` keeps
+  those projections FP8 (pack_fp8's quantizer, its rowmajor-v1 rows in `layers.fp8.*`);
+  `check_fp8_names` refuses names that are not projections of the checkpoint; `fp8_names_for_kinds`
+  turns `--fp8-kinds q,k` into names; the loader and `dequantized` read either format per matrix.
 """
 from __future__ import annotations
 
@@ -199,18 +203,84 @@ def dequantize_matrix(codes: torch.Tensor, bscales: torch.Tensor, g: float) -> t
     return ((v * s) * torch.tensor(g, dtype=torch.float32)).view(R, -1)
 
 
+# ---- the mixed map's names ---------------------------------------------------------------------
+KINDS = L.TSCALE_ORDER           # q, k, v, o, gate, up, down
+
+
+def projection_names(num_layers: int) -> list[str]:
+    """Every projection's HF name, layer by layer in KINDS order."""
+    return [f"model.layers.{i}.{L.SUFFIX_OF[t]}" for i in range(num_layers) for t in KINDS]
+
+
+def kind_of(name: str) -> str:
+    """'model.layers.3.mlp.down_proj.weight' -> 'down' (a projection name only)."""
+    suffix = name.split(".", 3)[3]
+    return next(t for t, s in L.SUFFIX_OF.items() if s == suffix)
+
+
+def check_fp8_names(names, num_layers: int, where: str = "the map") -> tuple[str, ...]:
+    """The sorted FP8 projection names, after refusing anything that is not a projection of this
+    `num_layers`-layer checkpoint (a norm, the LM head, a layer past the last, a typo)."""
+    known = set(projection_names(num_layers))
+    out = set()
+    for name in names:
+        if name not in known:
+            why = ("the LM head/embedding is FP8 in every nvfp4 pack (issue 14), not a map entry"
+                   if name == "model.embed_tokens.weight" else
+                   "norms stay bf16" if "norm" in name else
+                   f"no projection of this {num_layers}-layer checkpoint has that name")
+            raise MonolithError(f"{where} names {name!r}: {why}")
+        out.add(name)
+    return tuple(sorted(out))
+
+
+def fp8_names_for_kinds(kinds, num_layers: int) -> tuple[str, ...]:
+    """`--fp8-kinds q,k` -> those kinds' HF names in every layer; refuses an unknown kind."""
+    items = kinds.split(",") if isinstance(kinds, str) else list(kinds)
+    ks = [k.strip() for k in items if k and k.strip()]
+    bad = [k for k in ks if k not in KINDS]
+    if bad or not ks:
+        raise MonolithError(f"--fp8-kinds {kinds!r}: kinds are {', '.join(KINDS)} (comma-separated)")
+    return tuple(sorted(f"model.layers.{i}.{L.SUFFIX_OF[k]}" for i in range(num_layers) for k in ks))
+
+
+def mixed_summary(fp8: tuple[str, ...], num_layers: int) -> dict:
+    """The `mixed` metadata's derived fields: the kinds FP8 in every layer, and whether every layer
+    has the same FP8 kinds (a per-kind map, what a kernel variant can be built for)."""
+    by_layer = [frozenset(kind_of(n) for n in fp8 if n.startswith(f"model.layers.{i}.")) for i in range(num_layers)]
+    return {"fp8": list(fp8), "fp8_kinds": [k for k in KINDS if all(k in s for s in by_layer)],
+            "per_kind": len(set(by_layer)) <= 1, "fp8_layout": P8.L.LAYOUT, "fp8_scheme": P8.L.SCHEME,
+            "fp8_tensors": [L.T_FP8_CODES, L.T_FP8_SCALES]}
+
+
 # ---- packing ----------------------------------------------------------------------------------
-def format_map(num_layers: int) -> dict[str, dict]:
-    """HF tensor name -> format and place (the metadata's `formats`). Every projection nvfp4, the
-    embedding/LM head fp8 (fp8_layout's entry), norms bf16."""
+def _fp8_entry(name: str, seg: str, row0: int, step: int, rows: int, cols: int, i: int) -> dict:
+    """A layer FP8 projection's format-map entry (layout_version 2): fp8 rowmajor-v1's place, in the
+    `layers.fp8.*` tensors."""
+    seg_k = P8.L.SEGMENTS[seg][1]
+    return {"format": P8.L.SCHEME, "tensor": L.T_FP8_CODES, "layer": i, "segment": seg,
+            "byte_offset": P8.L.BYTE_OFFSETS[seg] + row0 * seg_k, "rows": rows, "cols": cols,
+            "row_stride_bytes": step * seg_k, "scale_tensor": L.T_FP8_SCALES,
+            "scale_offset": P8.L.SCALE_OFFSETS[seg] + row0, "scale_stride": step}
+
+
+def format_map(num_layers: int, fp8=()) -> dict[str, dict]:
+    """HF tensor name -> format and place (the metadata's `formats`). Every projection nvfp4 except
+    those named in `fp8` (fp8 rowmajor-v1 rows in layers.fp8.*), the embedding/LM head fp8
+    (fp8_layout's entry), norms bf16."""
     out: dict[str, dict] = {}
-    fp8 = P8.format_map(num_layers, "fp8")
-    out["model.embed_tokens.weight"] = fp8["model.embed_tokens.weight"]
-    out["model.norm.weight"] = fp8["model.norm.weight"]
+    fp8 = set(fp8)
+    f8 = P8.format_map(num_layers, "fp8")
+    out["model.embed_tokens.weight"] = f8["model.embed_tokens.weight"]
+    out["model.norm.weight"] = f8["model.norm.weight"]
     for i in range(num_layers):
         for suffix, (seg, row0, step, rows, cols) in L.PROJECTIONS.items():
+            name = f"model.layers.{i}.{suffix}"
+            if name in fp8:
+                out[name] = _fp8_entry(name, seg, row0, step, rows, cols, i)
+                continue
             cb, sb = L.CODE_ROW_BYTES[seg], L.BSCALE_ROW_BYTES[seg]
-            out[f"model.layers.{i}.{suffix}"] = {
+            out[name] = {
                 "format": L.SCHEME, "tensor": L.T_LAYER_CODES, "layer": i, "segment": seg,
                 "byte_offset": L.CODE_OFFSETS[seg] + row0 * cb, "rows": rows, "cols": cols,
                 "row_stride_bytes": step * cb,
@@ -219,28 +289,44 @@ def format_map(num_layers: int) -> dict[str, dict]:
                 "tscale_tensor": L.T_LAYER_TSCALES, "tscale_index": L.TSCALE_INDEX[suffix]}
         for suffix in L.NORM_FIELDS:
             name = f"model.layers.{i}.{suffix}"
-            out[name] = fp8[name]
+            out[name] = f8[name]
     return out
 
 
 def pack_tensors(tensors: dict, num_layers: int, *, search: bool = True, progress: bool = True,
-                 stats: dict | None = None) -> dict[str, torch.Tensor]:
-    """The packed safetensors dict of nvfp4-rowmajor-v1. With `stats` (a dict), fills
-    stats[HF name] = {"err_max": float, "err": float, "ref": float, "offsets": {offset: count}}."""
+                 stats: dict | None = None, fp8=()) -> dict[str, torch.Tensor]:
+    """The packed safetensors dict of nvfp4-rowmajor-v1 (layout_version 2 when `fp8` names
+    projections to keep FP8: their rows in layers.fp8.*, zeros and a 0.0 tensor scale in the nvfp4
+    buffers). With `stats` (a dict), fills stats[HF name] = {"err_max": float, "err": float,
+    "ref": float, "offsets": {offset: count}} for the nvfp4 matrices."""
     from rich.progress import Progress
 
     n = num_layers
-    out = {L.T_LAYER_CODES: torch.empty(n, L.LAYER_CODE_BYTES, dtype=torch.uint8),
-           L.T_LAYER_BSCALES: torch.empty(n, L.LAYER_BSCALE_BYTES, dtype=torch.uint8),
+    fp8 = set(check_fp8_names(fp8, n)) if fp8 else set()
+    out = {L.T_LAYER_CODES: torch.zeros(n, L.LAYER_CODE_BYTES, dtype=torch.uint8),
+           L.T_LAYER_BSCALES: torch.zeros(n, L.LAYER_BSCALE_BYTES, dtype=torch.uint8),
            L.T_LAYER_TSCALES: torch.ones(n, L.TSCALE_SLOTS, dtype=torch.float32),
            L.T_NORMS: torch.empty(n, L.NORM_LAYER_ELEMS, dtype=torch.bfloat16),
            L.T_FINAL_NORM: tensors["model.norm.weight"].to(torch.bfloat16).contiguous()}
+    if fp8:
+        out[L.T_FP8_CODES] = torch.zeros(n, P8.L.LAYER_BYTES, dtype=torch.uint8)
+        out[L.T_FP8_SCALES] = torch.full((n, P8.L.LAYER_SCALES), L.ABSENT_SCALE, dtype=torch.float32)
     with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task(f"pack nvfp4 ({n} layers x 7 matrices + fp8 head)", total=n * len(L.PROJECTIONS) + 1)
+        task = bar.add_task(f"pack nvfp4 ({n} layers x 7 matrices, {len(fp8)} of them fp8, + fp8 head)",
+                            total=n * len(L.PROJECTIONS) + 1)
         for i in range(n):
             for suffix, (seg, row0, step, rows, _cols) in L.PROJECTIONS.items():
                 name = f"model.layers.{i}.{suffix}"
                 w = tensors[name]
+                if name in fp8:  # pack_fp8's quantizer and rowmajor-v1 place (quantize_rows is per row)
+                    k = P8.L.SEGMENTS[seg][1]
+                    c, sc = P8.quantize_rows(w)
+                    b0, s0 = P8.L.BYTE_OFFSETS[seg], P8.L.SCALE_OFFSETS[seg]
+                    out[L.T_FP8_CODES][i, b0:b0 + P8.L.SEGMENTS[seg][0] * k].view(-1, k)[row0::step][:rows] = c
+                    out[L.T_FP8_SCALES][i, s0:s0 + P8.L.SEGMENTS[seg][0]][row0::step][:rows] = sc
+                    out[L.T_LAYER_TSCALES][i, L.TSCALE_INDEX[suffix]] = L.ABSENT_SCALE
+                    bar.advance(task)
+                    continue
                 m = quantize_matrix(w, search=search)
                 cb, sb = L.CODE_ROW_BYTES[seg], L.BSCALE_ROW_BYTES[seg]
                 cseg = out[L.T_LAYER_CODES][i, L.CODE_OFFSETS[seg]:L.CODE_OFFSETS[seg] + L.SEGMENTS[seg][0] * cb]
@@ -261,9 +347,13 @@ def pack_tensors(tensors: dict, num_layers: int, *, search: bool = True, progres
     return out
 
 
-def _pack_meta(ckpt: Checkpoint, packed: dict, search: bool, t_pack: float, t_load: float) -> dict:
-    return {
-        "format": L.FORMAT, "scheme": L.SCHEME, "layout": L.LAYOUT, "layout_version": L.LAYOUT_VERSION,
+def _pack_meta(ckpt: Checkpoint, packed: dict, search: bool, t_pack: float, t_load: float, fp8=(),
+               map_source: dict | None = None) -> dict:
+    n = ckpt.shape.num_layers
+    fp8 = check_fp8_names(fp8, n) if fp8 else ()
+    meta = {
+        "format": L.FORMAT, "scheme": L.SCHEME, "layout": L.LAYOUT,
+        "layout_version": L.LAYOUT_VERSION_MIXED if fp8 else L.LAYOUT_VERSION,
         "element": L.ELEMENT, "block": L.BLOCK, "block_scale_dtype": L.BLOCK_SCALE_DTYPE,
         "tensor_scale_dtype": L.TENSOR_SCALE_DTYPE,
         "rounding": "nearest-even onto E2M1 after |w| / fl32(s * g), saturating at 6",
@@ -274,31 +364,39 @@ def _pack_meta(ckpt: Checkpoint, packed: dict, search: bool, t_pack: float, t_lo
         "source": {"sha256": ckpt.sha256(), "file": WEIGHTS_FILE, "path": str(ckpt.path), "weights": ckpt.describe()},
         "config": ckpt.config,
         "tensors": {k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)} for k, v in packed.items()},
-        "formats": format_map(ckpt.shape.num_layers),
+        "formats": format_map(n, fp8),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "pack_seconds": round(t_pack, 2), "load_seconds": round(t_load, 2),
     }
+    if fp8:
+        meta["mixed"] = {**mixed_summary(fp8, n), "map": map_source or {"source": "given as names"}}
+    return meta
 
 
-def pack_nvfp4(model, out, *, search: bool = True, progress: bool = True, stats: dict | None = None) -> dict:
+def pack_nvfp4(model, out, *, search: bool = True, progress: bool = True, stats: dict | None = None, fp8=(),
+               map_source: dict | None = None) -> dict:
     """Pack checkpoint dir (or Checkpoint) `model` into `out` (created; its model.nvfp4.safetensors
-    replaced atomically). Returns the metadata written."""
+    replaced atomically). `fp8`: projections to keep FP8 (a mixed pack, layout_version 2);
+    `map_source`: where that map came from (recorded in the metadata). Returns the metadata written."""
     t0 = time.perf_counter()
     ckpt = model if isinstance(model, Checkpoint) else load_checkpoint(model, allow_reduced_depth=True)
     t_load = time.perf_counter() - t0
-    packed = pack_tensors(ckpt.tensors, ckpt.shape.num_layers, search=search, progress=progress, stats=stats)
-    meta = _pack_meta(ckpt, packed, search, time.perf_counter() - t0 - t_load, t_load)
+    fp8 = check_fp8_names(fp8, ckpt.shape.num_layers) if fp8 else ()  # refused before any quantization
+    packed = pack_tensors(ckpt.tensors, ckpt.shape.num_layers, search=search, progress=progress, stats=stats, fp8=fp8)
+    meta = _pack_meta(ckpt, packed, search, time.perf_counter() - t0 - t_load, t_load, fp8, map_source)
     write_packed(out, L, packed, meta)
     return meta
 
 
-def pack_in_memory(model, *, search: bool = True, progress: bool = False) -> PackedNVFP4:
+def pack_in_memory(model, *, search: bool = True, progress: bool = False, fp8=(),
+                   map_source: dict | None = None) -> PackedNVFP4:
     """What `pack_nvfp4` would write, kept in memory (path None)."""
     t0 = time.perf_counter()
     ckpt = model if isinstance(model, Checkpoint) else load_checkpoint(model, allow_reduced_depth=True)
     t_load = time.perf_counter() - t0
-    packed = pack_tensors(ckpt.tensors, ckpt.shape.num_layers, search=search, progress=progress)
-    meta = _pack_meta(ckpt, packed, search, time.perf_counter() - t0 - t_load, t_load)
+    fp8 = check_fp8_names(fp8, ckpt.shape.num_layers) if fp8 else ()
+    packed = pack_tensors(ckpt.tensors, ckpt.shape.num_layers, search=search, progress=progress, fp8=fp8)
+    meta = _pack_meta(ckpt, packed, search, time.perf_counter() - t0 - t_load, t_load, fp8, map_source)
     return PackedNVFP4(path=None, meta=meta, tensors=packed)
 
 
@@ -322,48 +420,109 @@ class PackedNVFP4(Packed):
         g = float(self.tensors[f["tscale_tensor"]][i, f["tscale_index"]])
         return codes, bsc, g
 
+    def fp8_matrix(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(codes uint8 [rows, cols], scales fp32 [rows]) of an fp8 matrix (the LM head, or a
+        projection of a mixed pack), through the format map (strided views, no copy)."""
+        f = self.meta["formats"].get(name)
+        if f is None or f["format"] != P8.L.SCHEME:
+            raise MonolithError(f"{name} is not an fp8 matrix in {self.path} (format {f and f['format']!r})")
+        buf = self.tensors[f["tensor"]]
+        buf = buf[f["layer"]] if f["layer"] is not None else buf.reshape(-1)
+        codes = buf.as_strided((f["rows"], f["cols"]), (f["row_stride_bytes"], 1),
+                               buf.storage_offset() + f["byte_offset"])
+        sbuf = self.tensors[f["scale_tensor"]]
+        sbuf = sbuf[f["layer"]] if f["layer"] is not None else sbuf
+        scales = sbuf.as_strided((f["rows"],), (f["scale_stride"],), sbuf.storage_offset() + f["scale_offset"])
+        return codes, scales
+
+    @property
+    def fp8_projections(self) -> tuple[str, ...]:
+        """HF names of the projections kept FP8 (empty for an all-nvfp4 pack)."""
+        return tuple((self.meta.get("mixed") or {}).get("fp8", ()))
+
     def dequantized(self, name: str) -> torch.Tensor:
         """fp32 value of any stored tensor: nvfp4 and fp8 matrices dequantized, bf16 widened."""
         f = self.meta["formats"][name]
         if f["format"] == L.SCHEME:
             return dequantize_matrix(*self.matrix(name))
         if f["format"] == P8.L.SCHEME:
-            return P8.dequantize_rows(self.tensors[f["tensor"]], self.tensors[f["scale_tensor"]])
+            return P8.dequantize_rows(*self.fp8_matrix(name))
         return self.stored(f)
 
     def bytes_per_token(self) -> int:
-        return L.bytes_per_token(self.num_layers)
+        return L.bytes_per_token(self.num_layers, self.fp8_projections)
 
 
 def check_meta(meta: dict, where: str) -> None:
-    """Refuse anything this code does not know how to read, one line per refusal."""
-    known = {"format": L.FORMAT, "scheme": L.SCHEME, "layout": L.LAYOUT, "layout_version": L.LAYOUT_VERSION,
+    """Refuse anything this code does not know how to read, one line per refusal. layout_version 1
+    (all nvfp4) or 2 (mixed: a `mixed` section naming the FP8 projections, checked here by name)."""
+    known = {"format": L.FORMAT, "scheme": L.SCHEME, "layout": L.LAYOUT,
+             "layout_version": (L.LAYOUT_VERSION, L.LAYOUT_VERSION_MIXED),
              "element": L.ELEMENT, "block": L.BLOCK, "block_scale_dtype": L.BLOCK_SCALE_DTYPE,
              "tensor_scale_dtype": L.TENSOR_SCALE_DTYPE, "head": "fp8"}
     for key, want in known.items():
         got = meta.get(key, "<missing>")
-        if got != want:
-            raise MonolithError(f"{where}: {key} {got!r} is not known (this monolith reads {key} {want!r}); "
+        if got not in (want if isinstance(want, tuple) else (want,)):
+            raise MonolithError(f"{where}: {key} {got!r} is not known (this monolith reads {key} "
+                                f"{' or '.join(map(repr, want)) if isinstance(want, tuple) else repr(want)}); "
                                 "re-pack with `monolith pack --format nvfp4`")
+    mixed = meta.get("mixed")
+    if meta["layout_version"] == L.LAYOUT_VERSION:
+        if mixed is not None:
+            raise MonolithError(f"{where}: layout_version 1 with a 'mixed' section (mixed packs are version 2)")
+        return
+    if not isinstance(mixed, dict) or not isinstance(mixed.get("fp8"), list) or not mixed["fp8"]:
+        raise MonolithError(f"{where}: layout_version 2 without a 'mixed' section naming its FP8 projections")
+    n = meta.get("num_layers")
+    check_fp8_names(mixed["fp8"], n if isinstance(n, int) else 0, where=f"{where}: its mixed map")
+    if mixed.get("fp8_layout") != P8.L.LAYOUT or mixed.get("fp8_scheme") != P8.L.SCHEME:
+        raise MonolithError(f"{where}: mixed section's fp8 layout/scheme {mixed.get('fp8_layout')!r}/"
+                            f"{mixed.get('fp8_scheme')!r} is not known ({P8.L.LAYOUT}/{P8.L.SCHEME})")
 
 
-def _expected_shapes(n: int) -> dict[str, tuple[list[int], str]]:
-    return {L.T_LAYER_CODES: ([n, L.LAYER_CODE_BYTES], "uint8"),
-            L.T_LAYER_BSCALES: ([n, L.LAYER_BSCALE_BYTES], "uint8"),
-            L.T_LAYER_TSCALES: ([n, L.TSCALE_SLOTS], "float32"),
-            L.T_NORMS: ([n, L.NORM_LAYER_ELEMS], "bfloat16"), L.T_FINAL_NORM: ([C.HIDDEN], "bfloat16"),
-            L.T_EMBED_CODES: ([C.VOCAB, C.HIDDEN], "uint8"), L.T_EMBED_SCALES: ([C.VOCAB], "float32")}
+def _expected_shapes(n: int, mixed: bool = False) -> dict[str, tuple[list[int], str]]:
+    out = {L.T_LAYER_CODES: ([n, L.LAYER_CODE_BYTES], "uint8"),
+           L.T_LAYER_BSCALES: ([n, L.LAYER_BSCALE_BYTES], "uint8"),
+           L.T_LAYER_TSCALES: ([n, L.TSCALE_SLOTS], "float32"),
+           L.T_NORMS: ([n, L.NORM_LAYER_ELEMS], "bfloat16"), L.T_FINAL_NORM: ([C.HIDDEN], "bfloat16"),
+           L.T_EMBED_CODES: ([C.VOCAB, C.HIDDEN], "uint8"), L.T_EMBED_SCALES: ([C.VOCAB], "float32")}
+    if mixed:
+        out[L.T_FP8_CODES] = ([n, P8.L.LAYER_BYTES], "uint8")
+        out[L.T_FP8_SCALES] = ([n, P8.L.LAYER_SCALES], "float32")
+    return out
+
+
+def _check_markers(p: PackedNVFP4, where) -> None:
+    """A mixed pack's zero markers agree with its map: every FP8 projection has tensor scale 0.0 in
+    layers.tscales, every nvfp4 projection has no non-zero fp8 row scale (one line per refusal)."""
+    fp8 = set(p.fp8_projections)
+    for name in projection_names(p.num_layers):
+        f = p.meta["formats"][name]
+        i, suffix = f["layer"], name.split(".", 3)[3]
+        g = float(p.tensors[L.T_LAYER_TSCALES][i, L.TSCALE_INDEX[suffix]])
+        if name in fp8 and g != L.ABSENT_SCALE:
+            raise MonolithError(f"{where}: {name} is FP8 in the map but has nvfp4 tensor scale {g} (want 0.0)")
+        if name not in fp8:
+            seg, row0, step, rows, _ = L.PROJECTIONS[suffix]
+            s0 = P8.L.SCALE_OFFSETS[seg]
+            sc = p.tensors[L.T_FP8_SCALES][i, s0:s0 + P8.L.SEGMENTS[seg][0]][row0::step][:rows]
+            if bool((sc != L.ABSENT_SCALE).any()):
+                raise MonolithError(f"{where}: {name} is nvfp4 in the map but has fp8 row scales in {L.T_FP8_SCALES}")
 
 
 def load_packed_nvfp4(path, *, model=None) -> PackedNVFP4:
-    """Read a packed dir (or its .safetensors file). With `model` (a checkpoint dir or a
-    Checkpoint), refuse a pack made from different weights."""
+    """Read a packed dir (or its .safetensors file): layout_version 1 (all nvfp4) or 2 (mixed).
+    With `model` (a checkpoint dir or a Checkpoint), refuse a pack made from different weights."""
     file, meta, tensors = open_packed(path, L, fmt="nvfp4", check_meta=check_meta, model=model,
-                                      expected_shapes=lambda m: _expected_shapes(m["num_layers"]))
-    if meta.get("formats") != format_map(meta["num_layers"]):
+                                      expected_shapes=lambda m: _expected_shapes(m["num_layers"], "mixed" in m))
+    fp8 = tuple((meta.get("mixed") or {}).get("fp8", ()))
+    if meta.get("formats") != format_map(meta["num_layers"], fp8):
         raise MonolithError(f"{file}: its per-matrix format map differs from layout {L.LAYOUT}'s "
-                            "(mixed nvfp4/fp8 maps are not readable yet)")
-    return PackedNVFP4(path=file.parent, meta=meta, tensors=tensors)
+                            f"(layout_version {meta['layout_version']}, {len(fp8)} FP8 projections)")
+    p = PackedNVFP4(path=file.parent, meta=meta, tensors=tensors)
+    if fp8:
+        _check_markers(p, file)
+    return p
 
 
 # ---- the nvfp4 oracle's weights ---------------------------------------------------------------
@@ -372,7 +531,12 @@ class DequantizedNVFP4Checkpoint(DequantizedPacked):
     nvfp4 gate's oracle; see quant/packfile.DequantizedPacked)."""
 
     def describe(self) -> dict:
-        return self._describe("nvfp4-dequantized", search=self.packed.meta["search"]["enabled"])
+        m = self.packed.meta
+        extra = {"layout_version": m["layout_version"]}
+        if m.get("mixed"):
+            extra["fp8_projections"] = len(m["mixed"]["fp8"])
+            extra["fp8_kinds"] = m["mixed"]["fp8_kinds"]
+        return self._describe("nvfp4-dequantized", search=m["search"]["enabled"], **extra)
 
 
 def dequantized_checkpoint(packed, model) -> DequantizedNVFP4Checkpoint:
@@ -386,7 +550,10 @@ def summarize_stats(stats: dict, num_layers: int) -> dict:
     the search, their ratio, and how often each search offset won."""
     out = {}
     for t, suffix in L.SUFFIX_OF.items():
-        rows = [stats[f"model.layers.{i}.{suffix}"] for i in range(num_layers)]
+        # a mixed pack's FP8 projections have no nvfp4 statistics; a kind that is FP8 everywhere is left out
+        rows = [stats[nm] for i in range(num_layers) if (nm := f"model.layers.{i}.{suffix}") in stats]
+        if not rows:
+            continue
         em, e, r = (sum(x[k] for x in rows) for k in ("err_max", "err", "ref"))
         offs: dict[int, int] = {}
         for x in rows:

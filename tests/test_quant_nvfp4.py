@@ -351,7 +351,7 @@ def _rewrite_meta(src_dir, dst_dir, **changes):
 @pytest.mark.parametrize("change,msg", [
     ({"layout": "nvfp4-rowmajor-v2"}, "layout 'nvfp4-rowmajor-v2' is not known"),
     ({"scheme": "nvfp4-e2m1-b32-e8m0"}, "scheme 'nvfp4-e2m1-b32-e8m0' is not known"),
-    ({"layout_version": 2}, "layout_version 2 is not known"),
+    ({"layout_version": 3}, "layout_version 3 is not known"),   # 2 is the mixed nvfp4/fp8 pack (test_quant_sensitivity.py)
     ({"block": 32}, "block 32 is not known"),
     ({"format": "monolith-packed-fp8"}, "format 'monolith-packed-fp8' is not known"),
     ({"head": "bf16"}, "head 'bf16' is not known"),
