@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [m4] [m3] [m3quality] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [m4] [m3] [m3quality] [m5sens] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -166,6 +166,14 @@ if want m3quality; then
     --engine megakernel-fp8-upstream,megakernel-fp8-stream --ref reference-fp32 \
     --floor megakernel-bf16-upstream,megakernel-bf16-stream \
     --positions 10000 --context 512 --stride 512 --prompts 100 --agree-tokens 64 --out results/m3_fp8_quality.json
+fi
+# NVFP4 sensitivity (issue 14 item 2; notes/m5_sensitivity.md): 7 per-kind units + 4 endpoints + the
+# reference, reference-fp32 in a CUDA graph, the reference's logits cached so it runs once. Needs the
+# WikiText-2 text (carry .data). Estimate ~4-5 min. Writes results/m5_nvfp4_sensitivity.{json,png}
+# (rewritten after every unit, so a cut call keeps what it measured).
+if want m5sens; then
+  run m5-sensitivity python3 -m monolith pack --sensitivity --model checkpoints/synth-seed0 --device cuda \
+    --out results/m5_nvfp4_sensitivity.json --positions 1024 --context 512 --prompts 20 --agree-tokens 32
 fi
 want m1 && run m1 python3 -m monolith m1
 # Quality, full protocol, bf16 pairs: HF transformers (its parallel forward) and the megakernel,
