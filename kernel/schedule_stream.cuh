@@ -539,9 +539,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     return reinterpret_cast<const uint4*>(r.slots + size_t((kc + i) % kStages) * kSlotBytes);
   };
   // The end of a round: after a barrier (every thread is done with the slots) the slots go back
-  // to the producer (kEmptyArrivals arrivals each, config.cuh), which refills them at once. Phases whose outputs are other
-  // blocks' inputs issue those stores between the barrier and the hand-back, so that the stores
-  // leave the SM ahead of the refill burst (up to 6 x 16 KB per block, grid-wide ~13 MB).
+  // to the producer (kEmptyArrivals arrivals each, above), which refills them at once. Phases
+  // whose outputs are other blocks' inputs issue those stores between the barrier and the
+  // hand-back, so that the stores leave the SM ahead of the refill burst (up to 6 x 16 KB per
+  // block, grid-wide ~13 MB).
   // Every call site is reached by all consumer threads (uniform control flow), after a barrier.
   auto hand_back = [&](int n) {
     if constexpr (kEmptyArrivals == kStreamConsumerWarps) __syncwarp();  // the warp's reads, then lane 0's arrive
