@@ -196,17 +196,7 @@ class PackedFP8(Packed):
     def matrix(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(codes uint8 [rows, cols], scales fp32 [rows]) of an fp8 matrix, read through the
         format map (strided views into the packed buffers, no copy)."""
-        f = self.meta["formats"].get(name)
-        if f is None or f["format"] != L.SCHEME:
-            raise MonolithError(f"{name} is not an fp8 matrix in {self.path} (format {f and f['format']!r})")
-        buf = self.tensors[f["tensor"]]
-        buf = buf[f["layer"]] if f["layer"] is not None else buf.reshape(-1)
-        codes = buf.as_strided((f["rows"], f["cols"]), (f["row_stride_bytes"], 1),
-                               buf.storage_offset() + f["byte_offset"])
-        sbuf = self.tensors[f["scale_tensor"]]
-        sbuf = sbuf[f["layer"]] if f["layer"] is not None else sbuf
-        scales = sbuf.as_strided((f["rows"],), (f["scale_stride"],), sbuf.storage_offset() + f["scale_offset"])
-        return codes, scales
+        return self.fp8_view(name, L.SCHEME)
 
     def dequantized(self, name: str) -> torch.Tensor:
         """fp32 value of any stored tensor: fp8 matrices dequantized, bf16 tensors widened (exact)."""

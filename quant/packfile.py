@@ -129,6 +129,22 @@ class Packed:
             n *= d
         return buf.reshape(-1)[f["offset"]:f["offset"] + n].reshape(f["shape"]).float()
 
+    def fp8_view(self, name: str, scheme: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(codes uint8 [rows, cols], scales fp32 [rows]) of a matrix the format map stores in the
+        row-scaled fp8 scheme `scheme`, as strided views into the packed buffers (no copy): the fp8
+        pack's matrices and the LM head / FP8 projections of an nvfp4 pack read through it."""
+        f = self.meta["formats"].get(name)
+        if f is None or f["format"] != scheme:
+            raise MonolithError(f"{name} is not an fp8 matrix in {self.path} (format {f and f['format']!r})")
+        buf = self.tensors[f["tensor"]]
+        buf = buf[f["layer"]] if f["layer"] is not None else buf.reshape(-1)
+        codes = buf.as_strided((f["rows"], f["cols"]), (f["row_stride_bytes"], 1),
+                               buf.storage_offset() + f["byte_offset"])
+        sbuf = self.tensors[f["scale_tensor"]]
+        sbuf = sbuf[f["layer"]] if f["layer"] is not None else sbuf
+        scales = sbuf.as_strided((f["rows"],), (f["scale_stride"],), sbuf.storage_offset() + f["scale_offset"])
+        return codes, scales
+
     def dequantized_tensors(self) -> dict[str, torch.Tensor]:
         """Checkpoint-like dict: every HF tensor name -> fp32 (what the kernel computes with)."""
         return {name: self.dequantized(name) for name in self.meta["formats"]}
