@@ -126,10 +126,12 @@ fi
 want xraydev && run xray-dev python3 scripts/xray_raw.py --variant "${XRAY_VARIANTS:-bf16-stream}" --position 128 \
   --out "$OUT/xray"
 # M4: the streaming schedule against bf16-upstream in one harness session (gate, determinism,
-# benchmark, sweep), then the X-ray raw traces of both at position 128 (analyzed off the GPU)
+# benchmark, sweep), then the X-ray raw traces of both at position 128 (analyzed off the GPU).
+# M4_ENGINES / M4_XRAY / M4_OUT pick the engines, traces and result file (a new session's run
+# writes its own file: results/m4_stream_bf16.json is the first M4 session's record).
 if want m4; then
   run m4-bench python3 -m monolith bench --engine "${M4_ENGINES:-megakernel-bf16-upstream,megakernel-bf16-stream}" \
-    --out results/m4_stream_bf16.json
+    --out "${M4_OUT:-results/m4_stream_bf16.json}"
   run m4-xray python3 scripts/xray_raw.py --variant "${M4_XRAY:-bf16-stream,bf16-upstream}" --position 128 --out results/xray
 fi
 # M3 (issue 12): fp8-upstream's GPU tests (phase diff against fp32 on the dequantized weights,
@@ -146,7 +148,7 @@ if want m3; then
   m3step devbench && run devbench-m3 python3 scripts/dev_bench.py --variant "${M3_VARIANTS:-bf16-upstream,fp8-upstream}" \
     --blocks 132 --runs 3 --out results/m3_devbench.json
   m3step bench && run m3-bench python3 -m monolith bench \
-    --engine "${M3_ENGINES:-megakernel-bf16-upstream,megakernel-fp8-upstream}" --out results/m3_fp8.json
+    --engine "${M3_ENGINES:-megakernel-bf16-upstream,megakernel-fp8-upstream}" --out "${M3_OUT:-results/m3_fp8.json}"
   if m3step xray; then
     run m3-xray python3 scripts/xray_raw.py --variant fp8-upstream --position 128 --out results/xray
     run m3-xray-bf16 python3 scripts/xray_raw.py --variant bf16-upstream --position 128 --out "$OUT/xray-m3"
