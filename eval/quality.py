@@ -229,10 +229,16 @@ def compare_quantized(ref: Engine, eng: Engine, floor: Engine | None, text_token
     against the same reference (one pass: the reference runs once for both); plus
     `quantized_gates`. kw: evaluate's keyword arguments."""
     both = evaluate_many(ref, [eng] if floor is None else [eng, floor], text_tokens, prompts, **kw)
-    res = {"engine": both[0]}
-    res["engine"]["engine"] = getattr(eng, "name", "engine")
+    return quantized_pair({**both[0], "engine": getattr(eng, "name", "engine")},
+                          None if floor is None else {**both[1], "engine": getattr(floor, "name", "floor")})
+
+
+def quantized_pair(engine: dict, floor: dict | None) -> dict:
+    """{"engine", "floor" (absent without one), "gates"} of a quantized engine's figures beside its
+    floor's (each as `evaluate` returns it, with its "engine" name): one pair of
+    `compare_quantized`, or of quant/fp8_quality.py's several pairs over one reference pass."""
+    res = {"engine": engine}
     if floor is not None:
-        res["floor"] = both[1]
-        res["floor"]["engine"] = getattr(floor, "name", "floor")
-    res["gates"] = quantized_gates(res["engine"], res.get("floor"))
+        res["floor"] = floor
+    res["gates"] = quantized_gates(engine, floor)
     return res

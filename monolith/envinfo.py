@@ -60,9 +60,11 @@ def collect(device: str | torch.device | None = None) -> dict:
         "python": platform.python_version(), "sm_clock_mhz": None, "mem_clock_mhz": None,
         "power_limit_w": None, "temperature_c": None,
     }
-    # a diagnostic kernel build (monolith.kernel_spec.EXTRA_DEFINES_ENV): recorded wherever set, so a
-    # result of such a build names it even where the engine's build info is not kept
-    defines = os.environ.get("MONOLITH_NVCC_DEFINES", "").strip()
+    # a diagnostic kernel build: recorded wherever set, so a result of such a build names it even
+    # where the engine's build info is not kept
+    from monolith.kernel_spec import EXTRA_DEFINES_ENV
+
+    defines = os.environ.get(EXTRA_DEFINES_ENV, "").strip()
     if defines:
         env["monolith_nvcc_defines"] = defines
     try:

@@ -118,10 +118,7 @@ def fp8_quality(ckpt, tok, packed, device: str, *, engine=None, ref: str | None 
     figs = {k: {**f, "engine": getattr(e, "name", k[0])} for (k, e), f in zip(built.items(), figs, strict=True)}
     out = []
     for name, fl in pairs:
-        p = {"engine": dict(figs["engine", name])}
-        if fl != "none":
-            p["floor"] = dict(figs["floor", fl])
-        p["gates"] = quality.quantized_gates(p["engine"], p.get("floor"))
+        p = quality.quantized_pair(dict(figs["engine", name]), None if fl == "none" else dict(figs["floor", fl]))
         p["roles"] = {"reference": f"{ref} on the original bf16 weights", "engine": p["engine"]["engine"],
                       "floor": None if fl == "none" else f"{fl} on the original bf16 weights"}
         out.append(p)
