@@ -112,28 +112,23 @@ __device__ bool gather_s1(const Params& p, int r, unsigned long long out[K], uin
   }
 #pragma unroll
   for (int i = 0; i < K; ++i) b[i] = ld_relaxed(p.words + t + i * kConsumers);
+  // one wave's turn: take the words it shows, then poll again only the ones still missing
+  auto turn = [&](unsigned long long (&w)[K]) {
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (!((have >> i) & 1u) && tag_is(w[i], r)) {
+        out[i] = w[i];
+        have |= 1u << i;
+      }
+    if (have == kAll) return true;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (!((have >> i) & 1u)) w[i] = ld_relaxed(p.words + t + i * kConsumers);
+    return false;
+  };
   bool ok = true;
   for (uint32_t it = 0;; ++it) {
-#pragma unroll
-    for (int i = 0; i < K; ++i)
-      if (!((have >> i) & 1u) && tag_is(a[i], r)) {
-        out[i] = a[i];
-        have |= 1u << i;
-      }
-    if (have == kAll) break;
-#pragma unroll
-    for (int i = 0; i < K; ++i)
-      if (!((have >> i) & 1u)) a[i] = ld_relaxed(p.words + t + i * kConsumers);
-#pragma unroll
-    for (int i = 0; i < K; ++i)
-      if (!((have >> i) & 1u) && tag_is(b[i], r)) {
-        out[i] = b[i];
-        have |= 1u << i;
-      }
-    if (have == kAll) break;
-#pragma unroll
-    for (int i = 0; i < K; ++i)
-      if (!((have >> i) & 1u)) b[i] = ld_relaxed(p.words + t + i * kConsumers);
+    if (turn(a) || turn(b)) break;
     if ((it & 15u) == 15u && (*(volatile unsigned int*)p.abort || globaltimer() > deadline)) {
       ok = false;
       break;
