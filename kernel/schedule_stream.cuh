@@ -343,6 +343,30 @@ constexpr int kEmptyArrivals = MONOLITH_RING_RELEASE;
 static_assert(kEmptyArrivals == 1 || kEmptyArrivals == kStreamConsumerWarps || kEmptyArrivals == kStreamConsumerThreads,
               "a slot is released by thread 0, by lane 0 of every consumer warp, or by every consumer thread");
 
+// Two knobs on what the ring has in flight when a grid hop happens (fifth session; both 0 = off,
+// compiled out: the default build's code is unchanged). Why: probes/hop_latency.cu measured one
+// grid hop at 0.5 / 0.8 us (first / last block ready after the last store) with an idle memory
+// system and 6.1 / 12.5 us with every SM keeping 12 x 16 KB of bulk copies in flight: the polls'
+// responses queue behind the copies (Little's law: 132 x 192 KB at 4.7 TB/s is 5.4 us). In the
+// kernel the ring is mostly full at a hop, except the refill of the slots the phase just handed
+// back, a grid-wide burst of up to 132 x 96 KB right when every block starts to poll.
+// MONOLITH_HOP_HOLD_CYCLES=C: the consumers mark "in a hop" from a phase's last hand-back to the
+//   next phase's opening barrier; the producer issues no copy while the mark is up, for at most C
+//   cycles per mark (a bound, not a handshake: no wait of the producer can depend on the
+//   consumers' progress, so the hold can never deadlock).
+// MONOLITH_RING_INFLIGHT=N: at most N copies in flight (the producer waits for copy k - N to land
+//   before it issues copy k); the ring keeps its 12 slots of run-ahead.
+#ifndef MONOLITH_HOP_HOLD_CYCLES
+#define MONOLITH_HOP_HOLD_CYCLES 0
+#endif
+#ifndef MONOLITH_RING_INFLIGHT
+#define MONOLITH_RING_INFLIGHT 0
+#endif
+constexpr long long kHopHoldCycles = MONOLITH_HOP_HOLD_CYCLES;
+constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
+static_assert(kHopHoldCycles >= 0 && kHopHoldCycles <= 100000, "a hold is bounded: at most ~50 us");
+static_assert(kRingInflight >= 0 && kRingInflight < kStages, "0 (off) or fewer copies in flight than slots");
+
 // ---- producer -------------------------------------------------------------------------------
 struct Ring {
   uint8_t* slots;
@@ -350,6 +374,7 @@ struct Ring {
   uint64_t* empty;
   int* quit;  // set by the consumers when they leave (stop phase, error): the producer stops. Shared-
               // memory atomics on both sides: a flag, not data (racecheck reports plain accesses)
+  int* hold;  // MONOLITH_HOP_HOLD_CYCLES: odd while the consumers are in a hop (a new value per hop)
 };
 
 template <class W>
@@ -368,9 +393,22 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
   prefetch_l2_bulk(p.rope + int64_t(pos) * kHeadDim, kHeadDim * 4);
   prefetch_l2_bulk(p.final_norm, kHidden * 2);
   if constexpr (W::kRowScale) prefetch_l2_bulk(p.row_scales, kLayerRows * 4);
+  int held_seen = 0;  // the last hop mark the producer held for (each mark holds it once)
   auto issue = [&](const void* src, uint32_t bytes, uint32_t info) {
     if (!ok) return;
     const uint32_t slot = k % kStages;
+    if constexpr (kRingInflight > 0) {  // copy k - N has landed (bounded: the consumers do not gate it)
+      if (k >= uint32_t(kRingInflight)) {
+        const uint32_t j = k - kRingInflight;
+        const long long t0 = clock64();
+        while (!mbar_try_wait(&r.full[j % kStages], (j / kStages) & 1u))
+          if (clock64() - t0 > tmo) {
+            raise_error(S, kErrRingTimeout, info);
+            ok = false;
+            return;
+          }
+      }
+    }
     if (k >= kStages) {  // wait until the consumers released the chunk that used this slot
       const uint32_t par = ((k / kStages) - 1u) & 1u;
       if (!mbar_try_wait(&r.empty[slot], par)) {
@@ -392,6 +430,15 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
               return;
             }
           }
+        }
+      }
+    }
+    if constexpr (kHopHoldCycles > 0) {  // a hop's mark: hold this copy until it drops, at most C cycles
+      const int h = atomicAdd(r.hold, 0);
+      if ((h & 1) && h != held_seen) {
+        held_seen = h;
+        const long long t0 = clock64();
+        while (atomicAdd(r.hold, 0) == h && clock64() - t0 < kHopHoldCycles) {
         }
       }
     }
@@ -522,18 +569,32 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // attention's K and V chunks are rounds of one slot). The opening barrier is an AND over the
   // threads' `ok` (a bounded wait that failed just before, in any thread) and thread 0's slot
   // waits, so a phase's first round also serves as the barrier after its input wait.
+  // MONOLITH_HOP_HOLD_CYCLES: thread 0 raises the hop mark (odd) before a phase's last hand-back
+  // and drops it (even) at the next round's opening barrier, or before it would wait for a slot
+  int hword = 0;
+  auto hop_mark = [&] {
+    if constexpr (kHopHoldCycles > 0)
+      if (tid == 0) atomicExch(r.hold, ++hword);
+  };
+  auto hop_unmark = [&] {
+    if constexpr (kHopHoldCycles > 0)
+      if (tid == 0 && (hword & 1)) atomicExch(r.hold, ++hword);
+  };
   auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true) -> bool {
     if (tid == 0 && ok) {
       for (int i = 0; i < n && ok; ++i) {
         const uint32_t slot = (kc + i) % kStages, par = ((kc + i) / kStages) & 1u;
         if (!mbar_test_wait(&r.full[slot], par)) {
+          hop_unmark();
           XRAY_STAMP(tg, tcy);
           ok = mbar_wait_bounded(&r.full[slot], par, S, tmo, kErrRingTimeout, uint32_t(layer) * 16u + 12u);
           if (ok) XRAY_STALL(work_phase, layer < kNumLayers ? kPhase_ring : kPhase_ring_head, layer, tg, tcy);
         }
       }
     }
-    return csync_and(ok);
+    const bool all = csync_and(ok);
+    hop_unmark();
+    return all;
   };
   auto slot_at = [&](int i) -> const uint4* {
     return reinterpret_cast<const uint4*>(r.slots + size_t((kc + i) % kStages) * kSlotBytes);
@@ -612,6 +673,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if constexpr (kScaled) on_row(q + tid, combine_row(part, tid) * sc);
         else on_row(q + tid, combine_row(part, tid));
       }
+      if (q + kRows >= r1) hop_mark();  // the phase's outputs are out: a hop follows
       hand_back(n);
       sc = sc_next;
     }
@@ -865,6 +927,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
             tagged_store(part + 1, sm.ml[2 * h + 1], tag);
           }
         }
+        if (sp + s.ng >= s.nsplit) hop_mark();  // the block's last split: the merge's hop follows
         if (nh > 0) hand_back(1);
         csync();  // vpart and sc are reused by the next split
       }
@@ -957,6 +1020,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           if (r0 < nr) resid_add(acc_o + o + r0, to_fix(a0 * s0));
           if (r1 < nr) resid_add(acc_o + o + r1, to_fix(a1 * s1));
         }
+        if (o + F::kRowsO >= s.o1) hop_mark();
         release_n(1);
       }
     } else {
@@ -983,6 +1047,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
             if (rr < nr) resid_add(acc_o + o + rr, to_fix(k == 0 ? lo4 : hi4));
           }
         }
+        if (o + 32 * kRoundSlots >= s.o1) hop_mark();
         release_n(n);
       }
     }
@@ -1050,6 +1115,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           tagged_store(acc + kTagAct + j, av, tag);
           scr[kScrAct + j] = av;  // phase diff only
         }
+        if (u + kMlpRoundUnits >= s.u1) hop_mark();
         hand_back(n);
       }
     }
@@ -1112,6 +1178,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         tagged_store(acc + kTagResid + i, v, tag);
         if (p.stop_layer == L && (p.stop_phase == kStopGateUp || p.stop_phase == kStopDown)) scr[kScrHidden + i] = v;
       }
+      hop_mark();
       hand_back(held);
     }
     XRAY_END(s_down, L);
@@ -1196,7 +1263,7 @@ template <class Cfg>
 __device__ __forceinline__ void stream_step(const StepParams& p) {
   extern __shared__ __align__(128) uint8_t ring_slots[];
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
-  __shared__ int quit;
+  __shared__ int quit, hold;
   __shared__ __align__(16) StreamSmem sm;
   __shared__ StreamPlan plan;  // block-uniform: shared memory, not 14 registers per thread
   const int tid = threadIdx.x;
@@ -1209,11 +1276,12 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
       mbar_init(&empty[i], kEmptyArrivals);
     }
     quit = 0;
+    if constexpr (kHopHoldCycles > 0) hold = 0;
     plan = make_plan(blockIdx.x, gridDim.x, pos);
     mbar_fence_init();
   }
   __syncthreads();  // the schedule's only barrier 0: from here the consumers sync on barrier 1
-  const Ring r{ring_slots, full, empty, &quit};
+  const Ring r{ring_slots, full, empty, &quit, &hold};
   if (tid >= kStreamConsumerThreads) {
     if (tid == kStreamConsumerThreads) stream_producer<typename Cfg::Weights>(p, plan, pos, r);
     return;

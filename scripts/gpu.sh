@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [m4] [m3] [m3quality] [m5sens] [hop] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [m4] [m3] [m3quality] [m5sens] [hop] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -125,6 +125,25 @@ fi
 # `monolith xray`), one per variant named
 want xraydev && run xray-dev python3 scripts/xray_raw.py --variant "${XRAY_VARIANTS:-bf16-stream}" --position 128 \
   --out "$OUT/xray"
+# A/B of diagnostic builds in one call (fifth session): AB_DEFINES, ';'-separated
+# MONOLITH_NVCC_DEFINES values in order (`base` = the default build; put it first: its decoded
+# tokens become the reference every other build must match bitwise, since the knobs move timing
+# only). Each build: dev timings of AB_VARIANTS at 128 blocks (median of 3), then its X-ray raw
+# traces at position 128 in results/ab/xray-<i>/ (inside results.tgz; analyzed off the GPU).
+if want abdev; then
+  IFS=';' read -ra ab_sets <<< "${AB_DEFINES:-base}"
+  ab_ref=results/ab/tokens-ref.json; rm -rf results/ab; mkdir -p results/ab
+  i=0
+  for d in "${ab_sets[@]}"; do
+    if [ "$d" = base ]; then defs=(env -u MONOLITH_NVCC_DEFINES); else defs=(env MONOLITH_NVCC_DEFINES="$d"); fi
+    echo "ab$i: ${d}" >> results/ab/sets.txt
+    run "ab$i-dev" "${defs[@]}" python3 scripts/dev_bench.py --variant "${AB_VARIANTS:-bf16-stream,fp8-stream}" \
+      --blocks 128 --runs 3 --tokens-ref "$ab_ref" --out "results/ab/dev-$i.json"
+    run "ab$i-xray" "${defs[@]}" python3 scripts/xray_raw.py --variant "${AB_VARIANTS:-bf16-stream,fp8-stream}" \
+      --position 128 --out "results/ab/xray-$i"
+    i=$((i + 1))
+  done
+fi
 # M4: the streaming schedule against bf16-upstream in one harness session (gate, determinism,
 # benchmark, sweep), then the X-ray raw traces of both at position 128 (analyzed off the GPU).
 # M4_ENGINES / M4_XRAY / M4_OUT pick the engines, traces and result file (a new session's run
