@@ -343,8 +343,7 @@ constexpr int kEmptyArrivals = MONOLITH_RING_RELEASE;
 static_assert(kEmptyArrivals == 1 || kEmptyArrivals == kStreamConsumerWarps || kEmptyArrivals == kStreamConsumerThreads,
               "a slot is released by thread 0, by lane 0 of every consumer warp, or by every consumer thread");
 
-// Two knobs on what the ring has in flight when a grid hop happens (fifth session; both 0 = off,
-// compiled out: the default build's code is unchanged). Why: probes/hop_latency.cu measured one
+// Two knobs on what the ring has in flight when a grid hop happens (fifth session). Why: probes/hop_latency.cu measured one
 // grid hop at 0.5 / 0.8 us (first / last block ready after the last store) with an idle memory
 // system and 6.1 / 12.5 us with every SM keeping 12 x 16 KB of bulk copies in flight: the polls'
 // responses queue behind the copies (Little's law: 132 x 192 KB at 4.7 TB/s is 5.4 us). In the
@@ -353,11 +352,13 @@ static_assert(kEmptyArrivals == 1 || kEmptyArrivals == kStreamConsumerWarps || k
 // MONOLITH_HOP_HOLD_CYCLES=C: the consumers mark "in a hop" from a phase's last hand-back to the
 //   next phase's opening barrier; the producer issues no copy while the mark is up, for at most C
 //   cycles per mark (a bound, not a handshake: no wait of the producer can depend on the
-//   consumers' progress, so the hold can never deadlock).
+//   consumers' progress, so the hold can never deadlock). Default 2000 (~1 us at 1.98 GHz):
+//   measured +14.7 % bf16-stream, +13.0 % fp8-stream against 0 in the same call; 8000 starved
+//   bf16's ring (NOTES.md, fifth session). 0 compiles it out.
 // MONOLITH_RING_INFLIGHT=N: at most N copies in flight (the producer waits for copy k - N to land
-//   before it issues copy k); the ring keeps its 12 slots of run-ahead.
+//   before it issues copy k); the ring keeps its 12 slots of run-ahead. 0 (off) by default.
 #ifndef MONOLITH_HOP_HOLD_CYCLES
-#define MONOLITH_HOP_HOLD_CYCLES 0
+#define MONOLITH_HOP_HOLD_CYCLES 2000
 #endif
 #ifndef MONOLITH_RING_INFLIGHT
 #define MONOLITH_RING_INFLIGHT 0
