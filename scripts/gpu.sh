@@ -64,8 +64,9 @@ if want racecheck-first; then
     --error-exitcode 9 python3 tests/gpu/sanitize_step.py
 fi
 # the streaming schedule's reduced configuration: 16 blocks, a 2-token prompt, each tool capped
+# (SANITIZE_TOOLS: which of the three, e.g. "memcheck synccheck" beside racecheck-stream's reduced run)
 if want sanitize-stream; then
-  for tool in memcheck racecheck synccheck; do
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
     run "$tool-stream" env MONOLITH_VARIANT=bf16-stream MONOLITH_SANITIZE_BLOCKS=16 MONOLITH_SANITIZE_PROMPT=2 \
       timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tests/gpu/sanitize_step.py
   done
