@@ -366,17 +366,6 @@ static_assert(kEmptyArrivals == 1 || kEmptyArrivals == kStreamConsumerWarps || k
 constexpr long long kHopHoldCycles = MONOLITH_HOP_HOLD_CYCLES;
 constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
 static_assert(kHopHoldCycles >= 0 && kHopHoldCycles <= 100000, "a hold is bounded: at most ~50 us");
-// MONOLITH_NORM_EARLY=1: each RMSNorm's weights are loaded a phase earlier (the input norm of
-// layer L + 1 and the final norm before layer L's activation wait, the post-attention norm before
-// the attention merge's wait) instead of just before the wait in front of the norm. Why: in the
-// X-ray (fifth session) the two hops whose block-wide readiness includes a norm-weight use
-// (residual -> qkv, O -> MLP-1) reach "every thread has its words" ~1 us after thread 0 has
-// its own, the two without one (activations, q/k/v) within 0.1-0.4 us: a load issued at the
-// hop waits behind the ring's copies still in flight. Costs 2 live registers across a phase.
-#ifndef MONOLITH_NORM_EARLY
-#define MONOLITH_NORM_EARLY 1
-#endif
-constexpr bool kNormEarly = MONOLITH_NORM_EARLY != 0;
 static_assert(kRingInflight >= 0 && kRingInflight < kStages, "0 (off) or fewer copies in flight than slots");
 
 // ---- producer -------------------------------------------------------------------------------
@@ -723,9 +712,6 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       if (i % G == b) resid_add(buf + i, to_fix(v[e]));
     }
   };
-  // kNormEarly: the next norm's weights, loaded a phase ahead (layer 0's input norm here)
-  Norm2 norm_next{};
-  if constexpr (kNormEarly) norm_next = load_norm2(p.norms + kNormInLn);
   for (int L = 0; L < kNumLayers; ++L) {
     const uint16_t* N = p.norms + int64_t(L) * kNormLayerElems;
     const uint32_t tag = layer_tag(steps, L);
@@ -738,7 +724,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     {
       float v[2];
       bool ok = true;
-      const Norm2 nin = kNormEarly ? norm_next : load_norm2(N + kNormInLn);  // in flight during the wait below
+      const Norm2 nin = load_norm2(N + kNormInLn);  // in flight during the wait below
       const float* scl = kScaled ? SC + kScQKV + g * kGroupRows : nullptr;
       const float sc0 = first_scale(scl, s.q0, s.q1, kRowsRound);
       if (L == 0) {
@@ -950,7 +936,6 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     }
 
     // ---------------- merge + O partial sums ----------------
-    if constexpr (kNormEarly) norm_next = load_norm2(N + kNormPostLn);  // MLP-1's, before the merge's wait
     float sco[2] = {1.f, 1.f};  // E4M3: this lane's O row scales of the first O slot, loaded before the wait
     if constexpr (kScaled) {
       const int r0 = 4 * warp + (lane >> 4);
@@ -1074,7 +1059,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     // ---------------- MLP 1: RMSNorm, gate/up rows of this block's units, SiLU(gate) * up ------
     {
       long long fix[2] = {0, 0};
-      const Norm2 npost = kNormEarly ? norm_next : load_norm2(N + kNormPostLn);  // in flight during the wait below
+      const Norm2 npost = load_norm2(N + kNormPostLn);  // in flight during the wait below
       // E4M3: the gate and up scales of this thread's pair in the first round, also before the wait
       auto pair_scales = [&](int u, int nu, float& sg, float& su) {
         sg = su = 1.f;
@@ -1141,8 +1126,6 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     // ---------------- MLP 2: every activation, this block's down rows, the residual -------------
     // E4M3: this thread's down row scale (row h0 + tid), loaded before the activations' wait
     const float scd = kScaled && tid < s.h1 - s.h0 ? __ldg(SC + kScDown + s.h0 + tid) : 1.f;
-    if constexpr (kNormEarly)  // the next layer's input norm, or the final norm, before the activations' wait
-      norm_next = load_norm2(L + 1 < kNumLayers ? N + kNormLayerElems + kNormInLn : p.final_norm);
     {
       bool ok = true;
       constexpr int kPer = kIntermediate / kStreamConsumerThreads;
@@ -1207,7 +1190,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // ---------------- final norm + LM head + argmax ----------------
   float v[2];
   bool ok = true;
-  const Norm2 nfin = kNormEarly ? norm_next : load_norm2(p.final_norm);  // in flight during the wait below
+  const Norm2 nfin = load_norm2(p.final_norm);  // in flight during the wait below
   constexpr int kHeadRows = F::kHeadSlots * F::kRows1024;  // LM-head rows per round: 32 | 96
   const float sch0 = first_scale(p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
   {
