@@ -174,3 +174,32 @@ def test_hop_readiness_goes_through_s_gather():
     no_gather = ph != pid["s_gather"]
     h2 = hop_latency(s[no_gather], e[no_gather], ph[no_gather], lay[no_gather], phases, blk[no_gather])[0]
     assert "last_ready_us" not in h2 and h2["last_sees_us"] == pytest.approx(0.5)
+
+
+def test_layer_milestones_split_a_layer_along_the_schedule():
+    """Two layers of a two-block stream trace: each segment runs from the previous phase's last end
+    (over blocks) to this phase's last end, the first phase's from the previous layer's last phase;
+    work is the median over blocks of a block's time in the phase; a trace without any chain's
+    phases has no milestones."""
+    from monolith.xray.analyze import layer_milestones
+    from monolith.xray.phases import load_phases
+
+    phases = load_phases()
+    pid = {p.name: p.id for p in phases}
+    names = ("s_qkv", "s_attn", "s_oproj", "s_mlp", "s_down")
+    rows, t = [], 0
+    for L in range(2):
+        for n in names:  # block 0 works 1,000 ns, block 1 starts 200 ns later and works 1,400 ns
+            rows.append((0, pid[n], L, t, t + 1000))
+            rows.append((1, pid[n], L, t + 200, t + 1600))
+            t += 2000  # every milestone 2,000 ns after the previous one's start: segments of 2,000 ns
+    blk, ph, lay, s, e = (np.array(c, dtype=np.float64 if i > 2 else np.int64) for i, c in enumerate(zip(*rows, strict=True)))
+    m = layer_milestones(s, e, ph, lay, phases, blk)
+    assert m["chain"] == list(names)
+    seg = {x["phase"]: x for x in m["segments"]}
+    assert seg["s_qkv"]["layers"] == 1  # layer 0's first phase has no previous layer
+    assert all(x["segment_us"] == pytest.approx(2.0) for x in m["segments"])
+    assert all(x["work_us"] == pytest.approx(1.2) for x in m["segments"])  # median of 1.0 and 1.4
+    assert m["sum_us"] == pytest.approx(10.0)
+    keep = ph == pid["s_wait_resid"]
+    assert layer_milestones(s[keep], e[keep], ph[keep], lay[keep], phases, blk[keep]) is None

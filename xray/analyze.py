@@ -246,6 +246,54 @@ def hop_latency(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, p
     return out
 
 
+# A layer's work phases in schedule order, per schedule: the milestones below.
+CHAINS = (("s_qkv", "s_attn", "s_oproj", "s_mlp", "s_down"), ("qkv", "attn", "oproj", "gateup", "down"))
+
+
+def layer_milestones(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, phases,
+                     blk: np.ndarray) -> dict | None:
+    """Where a layer's time goes along the schedule: for each work phase P of the chain (CHAINS),
+    the grid milestone "every block has finished P" (the last end of P in the layer), and the
+    segment from the previous milestone (the previous phase's, or the last phase of the layer
+    before) to it. A segment is the hop into P plus the last block's P: it also reports P's own
+    work, the median over blocks of a block's P time in the layer, so that segment - work is the
+    part of the segment that is not P's work (hops, waits, stragglers). Medians over layers, µs.
+    The segments add up to about a layer; they are grid-wide, not one block's critical path.
+    None when the trace has none of the chains."""
+    ids = {p.name: p.id for p in phases}
+    chain = next((c for c in CHAINS if all(n in ids for n in c) and bool((ph == ids[c[0]]).any())), None)
+    if chain is None:
+        return None
+    present = [n for n in chain if (ph == ids[n]).any()]
+    if len(present) < 2:
+        return None
+    segs: dict[str, list[float]] = {n: [] for n in present}
+    work: dict[str, list[float]] = {n: [] for n in present}
+    layers = sorted(int(L) for L in np.unique(lay[ph == ids[present[0]]]))
+    last_end = {}
+    for L in layers:
+        for n in present:
+            m = (ph == ids[n]) & (lay == L)
+            if m.any():
+                last_end[(n, L)] = float(e[m].max())
+                per_block = np.bincount(blk[m], weights=(e[m] - s[m]))
+                work[n].append(float(np.median(per_block[per_block > 0])))
+    for L in layers:
+        for i, n in enumerate(present):
+            prev = (present[i - 1], L) if i > 0 else (present[-1], L - 1)
+            if (n, L) in last_end and prev in last_end:
+                segs[n].append(last_end[(n, L)] - last_end[prev])
+    out = [{"phase": n, "segment_us": float(np.median(segs[n]) / 1e3), "work_us": float(np.median(work[n]) / 1e3),
+            "layers": len(segs[n])} for n in present if segs[n] and work[n]]
+    if not out:
+        return None
+    return {"chain": [x["phase"] for x in out], "segments": out,
+            "sum_us": float(sum(x["segment_us"] for x in out)),
+            "method": "per layer: last end of each work phase over blocks minus the previous phase's last end "
+                      "(the first phase: minus the previous layer's last phase); work = median over blocks of the "
+                      "phase's time in the layer; medians over layers"}
+
+
 def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min_ns: float = 100.0) -> dict:
     meta, ev = validate_raw(meta, events)
     al = align(meta, ev, method)
@@ -319,6 +367,7 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
     ring_token = float(d[is_ring].sum() / 1e3 / nblocks)
     hops = hop_latency(s, e, ph, lay, phases, blk)
     hops_per_layer = len({h["wait"] for h in hops if h["wait"].startswith("s_")}) or len(hops)
+    milestones = layer_milestones(s, e, ph, lay, phases, blk)
     bar_per_layer = float(d[bar & layer_mask].sum() / 1e3 / nblocks / max(n_layers, 1))
     mean_layer = float(layer_us.mean()) if len(layer_us) else None
 
@@ -382,6 +431,7 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
                  "method": "per layer: consumer wait end (first / last block) minus the last producer's phase end "
                            "(stamped after its stores); median over layers. *_sees_us: the wait's end (thread 0 "
                            "has its words); *_ready_us (traces with s_gather): the block has every thread's words"},
+        "milestones": milestones,
         "grid_bandwidth_token_tbs": _tbs(float(sum(v["bytes"] * (n_layers if v["per"] == "layer" else 1)
                                                    for v in bytes_model.values())), span) if span > 0 else None,
         "idle": {
@@ -445,6 +495,11 @@ def print_report(summ: dict, console=None) -> None:
         con.print(f"hop {h['producer']} → {h['wait']}: first block sees it after {h['first_sees_us']:.2f} µs, "
                   f"last after {h['last_sees_us']:.2f} µs{ready}; producers end within {h['producer_spread_us']:.2f} µs "
                   f"(median of {h['layers']} layers)")
+    ms = summ.get("milestones")
+    if ms:
+        segs = " · ".join(f"{x['phase']} {x['segment_us']:.2f} ({x['work_us']:.2f})" for x in ms["segments"])
+        con.print(f"layer milestones, µs from the previous phase's last end to this one's (the phase's median work "
+                  f"per block): {segs} = {ms['sum_us']:.2f} µs", markup=False)
     w = summ["waits"]
     con.print(f"wait per block: mean {w['mean_per_block_us']:.1f} µs, max block {w['max_block']} "
               f"({w['per_block_us'][w['max_block']]:.1f} µs), min block {w['min_block']} ({w['per_block_us'][w['min_block']]:.1f} µs)")
