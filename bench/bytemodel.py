@@ -70,10 +70,24 @@ class ByteModel:
         return cls(shape, layer, head, shape.hidden + 4, kv_bytes_per_position(shape))
 
     @classmethod
+    def nvfp4(cls, shape: ModelShape = QWEN3_0_6B) -> ByteModel:
+        """All-NVFP4 projections (quant/nvfp4_layout.py: half a byte per weight, one E4M3 block scale
+        per 16 weights, 8 fp32 tensor-scale slots per layer), bf16 norms, the FP8 LM head and
+        embedding row of the fp8 byte model."""
+        w = layer_weight_count(shape)
+        norms = sum(s[0] for s in shape.layer_weight_shapes().values() if len(s) == 1)
+        proj = w - norms
+        layer = proj // 2 + proj // 16 + 4 * 8 + BF16 * norms
+        f8 = cls.fp8(shape)
+        return cls(shape, layer, f8.head_bytes, f8.embed_row_bytes, kv_bytes_per_position(shape))
+
+    @classmethod
     def for_weights(cls, weights: str, shape: ModelShape = QWEN3_0_6B) -> ByteModel:
-        """The byte model of a weight format ("bf16" or "fp8")."""
+        """The byte model of a weight format ("bf16", "fp8" or "nvfp4")."""
         if weights == "fp8":
             return cls.fp8(shape)
+        if weights == "nvfp4":
+            return cls.nvfp4(shape)
         if weights != "bf16":
             raise ValueError(f"no byte model for weight format {weights!r}")
         return cls.bf16(shape)

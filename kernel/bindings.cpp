@@ -114,6 +114,13 @@ py::dict constants() {
   d["sc_gateup"] = kScGateUp;
   d["sc_down"] = kScDown;
   d["layer_rows"] = kLayerRows;
+  d["nv_layer_code_bytes"] = kNvLayerCodeBytes;  // nvfp4 layout nvfp4-rowmajor-v1 (quant/nvfp4_layout.py)
+  d["nv_layer_bscale_bytes"] = kNvLayerBscaleBytes;
+  d["bs_qkv"] = kBsQKV;
+  d["bs_o"] = kBsO;
+  d["bs_gateup"] = kBsGateUp;
+  d["bs_down"] = kBsDown;
+  d["nv_tscale_slots"] = kNvTscaleSlots;
   d["scr_elems"] = kScrElems;
   d["scr_hidden"] = kScrHidden;
   d["scr_qkv"] = kScrQKV;

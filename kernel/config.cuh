@@ -53,6 +53,33 @@ static_assert(kLayerRows == kQKVRows + kHidden + kGateUpRows + kHidden, "one sca
 static_assert((kScO * 4) % 16 == 0 && (kScGateUp * 4) % 16 == 0 && (kScDown * 4) % 16 == 0 && (kLayerRows * 4) % 16 == 0,
               "every scale segment starts 16-byte aligned");
 
+// ---- packed nvfp4 weights (scheme nvfp4-e2m1-b16-e4m3, layout nvfp4-rowmajor-v1: quant/nvfp4_layout.py) ----
+// Codes: two E2M1 per byte (element 2j in the low nibble of byte j), the rows and row order of the
+// bf16 buffer, so every element offset above (kOffQKV .. kLayerElems), halved, is the codes' byte
+// offset. Block scales: one E4M3 byte per 16 weights of a row, the same rows in the same order in a
+// buffer of their own (K / 16 bytes per row; segment offsets below). Tensor scales: one fp32 per
+// matrix, kNvTscaleSlots per layer in the order q, k, v, o, gate, up, down, pad.
+// tests/test_kernel_nvfp4_host.py checks every number here against quant/nvfp4_layout.py.
+constexpr int kNvBlock = 16;                                       // weights per block scale
+constexpr int64_t kNvLayerCodeBytes = kLayerElems / 2;             // 7,864,320
+constexpr int kBsQKV = 0;
+constexpr int kBsO = kBsQKV + kQKVRows * (kHidden / kNvBlock);
+constexpr int kBsGateUp = kBsO + kHidden * (kQDim / kNvBlock);
+constexpr int kBsDown = kBsGateUp + kGateUpRows * (kHidden / kNvBlock);
+constexpr int kNvLayerBscaleBytes = kBsDown + kHidden * (kIntermediate / kNvBlock);  // 983,040
+constexpr int kNvTscaleSlots = 8;
+constexpr int kTsQ = 0;
+constexpr int kTsK = 1;
+constexpr int kTsV = 2;
+constexpr int kTsO = 3;
+constexpr int kTsGate = 4;
+constexpr int kTsUp = 5;
+constexpr int kTsDown = 6;
+static_assert(kLayerElems % 2 == 0 && kNvLayerCodeBytes % 16 == 0 && kNvLayerBscaleBytes % 16 == 0,
+              "every layer's codes and block scales start 16-byte aligned");
+static_assert(kBsO % 16 == 0 && kBsGateUp % 16 == 0 && kBsDown % 16 == 0 && (kNvTscaleSlots * 4) % 16 == 0,
+              "every block-scale segment and every layer's tensor scales start 16-byte aligned");
+
 // ---- launch ------------------------------------------------------------------------------
 constexpr int kThreads = 512;  // 16 warps: enough loads in flight per SM with one block per SM
 constexpr int kWarps = kThreads / 32;

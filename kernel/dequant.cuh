@@ -139,8 +139,10 @@ __device__ __forceinline__ float dot16_e4m3(uint4 w, const float4 (&a)[4], float
 //   y[r] = (sum_k f32(f16(code[r, k])) * x[k]) * scale[r].
 struct WeightsBf16 {
   using Elem = uint16_t;
+  using Head = WeightsBf16;                   // the format of the (tied) embedding / LM head
   static constexpr int kPer16B = 8;           // weights per 16-byte load
   static constexpr bool kRowScale = false;
+  static constexpr bool kBlockScaled = false;  // one scale per 16 weights beside the codes (NVFP4)
   // acc + dot(one 16-byte load, its kPer16B activations a[0 .. kPer16B/4 - 1])
   static __device__ __forceinline__ float dot16B(uint4 w, const float4 (&a)[2], float acc) {
     return dot8_bf16(w, a[0], a[1], acc);
@@ -152,8 +154,10 @@ struct WeightsBf16 {
 };
 struct WeightsE4M3 {
   using Elem = uint8_t;
+  using Head = WeightsE4M3;
   static constexpr int kPer16B = 16;
   static constexpr bool kRowScale = true;
+  static constexpr bool kBlockScaled = false;
   static __device__ __forceinline__ float dot16B(uint4 w, const float4 (&a)[4], float acc) {
     return dot16_e4m3(w, a, acc);
   }
@@ -269,6 +273,36 @@ __device__ __forceinline__ float dot8_e2m1_biased(uint32_t w, float4 a0, float4 
   f = __half22float2(p[3]); acc = fmaf(f.x, a0.w, acc); acc = fmaf(f.y, a1.w, acc);
   return acc;
 }
+
+// WeightsNvfp4: `nvfp4-e2m1-b16-e4m3`, layout nvfp4-rowmajor-v1 (quant/nvfp4_layout.py): two E2M1
+// codes per byte, one E4M3 block scale per 16 weights (a buffer of its own), one fp32 tensor scale
+// per matrix. One 16-byte load is 32 weights = two whole blocks, so it meets exactly two scale
+// bytes (one aligned u16). The order of operations is quant/nvfp4_kernel_model.py's kernel_gemv,
+// so that model predicts the kernel bit for bit: per block an fp32 accumulator from 0 over the
+// block's two u32s (dot8_e2m1_biased's pair order), then acc = fmaf(a_b, e4m3(s_b), acc) per
+// block; the caller reduces over lanes and multiplies the row once by row_scale(g) = g *
+// e2m1_unbias() (2^14 on sm_90: a power of two, so exact), like fp8's row scale. The LM head and
+// the embedding stay FP8 (issue 14): Head is WeightsE4M3.
+struct WeightsNvfp4 {
+  using Elem = uint8_t;                        // two codes per byte: element 2j low nibble, 2j+1 high
+  using Head = WeightsE4M3;
+  static constexpr int kPer16B = 32;
+  static constexpr int kBlock = 16;            // weights per block scale
+  static constexpr bool kRowScale = true;      // reads StepParams::codes / row_scales / embed_codes / embed_scales
+  static constexpr bool kBlockScaled = true;
+  // acc + s0 * dot(block 0) + s1 * dot(block 1) of one 16-byte load w (elements 0..31 = a[0..7]),
+  // bs2 = the two E4M3 block scales (low byte: block 0); not unbiased, not tensor-scaled
+  static __device__ __forceinline__ float dot16B(uint4 w, const float4 (&a)[8], uint32_t bs2, float acc) {
+    const float2 s = __half22float2(e4m3x2_to_half2(uint16_t(bs2)));  // exact: E4M3 -> f16 -> f32
+    const float b0 = dot8_e2m1_biased(w.y, a[2], a[3], dot8_e2m1_biased(w.x, a[0], a[1], 0.f));
+    acc = fmaf(b0, s.x, acc);
+    const float b1 = dot8_e2m1_biased(w.w, a[6], a[7], dot8_e2m1_biased(w.z, a[4], a[5], 0.f));
+    return fmaf(b1, s.y, acc);
+  }
+  // the factor a row's lane-reduced sum is multiplied by: the tensor scale with the decode's unbias
+  static __device__ __forceinline__ float row_scale(float g) { return g * e2m1_unbias(); }
+};
+static_assert(WeightsNvfp4::kPer16B == 2 * WeightsNvfp4::kBlock, "a 16-byte load of codes is two whole blocks");
 
 // NVFP4 group scale: E4M3 block scale (one per 16 elements) * fp32 tensor/row scale * unbias.
 // `global_scale` may be precomputed per row; the product is computed in fp32 (exact for the

@@ -118,6 +118,13 @@ template <>
 struct VariantCfg<kVariantFp8Stream> : StreamCfg {
   using Weights = WeightsE4M3;
 };
+// The same schedule on NVFP4 layers (issue 14; its LM head and embedding stay FP8: WeightsNvfp4::Head):
+// a slot holds 32 rows of K = 1024 (128 of O's K = 256); the block scales are read from L2 a round
+// ahead, the tensor scale multiplies each row once (StreamFmt<WeightsNvfp4> in schedule_stream.cuh).
+template <>
+struct VariantCfg<kVariantNvfp4Stream> : StreamCfg {
+  using Weights = WeightsNvfp4;
+};
 
 __device__ __forceinline__ int64_t part_begin(int64_t n, int parts, int i) { return n * i / parts; }
 
@@ -955,6 +962,8 @@ static KernelInfo kernel_for(int variant) {  // {nullptr, ...}: not a variant of
       return info_of<kVariantFp8Upstream>();
     case kVariantFp8Stream:
       return info_of<kVariantFp8Stream>();
+    case kVariantNvfp4Stream:
+      return info_of<kVariantNvfp4Stream>();
     default:
       return {nullptr, 0, 0, false, false};
   }

@@ -17,6 +17,7 @@ enum Variant : int {
   kVariantBf16Stream = 2,         // the streaming schedule (kernel/schedule_stream.cuh)
   kVariantFp8Upstream = 3,        // the upstream schedule on E4M3 weights with fp32 row scales (rowmajor-v1)
   kVariantFp8Stream = 4,          // the streaming schedule on the same E4M3 codes (rows in the stream order)
+  kVariantNvfp4Stream = 5,        // the streaming schedule on NVFP4 layers (nvfp4-rowmajor-v1) with the FP8 LM head
 };
 
 struct StepParams {
@@ -42,6 +43,11 @@ struct StepParams {
   // Weights with one scale per output row (the fp8 variants; nullptr for bf16 ones, which read w
   // and embed). Layout rowmajor-v1 (quant/fp8_layout.py): the codes have the rows and element
   // offsets of `w`, one byte per weight. Added last so the bf16 variants' fields keep their offsets.
+  // NVFP4 (nvfp4-stream, layout nvfp4-rowmajor-v1 of quant/nvfp4_layout.py) reads the same four
+  // fields, so the parameter block of every other variant stays as it is: codes = every layer's
+  // codes [kNumLayers][kNvLayerCodeBytes] followed by every layer's block scales
+  // [kNumLayers][kNvLayerBscaleBytes] (one allocation); row_scales = the tensor scales
+  // [kNumLayers][kNvTscaleSlots]; embed_codes / embed_scales = the FP8 LM head, as fp8's.
   const uint8_t* codes;        // [kNumLayers * kLayerElems] layer weights, E4M3 codes
   const float* row_scales;     // [kNumLayers * kLayerRows] fp32, per layer in row order (kScQKV ...)
   const uint8_t* embed_codes;  // [kVocab, kHidden] E4M3 codes; also the (tied) LM head

@@ -197,15 +197,42 @@ __device__ __forceinline__ Norm2 load_norm2(const uint16_t* weight) {
   return n;
 }
 
+// NVFP4: one lane's 32 inputs of a 16-byte word of codes (elements 32 i .. 32 i + 31 of v), fp32 as
+// the kernel model multiplies them. A K = 1024 row is one word per lane (i = lane), so the inputs of
+// a phase's rows are the same for every row: registers, loaded once per phase (32 of them).
+// In shared memory those vectors are swizzled (nv_swz): float4 j of the 32 elements 32 i .. sits at
+// float4 8 i + (j ^ (i % 8)), so the 8 lanes of a quarter-warp, reading their float4 j at once, hit
+// 8 different 16-byte bank groups; linear, all 8 would hit the same one (an 8-way conflict, ~2 us
+// per 128-row round at 16 warps). The swizzle stays inside each 128-byte line, so the writers (one
+// warp per 32 consecutive elements) stay conflict-free too.
+struct XFull {
+  float4 v[8];
+};
+__device__ __forceinline__ int nv_swz(int e) {  // where element e of a swizzled vector is stored
+  const int i = e >> 5, j = (e >> 2) & 7;
+  return (i << 5) | ((j ^ (i & 7)) << 2) | (e & 3);
+}
+__device__ __forceinline__ XFull load_x32(const float* v, int i) {
+  const float4* x4 = reinterpret_cast<const float4*>(v) + 8 * i;
+  XFull x;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) x.v[j] = x4[j ^ (i & 7)];
+  return x;
+}
 // RMSNorm without its own barriers. RMSNorm(v) * w = (v * w) / rms(v), and 1/rms is one scalar
 // per token, so the GEMV that follows can multiply its dot products by it at the end: the norm
 // then needs no block reduction before the first round, only the round's own opening barrier,
 // which publishes s_x and this warp's sum of squares (ssq[warp]) together. Thread t holds
 // elements t and t + 512 (v). (Two barriers and a reduction less per norm than normalising first.)
+// kSwz: s_x swizzled for NVFP4 rows (nv_swz), else linear.
+template <bool kSwz = false>
 __device__ __forceinline__ void stream_prenorm(const float v[2], const Norm2& nw, float* s_x, float* ssq) {
   const int t = threadIdx.x;
 #pragma unroll
-  for (int j = 0; j < 2; ++j) s_x[t + j * kStreamConsumerThreads] = v[j] * nw.w[j];
+  for (int j = 0; j < 2; ++j) {
+    const int e = t + j * kStreamConsumerThreads;
+    s_x[kSwz ? nv_swz(e) : e] = v[j] * nw.w[j];
+  }
   const float q = warp_sum(v[0] * v[0] + v[1] * v[1]);
   if ((t & 31) == 0) ssq[t >> 5] = q;
 }
@@ -231,6 +258,44 @@ struct StreamFmt {
   static_assert(kRows1024 % 8 == 0 && (kRb == 1 || kRb == 2), "a slot holds one or two 8-row blocks");
   static_assert(kSlotsPerUnit >= 1 && kSlotsPerUnit * kSlotBytes == 2 * kMlpUnitCols * kHidden * kElemBytes,
                 "an MLP unit is whole slots");
+  static constexpr int kRowBytes1024 = kHidden * kElemBytes;   // a K = 1024 row (or down segment)
+  static constexpr int kRowBytesO = kGroupCols * kElemBytes;   // an O row's slice of one group
+  static constexpr int kRowBytesDown = kIntermediate * kElemBytes;
+  // bytes of the first `elems` weights of the layout (element offsets of kernel/config.cuh)
+  static __device__ __forceinline__ int64_t bytes_of(int64_t elems) { return elems * kElemBytes; }
+};
+// NVFP4 (nvfp4-rowmajor-v1): the slots hold codes only, half a byte per weight, so 32 rows of K =
+// 1024 and 128 O rows (the group's 256 columns: 128 bytes) per 16 KB slot, every row a power-of-two
+// fraction of a slot (why the layout keeps the block scales out of the rows). An MLP unit (16
+// gate/up rows, 8 KB) is half a slot: the producer streams a block's units as one contiguous row
+// range (kSlotsPerUnit 0), and MLP-1 takes rows in rounds like qkv.
+// Where the block scales come from: L2, not the ring. A slot's scales (32 rows x 64 B = 2 KB, one
+// bulk copy beside the codes) would need a 2 KB area per stage: 12 x 2 KB = 24 KB more shared
+// memory, and the block already holds the 192 KB ring + ~33 KB of StreamSmem and barriers of
+// sm_90's 227 KB (static_assert below). Shrinking the ring to make room costs run-ahead on every
+// phase; reading a lane's two scale bytes per row with __ldg (one u16, 64 B per warp row: one
+// sector pair) costs one load per 32 weights, issued a round ahead (before the input wait for a
+// phase's first round), from L2, where the producer asks each layer's scale spans of its block a
+// layer ahead (prefetch_l2_bulk, as fp8's row scales). 12.5 % of the code bytes, read once.
+template <>
+struct StreamFmt<WeightsNvfp4> {
+  static constexpr int kRows1024 = kSlotBytes / (kHidden / 2);      // 32
+  static constexpr int kRb = kRows1024 / 8;                         // (the rounds of round_1024 are not used)
+  static constexpr int kRowsO = kSlotBytes / (kGroupCols / 2);      // 128
+  static constexpr int kSlotsPerUnit = 0;                           // two units per slot: rows, not units
+  static constexpr int kHeadSlots = 0;                              // the LM head is FP8 (StreamFmt<WeightsE4M3>)
+  static constexpr int kRowBytes1024 = kHidden / 2;
+  static constexpr int kRowBytesO = kGroupCols / 2;
+  static constexpr int kRowBytesDown = kIntermediate / 2;
+  static constexpr int kBsRow1024 = kHidden / kNvBlock;            // 64 scale bytes per K = 1024 row / down segment
+  static constexpr int kBsRowO = kGroupCols / kNvBlock;            // 16 per O row's group slice
+  static __device__ __forceinline__ int64_t bytes_of(int64_t elems) { return elems / 2; }
+  static_assert(kRows1024 == 2 * kStreamConsumerWarps, "a slot is two K = 1024 rows per consumer warp");
+  static_assert(kRowBytes1024 == 32 * 16, "one K = 1024 row is one 16-byte word per lane of a warp");
+  static_assert(kRowBytesO == 8 * 16 && kRowsO == 8 * kStreamConsumerWarps, "an O row is 8 lanes' words; 8 rows per warp");
+  static_assert(kIntermediate == 3 * kHidden && kBsRow1024 * 3 == kIntermediate / kNvBlock,
+                "a down row's three 1024-wide segments have their scales back to back: segment t's at 64 t");
+  static_assert(2 * kMlpUnitCols * kRowBytes1024 * 2 == kSlotBytes, "two MLP units per slot");
 };
 
 // K = 1024 rows from a slot, two warps per row, warp w on half h = w % 2 of its rows. Its 16
@@ -274,6 +339,13 @@ __device__ __forceinline__ float half_row_lane(const uint4* slot, int row, const
     return dot16_e4m3(slot[row * (kHidden / 16) + 32 * h + lane], x.v, 0.f);
   }
 }
+
+// A weight format as a value (generic lambdas of the consumer take the format of their rows: the
+// LM head's can differ from the layers', NVFP4 vs FP8).
+template <class T>
+struct FmtTag {
+  using type = T;
+};
 
 // Four warp sums in 6 shuffles instead of 20: halve the lanes' set of values at xor 16 and 8,
 // then reduce within groups of 8. Lane 8 v (v = 0..3) ends with the sum of value v over all
@@ -378,10 +450,19 @@ struct Ring {
   int* hold;  // MONOLITH_HOP_HOLD_CYCLES: odd while the consumers are in a hop (a new value per hop)
 };
 
+// NVFP4 (WeightsNvfp4): StepParams::codes holds every layer's codes, then every layer's block
+// scales (one allocation, monolith/megakernel.py); row_scales holds the tensor scales.
+__device__ __forceinline__ const uint8_t* nv_block_scales(const StepParams& p) {
+  return p.codes + int64_t(kNumLayers) * kNvLayerCodeBytes;
+}
+
 template <class W>
 __device__ __forceinline__ void stream_producer(const StepParams& p, const StreamPlan& s, int pos, Ring r) {
   using F = StreamFmt<W>;
-  constexpr int E = F::kElemBytes;
+  using HF = StreamFmt<typename W::Head>;  // the LM head's format (NVFP4: FP8)
+  using NF = StreamFmt<WeightsNvfp4>;
+  constexpr bool kNv = W::kBlockScaled;
+  constexpr int HE = HF::kElemBytes;
   SyncState* S = p.sync;
   const long long tmo = p.timeout_cycles;
   uint32_t k = 0;
@@ -393,7 +474,24 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
   prefetch_l2_bulk(p.norms, kNormLayerElems * 2);
   prefetch_l2_bulk(p.rope + int64_t(pos) * kHeadDim, kHeadDim * 4);
   prefetch_l2_bulk(p.final_norm, kHidden * 2);
-  if constexpr (W::kRowScale) prefetch_l2_bulk(p.row_scales, kLayerRows * 4);
+  if constexpr (W::kRowScale && !kNv) prefetch_l2_bulk(p.row_scales, kLayerRows * 4);
+  // NVFP4: every layer's tensor scales (896 B), and this block's block-scale spans a layer ahead
+  // (layer 0's here): the consumers read them with __ldg, a round ahead (StreamFmt<WeightsNvfp4>)
+  auto nv_prefetch_scales = [&](int L) {
+    const uint8_t* b = nv_block_scales(p) + int64_t(L) * kNvLayerBscaleBytes;
+    auto span = [&](int64_t off, int64_t bytes) {
+      if (bytes > 0) prefetch_l2_bulk(b + off, uint32_t(bytes));
+    };
+    span(kBsQKV + int64_t(s.g * kGroupRows + s.q0) * NF::kBsRow1024, int64_t(s.q1 - s.q0) * NF::kBsRow1024);
+    span(kBsO + int64_t(s.g * kHidden + s.o0) * NF::kBsRowO, int64_t(s.o1 - s.o0) * NF::kBsRowO);
+    span(kBsGateUp + int64_t(2 * kMlpUnitCols * s.u0) * NF::kBsRow1024,
+         int64_t(2 * kMlpUnitCols * (s.u1 - s.u0)) * NF::kBsRow1024);
+    span(kBsDown + int64_t(s.h0) * 3 * NF::kBsRow1024, int64_t(s.h1 - s.h0) * 3 * NF::kBsRow1024);
+  };
+  if constexpr (kNv) {
+    prefetch_l2_bulk(p.row_scales, kNumLayers * kNvTscaleSlots * 4);
+    nv_prefetch_scales(0);
+  }
   int held_seen = 0;  // the last hop mark the producer held for (each mark holds it once)
   auto issue = [&](const void* src, uint32_t bytes, uint32_t info) {
     if (!ok) return;
@@ -449,17 +547,19 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
   };
   // element offsets of the layout times the element size: the bf16 buffer or the E4M3 codes
   const uint8_t* w8 = W::kRowScale ? p.codes : reinterpret_cast<const uint8_t*>(p.w);
-  const uint8_t* e8 = W::kRowScale ? p.embed_codes : reinterpret_cast<const uint8_t*>(p.embed);
+  const uint8_t* e8 = W::Head::kRowScale ? p.embed_codes : reinterpret_cast<const uint8_t*>(p.embed);
   for (int L = 0; L < kNumLayers && ok; ++L) {
-    const uint8_t* Wl = w8 + int64_t(L) * kLayerElems * E;
-    auto at = [&](int64_t elem) { return Wl + elem * E; };
+    const uint8_t* Wl = w8 + F::bytes_of(int64_t(L) * kLayerElems);
+    auto at = [&](int64_t elem) { return Wl + F::bytes_of(elem); };
     const uint32_t info = uint32_t(L) * 16u + 13u;
     if (L + 1 < kNumLayers) prefetch_l2_bulk(p.norms + int64_t(L + 1) * kNormLayerElems, kNormLayerElems * 2);
-    if constexpr (W::kRowScale)  // this layer's scales (48 KB) to L2: the consumers load a few each phase
+    if constexpr (W::kRowScale && !kNv)  // this layer's scales (48 KB) to L2: the consumers load a few each phase
       if (L + 1 < kNumLayers) prefetch_l2_bulk(p.row_scales + int64_t(L + 1) * kLayerRows, kLayerRows * 4);
+    if constexpr (kNv)
+      if (L + 1 < kNumLayers) nv_prefetch_scales(L + 1);
     constexpr int R = F::kRows1024;
     for (int q = s.q0; q < s.q1; q += R)
-      issue(at(kOffQKV + int64_t(s.g * kGroupRows + q) * kHidden), uint32_t(min(R, s.q1 - q)) * kHidden * E, info);
+      issue(at(kOffQKV + int64_t(s.g * kGroupRows + q) * kHidden), uint32_t(min(R, s.q1 - q)) * F::kRowBytes1024, info);
     for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
       const int t0 = sp * kSplitPositions, t1 = min(t0 + kSplitPositions, pos);
       if (t1 > t0) {
@@ -468,25 +568,31 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
       }
     }
     for (int o = s.o0; o < s.o1; o += F::kRowsO)
-      issue(at(kOffO + int64_t(s.g * kHidden + o) * kGroupCols), uint32_t(min(F::kRowsO, s.o1 - o)) * kGroupCols * E, info);
-    for (int u = s.u0; u < s.u1; ++u)  // a unit: 8 gate/up row pairs, 16 rows
-      for (int j = 0; j < F::kSlotsPerUnit; ++j)
-        issue(at(kOffGateUp + int64_t(2 * kMlpUnitCols * u + j * R) * kHidden), kSlotBytes, info);
+      issue(at(kOffO + int64_t(s.g * kHidden + o) * kGroupCols), uint32_t(min(F::kRowsO, s.o1 - o)) * F::kRowBytesO, info);
+    if constexpr (F::kSlotsPerUnit > 0) {
+      for (int u = s.u0; u < s.u1; ++u)  // a unit: 8 gate/up row pairs, 16 rows
+        for (int j = 0; j < F::kSlotsPerUnit; ++j)
+          issue(at(kOffGateUp + int64_t(2 * kMlpUnitCols * u + j * R) * kHidden), kSlotBytes, info);
+    } else {  // NVFP4: the units' rows 16 u0 .. 16 u1 are contiguous: slots of R rows, the last one partial
+      const int g0 = 2 * kMlpUnitCols * s.u0, g1 = 2 * kMlpUnitCols * s.u1;
+      for (int q = g0; q < g1; q += R)
+        issue(at(kOffGateUp + int64_t(q) * kHidden), uint32_t(min(R, g1 - q)) * F::kRowBytes1024, info);
+    }
     {  // down rows h0..h1, row-major (K = 3072): contiguous, cut into slots of R segments of 1024
       const uint8_t* d0 = at(kOffDown + int64_t(s.h0) * kIntermediate);
-      const int64_t bytes = int64_t(s.h1 - s.h0) * kIntermediate * E;
+      const int64_t bytes = int64_t(s.h1 - s.h0) * F::kRowBytesDown;
       for (int64_t off = 0; off < bytes; off += kSlotBytes)
         issue(d0 + off, uint32_t(min(int64_t(kSlotBytes), bytes - off)), info);
     }
   }
   static_assert((kVocab * 4) % 16 == 0, "the LM-head scale array ends 16-byte aligned");
-  if constexpr (W::kRowScale) {  // the block's LM-head scales, widened to 16-byte bounds (the array's are)
+  if constexpr (W::Head::kRowScale) {  // the block's LM-head scales, widened to 16-byte bounds (the array's are)
     const uintptr_t a0 = reinterpret_cast<uintptr_t>(p.embed_scales + s.v0) & ~uintptr_t(15);
     const uintptr_t a1 = (reinterpret_cast<uintptr_t>(p.embed_scales + s.v1) + 15) & ~uintptr_t(15);
     prefetch_l2_bulk(reinterpret_cast<const void*>(a0), uint32_t(a1 - a0));
   }
-  for (int v = s.v0; v < s.v1 && ok; v += F::kRows1024)
-    issue(e8 + int64_t(v) * kHidden * E, uint32_t(min(F::kRows1024, s.v1 - v)) * kHidden * E,
+  for (int v = s.v0; v < s.v1 && ok; v += HF::kRows1024)
+    issue(e8 + int64_t(v) * kHidden * HE, uint32_t(min(HF::kRows1024, s.v1 - v)) * kHidden * HE,
           uint32_t(kNumLayers) * 16u + 13u);
   // Drain: no bulk copy may still be writing into this block's shared memory when it exits.
   for (uint32_t j = k > uint32_t(kStages) ? k - kStages : 0u; j < k; ++j) {
@@ -539,14 +645,25 @@ struct StreamSmem {
   float ssq[kStreamConsumerWarps];                  // per-warp sums of squares (stream_prenorm)
   int flag;
 };
+// The shared-memory budget of a streaming block (sm_90: 227 KB per block): the ring, StreamSmem and
+// ~0.2 KB of barriers, flags and the plan. NVFP4's block scales do not fit beside it (StreamFmt<WeightsNvfp4>).
+constexpr int kStreamSmemBudget = 227 * 1024;
+constexpr int kNvSlotScaleBytes = StreamFmt<WeightsNvfp4>::kRows1024 * StreamFmt<WeightsNvfp4>::kBsRow1024;  // 2 KB
+static_assert(kRingBytes + int(sizeof(StreamSmem)) + 512 <= kStreamSmemBudget, "ring + StreamSmem fit one block");
+static_assert(kRingBytes + int(sizeof(StreamSmem)) + kStages * kNvSlotScaleBytes > kStreamSmemBudget,
+              "a per-stage scale area would fit now: reconsider reading NVFP4 block scales from L2");
 
 template <class Cfg>
 __device__ __forceinline__ void stream_consumer(const StepParams& p, const StreamPlan& s, int pos, int token,
                                              uint32_t steps, Ring r, StreamSmem& sm) {
   using W = typename Cfg::Weights;
   using F = StreamFmt<W>;
-  constexpr bool kScaled = W::kRowScale;
-  constexpr int kRowsRound = kRoundSlots * F::kRows1024;  // K = 1024 rows per round: 32 | 64
+  using HW = typename W::Head;  // the embedding's and LM head's format (NVFP4: E4M3)
+  using HF = StreamFmt<HW>;
+  using NF = StreamFmt<WeightsNvfp4>;
+  constexpr bool kNv = W::kBlockScaled;           // NVFP4 layers: block scales from L2, tensor scales per row
+  constexpr bool kScaled = W::kRowScale && !kNv;  // fp8: one fp32 scale per row
+  constexpr int kRowsRound = kRoundSlots * F::kRows1024;  // K = 1024 rows per round: 32 | 64 | 128 (NVFP4)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int G = gridDim.x, b = blockIdx.x, g = s.g;
   SyncState* S = p.sync;
@@ -621,19 +738,21 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // half-row sum of row 8 b + w / 2 goes to part[b * 16 + w] (b: 8-row block of the round); the
   // row's two halves are added after the round's closing barrier, in fixed order (combine_row).
   static_assert(kRoundSlots == 4, "round_1024 reduces four 8-row blocks' sums per warp_sum4");
-  auto round_1024 = [&](int base, int n, int nr, const XHalf& x, float* part) {
+  auto round_1024 = [&](auto fmt, int base, int n, int nr, const XHalf& x, float* part) {
+    using RW = typename decltype(fmt)::type;
+    using RF = StreamFmt<RW>;
 #pragma unroll
-    for (int k = 0; k < F::kRb; ++k) {  // E4M3: the slots' first 8 rows, then their second 8
+    for (int k = 0; k < RF::kRb; ++k) {  // E4M3: the slots' first 8 rows, then their second 8
       float a[kRoundSlots];
 #pragma unroll
       for (int i = 0; i < kRoundSlots; ++i) {
         const int row = 8 * k + (warp >> 1);  // in the slot
-        a[i] = (i < n && F::kRows1024 * i + row < nr) ? half_row_lane<W>(slot_at(base + i), row, x) : 0.f;
+        a[i] = (i < n && RF::kRows1024 * i + row < nr) ? half_row_lane<RW>(slot_at(base + i), row, x) : 0.f;
       }
       const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);  // lane 8 v: slot v's row
       // only the slots of this piece: a piece's part[] ends where its n slots end (the second
       // piece of a 6-slot E4M3 round would write past sm.part otherwise)
-      if ((lane & 7) == 0 && (lane >> 3) < n) part[(F::kRb * (lane >> 3) + k) * kStreamConsumerWarps + warp] = r4;
+      if ((lane & 7) == 0 && (lane >> 3) < n) part[(RF::kRb * (lane >> 3) + k) * kStreamConsumerWarps + warp] = r4;
     }
   };
   auto combine_row = [&](const float* part, int t) {  // row t of the round (8-row block t / 8, row t % 8)
@@ -649,29 +768,34 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // it before its wait), each later round's is loaded one round ahead, so no scale load is ever
   // waited on at the end of a round. The dot product reaches on_row scaled.
   // kSlots (an integral_constant): slots per round, at most two pieces of kRoundSlots.
-  auto rows_1024 = [&](auto kSlotsC, int r0, int r1, uint16_t work_phase, int layer, const float* s_x, bool ok,
+  // fmt: FmtTag of the rows' format (bf16 or E4M3: the layers' of those variants, or the LM head's).
+  auto rows_1024 = [&](auto fmt, auto kSlotsC, int r0, int r1, uint16_t work_phase, int layer, const float* s_x, bool ok,
                        const float* scl, float sc0, auto&& on_row, auto&& opened) -> bool {
-    constexpr int kSl = decltype(kSlotsC)::value, kRows = kSl * F::kRows1024;
-    static_assert(kSl <= 2 * kRoundSlots && kSl * F::kRb <= kRoundRbMax, "two pieces at most; part[] holds the round");
-    if (!acquire_n(min(kSl, (r1 - r0 + F::kRows1024 - 1) / F::kRows1024), work_phase, layer, ok)) return false;
+    using RW = typename decltype(fmt)::type;
+    using RF = StreamFmt<RW>;
+    constexpr bool kSc = RW::kRowScale;
+    static_assert(!RW::kBlockScaled, "NVFP4 rows go through rows_nv");
+    constexpr int kSl = decltype(kSlotsC)::value, kRows = kSl * RF::kRows1024;
+    static_assert(kSl <= 2 * kRoundSlots && kSl * RF::kRb <= kRoundRbMax, "two pieces at most; part[] holds the round");
+    if (!acquire_n(min(kSl, (r1 - r0 + RF::kRows1024 - 1) / RF::kRows1024), work_phase, layer, ok)) return false;
     opened();
-    const XHalf x = load_xhalf<W>(s_x);
+    const XHalf x = load_xhalf<RW>(s_x);
     float sc = sc0;
     for (int q = r0, rd = 0; q < r1; q += kRows, ++rd) {
-      const int nr = min(kRows, r1 - q), n = (nr + F::kRows1024 - 1) / F::kRows1024;
+      const int nr = min(kRows, r1 - q), n = (nr + RF::kRows1024 - 1) / RF::kRows1024;
       float* part = sm.part[rd & 1];
       if (rd > 0 && !acquire_n(n, work_phase, layer)) return false;
       float sc_next = 1.f;
-      if constexpr (kScaled)
+      if constexpr (kSc)
         if (tid < kRows && q + kRows + tid < r1) sc_next = __ldg(scl + q + kRows + tid);
 #pragma unroll
       for (int pc = 0; pc < (kSl + kRoundSlots - 1) / kRoundSlots; ++pc) {  // pieces of kRoundSlots slots
         const int p0 = pc * kRoundSlots, np = min(kRoundSlots, n - p0);
-        if (np > 0) round_1024(p0, np, nr - p0 * F::kRows1024, x, part + p0 * F::kRb * kStreamConsumerWarps);
+        if (np > 0) round_1024(fmt, p0, np, nr - p0 * RF::kRows1024, x, part + p0 * RF::kRb * kStreamConsumerWarps);
       }
       csync();  // publishes part: combine after it, in fixed order
       if (tid < nr) {
-        if constexpr (kScaled) on_row(q + tid, combine_row(part, tid) * sc);
+        if constexpr (kSc) on_row(q + tid, combine_row(part, tid) * sc);
         else on_row(q + tid, combine_row(part, tid));
       }
       if (q + kRows >= r1) hop_mark();  // the phase's outputs are out: a hop follows
@@ -681,9 +805,101 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     return true;
   };
   // this thread's scale of row r0 + tid (the first round of rows_1024 with kRows rows), 1 for bf16
-  auto first_scale = [&](const float* scl, int r0, int r1, int kRows) -> float {
-    if constexpr (kScaled) return tid < kRows && r0 + tid < r1 ? __ldg(scl + r0 + tid) : 1.f;
+  auto first_scale = [&](auto fmt, const float* scl, int r0, int r1, int kRows) -> float {
+    using RW = typename decltype(fmt)::type;
+    if constexpr (RW::kRowScale && !RW::kBlockScaled) return tid < kRows && r0 + tid < r1 ? __ldg(scl + r0 + tid) : 1.f;
     else return 1.f;
+  };
+
+  // ---- NVFP4 rows of 1,024 weights (qkv rows, gate/up rows, down's 1024-wide segments) ----
+  // 32 rows per slot, one warp per row: warp w takes rows w and w + 16 of each slot of a round of
+  // kRoundSlots slots (value k = 2 i + j: slot i, row 16 j + w), lane l the row's 16-byte word l
+  // (blocks 2l, 2l + 1) and the row's block-scale bytes 2l, 2l + 1. A row's lane sum is reduced by
+  // warp_sum4 (for each value the xor tree 16, 8, 4, 2, 1: bitwise the kernel model's butterfly),
+  // so part[t] is row t of the round, unscaled: quant/nvfp4_kernel_model.py kernel_gemv with g = 2^-14.
+  static_assert(kRoundSlots == 4 && NF::kRows1024 * kRoundSlots <= kRoundRbMax * kStreamConsumerWarps,
+                "an NVFP4 round is two warp_sum4 per warp; part[] holds its 128 rows");
+  constexpr int kNvRowsRound = kRoundSlots * NF::kRows1024;  // 128
+  auto nv_row = [&](int k) { return NF::kRows1024 * (k >> 1) + kStreamConsumerWarps * (k & 1) + warp; };
+  // This lane's two scale bytes of each row of the round starting at phase row q (rows >= nrows: 0),
+  // two rows per register (value k in half k % 2 of bs[k / 2]: 4 registers held across a round,
+  // not 8; the 96-register cap of the 17-warp block is what spills first). bs0: phase row 0's
+  // scales, kBsRow1024 bytes per row (a down row's 3 segments are 3 such rows).
+  auto nv_bs_load = [&](const uint8_t* bs0, int q, int nrows, uint32_t(&bs)[kRoundSlots]) {
+#pragma unroll
+    for (int i = 0; i < kRoundSlots; ++i) {
+      uint32_t h[2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int t = q + nv_row(2 * i + j);
+        h[j] = t < nrows ? uint32_t(__ldg(reinterpret_cast<const uint16_t*>(bs0 + int64_t(t) * NF::kBsRow1024) + lane)) : 0u;
+      }
+      bs[i] = h[0] | (h[1] << 16);
+    }
+  };
+  // kSeg: down's segments (each row's input is sm.act's segment (q + row) % 3, read per row from
+  // shared memory: three XFull would not fit in registers); else every row's input is x.
+  auto round_nv = [&](auto kSegC, int q, int n, int nr, const XFull& x, const uint32_t(&bs)[kRoundSlots], float* part) {
+    float a[2 * kRoundSlots];
+#pragma unroll
+    for (int k = 0; k < 2 * kRoundSlots; ++k) {
+      const int i = k >> 1, row = kStreamConsumerWarps * (k & 1) + warp;  // row of slot i
+      a[k] = 0.f;
+      if (i < n && NF::kRows1024 * i + row < nr) {
+        const uint4 w = slot_at(i)[row * (NF::kRowBytes1024 / 16) + lane];
+        const uint32_t b2 = (k & 1) ? bs[i] >> 16 : bs[i];  // dot16B reads the low 16 bits
+        if constexpr (decltype(kSegC)::value) {
+          const XFull xs = load_x32(sm.act + ((q + NF::kRows1024 * i + row) % 3) * kHidden, lane);
+          a[k] = WeightsNvfp4::dot16B(w, xs.v, b2, 0.f);
+        } else {
+          a[k] = WeightsNvfp4::dot16B(w, x.v, b2, 0.f);
+        }
+      }
+    }
+    const float lo = warp_sum4(a[0], a[1], a[2], a[3]), hi = warp_sum4(a[4], a[5], a[6], a[7]);
+    if ((lane & 7) == 0) {
+      part[nv_row(lane >> 3)] = lo;
+      part[nv_row(4 + (lane >> 3))] = hi;
+    }
+  };
+  // Rows [0, nrows) of a phase in rounds of kNvRowsRound (the producer issued them in slots of 32
+  // from row 0). The first round's opening barrier carries `ok` (acquire_n); opened() runs after it,
+  // then each round reads x = this lane's inputs from s_x (not kSeg). bsf: the first round's scales, loaded by the
+  // caller before its input wait; each later round's at the end of the round before, ahead of its
+  // barrier, hand-back and slot wait. After each round's
+  // closing barrier epi(q, nr, part) (part[t]: row q + t). keep_last: the last round's slots are
+  // not handed back (held = their count; down stores the residual first), else the last round
+  // raises the hop mark and hands back.
+  auto rows_nv = [&](auto kSegC, int nrows, const uint8_t* bs0, const uint32_t(&bsf)[kRoundSlots], const float* s_x,
+                     uint16_t work_phase, int layer, bool ok, auto&& opened, auto&& epi, bool keep_last, int& held) -> bool {
+    if (!acquire_n(min(kRoundSlots, (nrows + NF::kRows1024 - 1) / NF::kRows1024), work_phase, layer, ok)) return false;
+    opened();
+    uint32_t bs[kRoundSlots];
+#pragma unroll
+    for (int i = 0; i < kRoundSlots; ++i) bs[i] = bsf[i];
+    for (int q = 0, rd = 0; q < nrows; q += kNvRowsRound, ++rd) {
+      const int nr = min(kNvRowsRound, nrows - q), n = (nr + NF::kRows1024 - 1) / NF::kRows1024;
+      float* part = sm.part[rd & 1];
+      if (rd > 0 && !acquire_n(n, work_phase, layer)) return false;
+      // this lane's 32 inputs, read again each round (swizzled: conflict-free) rather than held
+      // across the rounds: 32 registers live over the epilogue and the slot waits spilled at the
+      // 96-register cap (and at the default grid qkv and MLP-1 are one round per block anyway)
+      XFull x;
+      if constexpr (!decltype(kSegC)::value) x = load_x32(s_x, lane);
+      round_nv(kSegC, q, n, nr, x, bs, part);
+      // the next round's scales, issued before this round's barrier (their registers are free now)
+      nv_bs_load(bs0, q + kNvRowsRound, nrows, bs);
+      csync();  // publishes part
+      epi(q, nr, part);
+      const bool last = q + kNvRowsRound >= nrows;
+      if (last && keep_last) {
+        held = n;
+      } else {
+        if (last) hop_mark();  // the phase's outputs are out: a hop follows
+        hand_back(n);
+      }
+    }
+    return true;
   };
 
   const float scale = rsqrtf(float(kHeadDim));
@@ -719,6 +935,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 
     // this layer's row scales (E4M3; null for bf16), in the stream order (qkv rows grouped)
     const float* SC = kScaled ? p.row_scales + int64_t(L) * kLayerRows : nullptr;
+    // NVFP4: this layer's block scales (stream order) and tensor scales (null otherwise)
+    const uint8_t* BS = kNv ? nv_block_scales(p) + int64_t(L) * kNvLayerBscaleBytes : nullptr;
+    const float* TS = kNv ? p.row_scales + int64_t(L) * kNvTscaleSlots : nullptr;
 
     // ---------------- qkv ----------------
     {
@@ -726,13 +945,26 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       bool ok = true;
       const Norm2 nin = load_norm2(N + kNormInLn);  // in flight during the wait below
       const float* scl = kScaled ? SC + kScQKV + g * kGroupRows : nullptr;
-      const float sc0 = first_scale(scl, s.q0, s.q1, kRowsRound);
+      const float sc0 = first_scale(FmtTag<W>{}, scl, s.q0, s.q1, kRowsRound);
+      // NVFP4: the first round's block scales, and the tensor scale (q's, k's or v's) of this
+      // thread's row of the first round, before the wait; the next round's row scale is loaded at
+      // the end of a round (one register, as fp8's row scales: three held ones spilled)
+      uint32_t nbs[kRoundSlots];
+      float tsr = 1.f;
+      const uint8_t* bsq = kNv ? BS + kBsQKV + int64_t(g * kGroupRows + s.q0) * NF::kBsRow1024 : nullptr;
+      auto qkv_ts = [&](int r) {  // group row r: q rows 0..255, k 256..383, v 384..511
+        return WeightsNvfp4::row_scale(__ldg(TS + (r < kGroupCols ? kTsQ : (r < kGroupCols + kHeadDim ? kTsK : kTsV))));
+      };
+      if constexpr (kNv) {
+        nv_bs_load(bsq, 0, s.q1 - s.q0, nbs);
+        if (tid < kNvRowsRound && s.q0 + tid < s.q1) tsr = qkv_ts(s.q0 + tid);
+      }
       if (L == 0) {
-        if constexpr (kScaled) {  // the token's E4M3 row, dequantized as the oracle's weights are
+        if constexpr (HW::kRowScale) {  // the token's E4M3 row, dequantized as the oracle's weights are
           const float es = __ldg(p.embed_scales + token);
           const uint8_t* er = p.embed_codes + int64_t(token) * kHidden;
 #pragma unroll
-          for (int e = 0; e < 2; ++e) v[e] = W::value(er, tid + e * kStreamConsumerThreads, es);
+          for (int e = 0; e < 2; ++e) v[e] = HW::value(er, tid + e * kStreamConsumerThreads, es);
         } else {
 #pragma unroll
           for (int e = 0; e < 2; ++e) v[e] = bf16_as_float(p.embed[int64_t(token) * kHidden + tid + e * kStreamConsumerThreads]);
@@ -746,17 +978,34 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // the residual connection, added at once: every block has read the O stage of layer L-2
       // (this buffer's previous content) before any block could finish layer L-1's MLP
       if (ok) seed_o(acc_o, v);
-      stream_prenorm(v, nin, sm.x, sm.ssq);
+      stream_prenorm<kNv>(v, nin, sm.x, sm.ssq);
       float inv = 0.f;
-      if (!rows_1024(std::integral_constant<int, kRoundSlots>{}, s.q0, s.q1, kPhase_s_qkv, L, sm.x, ok, scl, sc0, [&](int q, float a) {
-            const int row = qkv_std_row(g, q);
-            tagged_store(acc + kTagQKV + row, a * inv, tag);
-            scr[kScrQKV + row] = a * inv;  // phase diff only
-          }, [&] {
-            inv = norm_inv(sm.ssq);
-            XRAY_END(s_gather, L);  // every thread's residual words are in
-          }))
-        return;
+      auto on_qkv = [&](int q, float a) {  // group row q's dot product, row-scaled
+        const int row = qkv_std_row(g, q);
+        tagged_store(acc + kTagQKV + row, a * inv, tag);
+        scr[kScrQKV + row] = a * inv;  // phase diff only
+      };
+      auto opened_qkv = [&] {
+        inv = norm_inv(sm.ssq);
+        XRAY_END(s_gather, L);  // every thread's residual words are in
+      };
+      bool done;
+      if constexpr (kNv) {
+        int unused = 0;
+        done = rows_nv(std::false_type{}, s.q1 - s.q0, bsq, nbs, sm.x, kPhase_s_qkv, L, ok, opened_qkv,
+                       [&](int q, int nr, const float* part) {
+                         if (tid < nr) {
+                           const int r = s.q0 + q + tid;
+                           const float ts = tsr;
+                           if (r + kNvRowsRound < s.q1) tsr = qkv_ts(r + kNvRowsRound);
+                           on_qkv(r, part[tid] * ts);
+                         }
+                       }, false, unused);
+      } else {
+        done = rows_1024(FmtTag<W>{}, std::integral_constant<int, kRoundSlots>{}, s.q0, s.q1, kPhase_s_qkv, L, sm.x, ok,
+                         scl, sc0, on_qkv, opened_qkv);
+      }
+      if (!done) return;
       if (b == 0)  // phase diff only
         for (int e = 0; e < 2; ++e) scr[kScrNormIn + tid + e * kStreamConsumerThreads] = v[e] * inv * nin.w[e];
     }
@@ -937,6 +1186,18 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 
     // ---------------- merge + O partial sums ----------------
     float sco[2] = {1.f, 1.f};  // E4M3: this lane's O row scales of the first O slot, loaded before the wait
+    // NVFP4: this lane's block scales of its two rows of the first O slot and O's tensor scale, likewise
+    uint32_t bso[2] = {0u, 0u};
+    float tso = 1.f;
+    if constexpr (kNv) {
+      const int r0 = 8 * warp + (lane >> 3);
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+        if (s.o0 + r0 + 4 * m < s.o1)
+          bso[m] = __ldg(reinterpret_cast<const uint16_t*>(BS + kBsO + int64_t(g * kHidden + s.o0 + r0 + 4 * m) * NF::kBsRowO) +
+                         (lane & 7));
+      tso = W::row_scale(__ldg(TS + kTsO));
+    }
     if constexpr (kScaled) {
       const int r0 = 4 * warp + (lane >> 4);
       if ((lane & 15) == 0) {
@@ -989,14 +1250,46 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       XRAY_END(s_wait_attn, L);
       if (tid < kGroupCols) {
         const float a = num / den;
-        sm.attn[tid] = a;
+        sm.attn[kNv ? nv_swz(tid) : tid] = a;  // NVFP4's O reads it swizzled
         if (s.gi == 0) scr[kScrAttn + g * kGroupCols + tid] = a;
       }
     }
     csync();
     if (stop_after(L, kStopAttn)) return;
     jitter(L, 2);
-    if constexpr (F::kRb == 2) {
+    if constexpr (kNv) {
+      // NVFP4: 128 rows of the group's 256 columns per slot (128 code bytes each), one slot per
+      // round; a row is 8 lanes (lane l8 = lane % 8: the row's word l8 = columns 32 l8 .., blocks
+      // 2 l8, 2 l8 + 1), warp w takes rows 8 w + lane / 8 and + 4. The eight lanes' sums meet in
+      // an xor tree 4, 2, 1: kernel_gemv(..., lanes=8) of quant/nvfp4_kernel_model.py.
+      const int l8 = lane & 7;
+      const XFull at = load_x32(sm.attn, l8);
+      for (int o = s.o0, i = 0; o < s.o1; o += F::kRowsO, ++i) {
+        const int nr = min(F::kRowsO, s.o1 - o);
+        const int r0 = 8 * warp + (lane >> 3), r1 = r0 + 4;
+        uint32_t b0 = bso[0], b1 = bso[1];  // later slots' scales: issued before the slot wait
+        if (i > 0) {
+          const uint16_t* bs = reinterpret_cast<const uint16_t*>(BS + kBsO + int64_t(g * kHidden + o) * F::kBsRowO) + l8;
+          b0 = r0 < nr ? __ldg(bs + r0 * (F::kBsRowO / 2)) : 0u;
+          b1 = r1 < nr ? __ldg(bs + r1 * (F::kBsRowO / 2)) : 0u;
+        }
+        if (!acquire_n(1, kPhase_s_oproj, L)) return;
+        const uint4* slot = slot_at(0);
+        float a0 = r0 < nr ? WeightsNvfp4::dot16B(slot[r0 * (F::kRowBytesO / 16) + l8], at.v, b0, 0.f) : 0.f;
+        float a1 = r1 < nr ? WeightsNvfp4::dot16B(slot[r1 * (F::kRowBytesO / 16) + l8], at.v, b1, 0.f) : 0.f;
+#pragma unroll
+        for (int m = 4; m > 0; m >>= 1) {  // within each group of 8 lanes, fixed order
+          a0 += __shfl_xor_sync(0xffffffffu, a0, m);
+          a1 += __shfl_xor_sync(0xffffffffu, a1, m);
+        }
+        if (l8 == 0) {
+          if (r0 < nr) resid_add(acc_o + o + r0, to_fix(a0 * tso));
+          if (r1 < nr) resid_add(acc_o + o + r1, to_fix(a1 * tso));
+        }
+        if (o + F::kRowsO >= s.o1) hop_mark();
+        release_n(1);
+      }
+    } else if constexpr (F::kRb == 2) {
       // E4M3: 64 rows of the group's 256 columns per slot, one slot per round; half-warp hw of warp
       // w takes rows 4 w + hw and 4 w + 2 + hw, lane l16 16 columns (one 16-byte word) of each
       const int hw = lane >> 4, l16 = lane & 15;
@@ -1071,6 +1364,17 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       };
       float scg, scu;
       pair_scales(s.u0, min(kMlpRoundUnits, s.u1 - s.u0), scg, scu);
+      // NVFP4: the block's gate/up rows 16 u0 .. 16 u1 as one row range; the first round's block
+      // scales and the gate and up tensor scales, before the wait
+      const int ngu = 2 * kMlpUnitCols * (s.u1 - s.u0);
+      const uint8_t* bsg = kNv ? BS + kBsGateUp + int64_t(2 * kMlpUnitCols * s.u0) * NF::kBsRow1024 : nullptr;
+      uint32_t nbs[kRoundSlots];
+      float tsg = 1.f, tsu = 1.f;
+      if constexpr (kNv) {
+        nv_bs_load(bsg, 0, ngu, nbs);
+        tsg = W::row_scale(__ldg(TS + kTsGate));
+        tsu = W::row_scale(__ldg(TS + kTsUp));
+      }
       const bool ok = resid_poll(acc_o, kGroups + 1, rh, fix, S, tmo, uint32_t(L) * 16u + 10u);
       XRAY_END(s_wait_o, L);  // thread 0's words (the first round's barrier is the block's)
       float v[2];
@@ -1084,40 +1388,60 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int e = 0; e < 2; ++e) scr[kScrHidden + tid + e * kStreamConsumerThreads] = v[e];
         return;
       }
-      stream_prenorm(v, npost, sm.x, sm.ssq);
-      // rounds of kMlpRoundUnits units (16 rows each: rows 2i (gate) and 2i + 1 (up) of pair i),
-      // each in pieces of at most kRoundSlots slots. The first round's opening barrier publishes
-      // hval, x and the sums of squares.
-      constexpr int kSpu = F::kSlotsPerUnit;
-      static_assert(kMlpRoundUnits * kSpu <= 2 * kRoundSlots, "an MLP round is at most two pieces");
-      if (!acquire_n(kSpu * min(kMlpRoundUnits, s.u1 - s.u0), kPhase_s_mlp, L, ok)) return;
-      XRAY_END(s_gather, L);  // every thread's counted words are in
-      const float inv = norm_inv(sm.ssq);
-      if (b == 0)  // phase diff only
-        for (int e = 0; e < 2; ++e) scr[kScrNormPost + tid + e * kStreamConsumerThreads] = v[e] * inv * npost.w[e];
-      const XHalf xg = load_xhalf<W>(sm.x);
-      for (int u = s.u0, rd = 0; u < s.u1; u += kMlpRoundUnits, ++rd) {
-        const int nu = min(kMlpRoundUnits, s.u1 - u), n = kSpu * nu;
-        float* part = sm.part[rd & 1];
-        if (rd > 0) {
-          pair_scales(u, nu, scg, scu);
-          if (!acquire_n(n, kPhase_s_mlp, L)) return;
-        }
+      stream_prenorm<kNv>(v, npost, sm.x, sm.ssq);
+      if constexpr (kNv) {
+        float inv = 0.f;
+        int unused = 0;
+        if (!rows_nv(std::false_type{}, ngu, bsg, nbs, sm.x, kPhase_s_mlp, L, ok, [&] {
+              XRAY_END(s_gather, L);  // every thread's counted words are in
+              inv = norm_inv(sm.ssq);
+              if (b == 0)  // phase diff only
+                for (int e = 0; e < 2; ++e) scr[kScrNormPost + tid + e * kStreamConsumerThreads] = v[e] * inv * npost.w[e];
+            }, [&](int q, int nr, const float* part) {
+              if (tid < nr / 2) {  // pair t of the round: gate j (row 2t) and up j (row 2t + 1)
+                const float gg = (part[2 * tid] * tsg) * inv, uu = (part[2 * tid + 1] * tsu) * inv;
+                const int j = kMlpUnitCols * s.u0 + q / 2 + tid;
+                const float av = gg / (1.f + __expf(-gg)) * uu;
+                tagged_store(acc + kTagAct + j, av, tag);
+                scr[kScrAct + j] = av;  // phase diff only
+              }
+            }, false, unused))
+          return;
+      } else {
+        // rounds of kMlpRoundUnits units (16 rows each: rows 2i (gate) and 2i + 1 (up) of pair i),
+        // each in pieces of at most kRoundSlots slots. The first round's opening barrier publishes
+        // hval, x and the sums of squares.
+        constexpr int kSpu = F::kSlotsPerUnit;
+        static_assert(kMlpRoundUnits * kSpu <= 2 * kRoundSlots, "an MLP round is at most two pieces");
+        if (!acquire_n(kSpu * min(kMlpRoundUnits, s.u1 - s.u0), kPhase_s_mlp, L, ok)) return;
+        XRAY_END(s_gather, L);  // every thread's counted words are in
+        const float inv = norm_inv(sm.ssq);
+        if (b == 0)  // phase diff only
+          for (int e = 0; e < 2; ++e) scr[kScrNormPost + tid + e * kStreamConsumerThreads] = v[e] * inv * npost.w[e];
+        const XHalf xg = load_xhalf<W>(sm.x);
+        for (int u = s.u0, rd = 0; u < s.u1; u += kMlpRoundUnits, ++rd) {
+          const int nu = min(kMlpRoundUnits, s.u1 - u), n = kSpu * nu;
+          float* part = sm.part[rd & 1];
+          if (rd > 0) {
+            pair_scales(u, nu, scg, scu);
+            if (!acquire_n(n, kPhase_s_mlp, L)) return;
+          }
 #pragma unroll
-        for (int pc = 0; pc < 2; ++pc) {
-          const int p0 = pc * kRoundSlots, np = min(kRoundSlots, n - p0);
-          if (np > 0) round_1024(p0, np, np * F::kRows1024, xg, part + p0 * F::kRb * kStreamConsumerWarps);
+          for (int pc = 0; pc < 2; ++pc) {
+            const int p0 = pc * kRoundSlots, np = min(kRoundSlots, n - p0);
+            if (np > 0) round_1024(FmtTag<W>{}, p0, np, np * F::kRows1024, xg, part + p0 * F::kRb * kStreamConsumerWarps);
+          }
+          csync();
+          if (tid < kMlpUnitCols * nu) {  // pair t of the round: gate j and up j, j = 8 u + t
+            const float gg = combine_row(part, 2 * tid) * (inv * scg), uu = combine_row(part, 2 * tid + 1) * (inv * scu);
+            const int j = kMlpUnitCols * u + tid;
+            const float av = gg / (1.f + __expf(-gg)) * uu;
+            tagged_store(acc + kTagAct + j, av, tag);
+            scr[kScrAct + j] = av;  // phase diff only
+          }
+          if (u + kMlpRoundUnits >= s.u1) hop_mark();
+          hand_back(n);
         }
-        csync();
-        if (tid < kMlpUnitCols * nu) {  // pair t of the round: gate j and up j, j = 8 u + t
-          const float gg = combine_row(part, 2 * tid) * (inv * scg), uu = combine_row(part, 2 * tid + 1) * (inv * scu);
-          const int j = kMlpUnitCols * u + tid;
-          const float av = gg / (1.f + __expf(-gg)) * uu;
-          tagged_store(acc + kTagAct + j, av, tag);
-          scr[kScrAct + j] = av;  // phase diff only
-        }
-        if (u + kMlpRoundUnits >= s.u1) hop_mark();
-        hand_back(n);
       }
     }
     XRAY_END(s_mlp, L);
@@ -1125,7 +1449,14 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 
     // ---------------- MLP 2: every activation, this block's down rows, the residual -------------
     // E4M3: this thread's down row scale (row h0 + tid), loaded before the activations' wait
-    const float scd = kScaled && tid < s.h1 - s.h0 ? __ldg(SC + kScDown + s.h0 + tid) : 1.f;
+    // (NVFP4: down's tensor scale, the same for every row, and the first round's block scales)
+    float scd = kScaled && tid < s.h1 - s.h0 ? __ldg(SC + kScDown + s.h0 + tid) : 1.f;
+    const uint8_t* bsd = kNv ? BS + kBsDown + int64_t(s.h0) * 3 * NF::kBsRow1024 : nullptr;
+    uint32_t nbsd[kRoundSlots];
+    if constexpr (kNv) {
+      scd = W::row_scale(__ldg(TS + kTsDown));
+      nv_bs_load(bsd, 0, 3 * (s.h1 - s.h0), nbsd);
+    }
     {
       bool ok = true;
       constexpr int kPer = kIntermediate / kStreamConsumerThreads;
@@ -1134,7 +1465,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       tagged_gather<kPer>([&](int k) { return ap + k * kStreamConsumerThreads; }, tag, av, S, tmo,
                           uint32_t(L) * 16u + 11u, ok);
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) sm.act[tid + k * kStreamConsumerThreads] = av[k];
+      for (int k = 0; k < kPer; ++k) {
+        const int i = tid + k * kStreamConsumerThreads;
+        sm.act[kNv ? nv_swz(i) : i] = av[k];  // NVFP4's down reads it swizzled (per 1024-wide segment)
+      }
       if (!csync_and(ok)) return;  // also publishes sm.act
       XRAY_END(s_wait_act, L);
     }
@@ -1145,31 +1479,39 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // ~0.3 us per layer), then the row scale (E4M3)
       const int nseg = 3 * (s.h1 - s.h0);
       int held = 0;  // the last round's slots, handed back after the residual stores
-      for (int q0 = 0, rd = 0; q0 < nseg; q0 += kRowsRound, ++rd) {
-        const int nq = min(kRowsRound, nseg - q0), n = (nq + F::kRows1024 - 1) / F::kRows1024;
-        float* part = sm.part[rd & 1];
-        if (!acquire_n(n, kPhase_s_down, L)) return;
+      if constexpr (kNv) {
+        if (!rows_nv(std::true_type{}, nseg, bsd, nbsd, nullptr, kPhase_s_down, L, true, [] {},
+                     [&](int q, int nr, const float* part) {
+                       if (tid < nr) sm.segsum[q + tid] = part[tid];
+                     }, true, held))
+          return;
+      } else {
+        for (int q0 = 0, rd = 0; q0 < nseg; q0 += kRowsRound, ++rd) {
+          const int nq = min(kRowsRound, nseg - q0), n = (nq + F::kRows1024 - 1) / F::kRows1024;
+          float* part = sm.part[rd & 1];
+          if (!acquire_n(n, kPhase_s_down, L)) return;
 #pragma unroll
-        for (int k = 0; k < F::kRb; ++k) {
-          float a[kRoundSlots];
+          for (int k = 0; k < F::kRb; ++k) {
+            float a[kRoundSlots];
 #pragma unroll
-          for (int i = 0; i < kRoundSlots; ++i) {
-            const int row = 8 * k + (warp >> 1);         // in the slot
-            const int q = q0 + F::kRows1024 * i + row;  // segment q: row q / 3, columns 1024 (q % 3) ..
-            // the input half differs per segment: read it from shared memory (4 live XHalf would
-            // cost 64 registers)
-            a[i] = 0.f;
-            if (i < n && q < nseg) {
-              const XHalf xa = load_xhalf<W>(sm.act + (q % 3) * kHidden);
-              a[i] = half_row_lane<W>(slot_at(i), row, xa);
+            for (int i = 0; i < kRoundSlots; ++i) {
+              const int row = 8 * k + (warp >> 1);         // in the slot
+              const int q = q0 + F::kRows1024 * i + row;  // segment q: row q / 3, columns 1024 (q % 3) ..
+              // the input half differs per segment: read it from shared memory (4 live XHalf would
+              // cost 64 registers)
+              a[i] = 0.f;
+              if (i < n && q < nseg) {
+                const XHalf xa = load_xhalf<W>(sm.act + (q % 3) * kHidden);
+                a[i] = half_row_lane<W>(slot_at(i), row, xa);
+              }
             }
+            const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
+            if ((lane & 7) == 0) part[(F::kRb * (lane >> 3) + k) * kStreamConsumerWarps + warp] = r4;
           }
-          const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
-          if ((lane & 7) == 0) part[(F::kRb * (lane >> 3) + k) * kStreamConsumerWarps + warp] = r4;
+          csync();
+          if (tid < nq) sm.segsum[q0 + tid] = combine_row(part, tid);
+          if (q0 + nq < nseg) hand_back(n); else held = n;
         }
-        csync();
-        if (tid < nq) sm.segsum[q0 + tid] = combine_row(part, tid);
-        if (q0 + nq < nseg) hand_back(n); else held = n;
       }
       csync();
       if (tid < s.h1 - s.h0) {
@@ -1191,8 +1533,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   float v[2];
   bool ok = true;
   const Norm2 nfin = load_norm2(p.final_norm);  // in flight during the wait below
-  constexpr int kHeadRows = F::kHeadSlots * F::kRows1024;  // LM-head rows per round: 32 | 96
-  const float sch0 = first_scale(p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
+  constexpr int kHeadRows = HF::kHeadSlots * HF::kRows1024;  // LM-head rows per round: 32 | 96
+  const float sch0 = first_scale(FmtTag<HW>{}, p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
   {
     const long long* rp = acc + kTagResid + tid;
     tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, kNumLayers - 1), v, S,
@@ -1218,7 +1560,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   float best = -INFINITY;
   int best_i = 0x7fffffff;
   float inv = 0.f;
-  if (!rows_1024(std::integral_constant<int, F::kHeadSlots>{}, s.v0, s.v1, kPhase_lmhead, kNumLayers, sm.x, ok, p.embed_scales, sch0, [&](int row, float a) {
+  if (!rows_1024(FmtTag<HW>{}, std::integral_constant<int, HF::kHeadSlots>{}, s.v0, s.v1, kPhase_lmhead, kNumLayers, sm.x, ok, p.embed_scales, sch0, [&](int row, float a) {
         const float logit = a * inv;
         p.logits[row] = logit;
         if (logit > best) {

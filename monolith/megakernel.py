@@ -57,6 +57,7 @@ WAITS: dict[str, dict[int, str]] = {
 WAITS["bf16-upstream-l2pre"] = WAITS["bf16-upstream"]
 WAITS["fp8-upstream"] = WAITS["bf16-upstream"]  # the same schedule on fp8 weights
 WAITS["fp8-stream"] = WAITS["bf16-stream"]  # likewise
+WAITS["nvfp4-stream"] = WAITS["bf16-stream"]  # likewise
 
 
 def variant_spec(name: str) -> dict:
@@ -130,10 +131,36 @@ def stream_order_scales_(scales: torch.Tensor) -> torch.Tensor:
     return scales
 
 
+def stream_order_nvfp4(codes: torch.Tensor, bscales: torch.Tensor) -> torch.Tensor:
+    """The nvfp4-rowmajor-v1 codes [n, LAYER_CODE_BYTES] and block scales [n, LAYER_BSCALE_BYTES]
+    (quant/nvfp4_layout.py) in the streaming schedule's order, as the one uint8 buffer the kernel
+    reads (StepParams::codes): every layer's codes, then every layer's block scales. The same row
+    moves as stream_order_ makes for bf16/fp8: qkv rows grouped by KV head (codes rows of 512 B,
+    scale rows of 64 B), O by the group's 256 columns ([8 groups][1024 rows][128 B] of codes,
+    [8][1024][16 B] of scales); gate/up and down stay. The inputs are not modified."""
+    from monolith.quant import nvfp4_layout as NL
+
+    g, n = C.NUM_KV_HEADS, codes.shape[0]
+    out = torch.empty(n * (NL.LAYER_CODE_BYTES + NL.LAYER_BSCALE_BYTES), dtype=torch.uint8)
+    oc = out[:n * NL.LAYER_CODE_BYTES].view(n, NL.LAYER_CODE_BYTES)
+    ob = out[n * NL.LAYER_CODE_BYTES:].view(n, NL.LAYER_BSCALE_BYTES)
+    oc.copy_(codes)
+    ob.copy_(bscales)
+    for buf, offs, row_bytes in ((oc, NL.CODE_OFFSETS, NL.CODE_ROW_BYTES), (ob, NL.BSCALE_OFFSETS, NL.BSCALE_ROW_BYTES)):
+        for i in range(n):
+            qkv = buf[i, offs["qkv"]:offs["o"]].view(QKV_ROWS, row_bytes["qkv"])
+            qkv.copy_(_group_qkv_rows(qkv.clone()))
+            o = buf[i, offs["o"]:offs["gateup"]]
+            o.copy_(o.clone().view(C.HIDDEN, g, row_bytes["o"] // g).permute(1, 0, 2).reshape(-1))
+    return out
+
+
 PACKERS = {"upstream": pack_layer_weights, "stream": pack_layer_weights_stream}
 # fp8 variants ("weights": "fp8" in kernel/variants.json) read quant/pack_fp8.py's packed tensors;
 # their variants.json layout names the fp8 layout (quant/fp8_layout.py) they were written for.
 FP8_LAYOUTS = {"fp8-rowmajor-v1": "rowmajor-v1"}
+# nvfp4 variants ("weights": "nvfp4") read quant/pack_nvfp4.py's packs of these layouts
+NVFP4_LAYOUTS = {"nvfp4-rowmajor-v1": "nvfp4-rowmajor-v1"}
 
 
 def rope_table(context_cap: int = C.CONTEXT_CAP, theta: float = C.ROPE_THETA, head_dim: int = C.HEAD_DIM) -> torch.Tensor:
@@ -155,6 +182,9 @@ def bytes_per_token(position: int, num_layers: int = C.NUM_LAYERS, weights: str 
     if weights == "fp8":
         from monolith.quant import fp8_layout
         return fp8_layout.bytes_per_token(num_layers, "fp8") + (position + 1) * kv_bytes_per_position(num_layers)
+    if weights == "nvfp4":  # all-NVFP4 layers (codes, block and tensor scales) + the FP8 LM head
+        from monolith.quant import nvfp4_layout
+        return nvfp4_layout.bytes_per_token(num_layers) + (position + 1) * kv_bytes_per_position(num_layers)
     layers = num_layers * (LAYER_ELEMS + NORM_LAYER_ELEMS) * 2
     head = C.VOCAB * C.HIDDEN * 2 + C.HIDDEN * 2
     return layers + head + C.HIDDEN * 2 + (position + 1) * kv_bytes_per_position(num_layers)
@@ -166,6 +196,10 @@ def time_model_bytes(weights: str = "bf16") -> dict:
         from monolith.quant import fp8_layout as F
         return {"bytes_layer": F.LAYER_BYTES + 4 * F.LAYER_SCALES + 2 * F.NORM_LAYER_ELEMS,
                 "bytes_head": F.EMBED_BYTES + 4 * F.EMBED_SCALES}
+    if weights == "nvfp4":
+        from monolith.quant import nvfp4_layout as NL
+        return {"bytes_layer": NL.LAYER_CODE_BYTES + NL.LAYER_BSCALE_BYTES + 4 * NL.TSCALE_SLOTS + 2 * NL.NORM_LAYER_ELEMS,
+                "bytes_head": NL.EMBED_BYTES + 4 * NL.EMBED_SCALES}
     return {"bytes_layer": (LAYER_ELEMS + NORM_LAYER_ELEMS) * 2, "bytes_head": C.VOCAB * C.HIDDEN * 2}
 
 
@@ -220,9 +254,14 @@ def expected_constants() -> dict:
     """The layout this module packs for, as the extension's constants() names it (the fp8 scale
     offsets: quant/fp8_layout.py, the packer's contract)."""
     from monolith.quant import fp8_layout as F
+    from monolith.quant import nvfp4_layout as NL
 
     return {"sc_qkv": F.SC_QKV, "sc_o": F.SC_O, "sc_gateup": F.SC_GATEUP, "sc_down": F.SC_DOWN,
-            "layer_rows": F.LAYER_SCALES,"hidden": C.HIDDEN, "intermediate": C.INTERMEDIATE, "num_layers": C.NUM_LAYERS, "vocab": C.VOCAB,
+            "layer_rows": F.LAYER_SCALES,
+            "nv_layer_code_bytes": NL.LAYER_CODE_BYTES, "nv_layer_bscale_bytes": NL.LAYER_BSCALE_BYTES,
+            "bs_qkv": NL.BSCALE_OFFSETS["qkv"], "bs_o": NL.BSCALE_OFFSETS["o"],
+            "bs_gateup": NL.BSCALE_OFFSETS["gateup"], "bs_down": NL.BSCALE_OFFSETS["down"],
+            "nv_tscale_slots": NL.TSCALE_SLOTS,"hidden": C.HIDDEN, "intermediate": C.INTERMEDIATE, "num_layers": C.NUM_LAYERS, "vocab": C.VOCAB,
               "num_q_heads": C.NUM_Q_HEADS, "num_kv_heads": C.NUM_KV_HEADS, "head_dim": C.HEAD_DIM,
               "groups": C.NUM_KV_HEADS,
               "context_cap": C.CONTEXT_CAP, "threads": THREADS, "layer_elems": LAYER_ELEMS, "off_qkv": OFF_QKV,
@@ -271,7 +310,9 @@ class MegakernelEngine(Engine):
             raise MonolithError(f"the kernel is compiled for {C.NUM_LAYERS} layers; checkpoint has {ckpt.shape.num_layers}")
         self.spec = variant_spec(variant)
         self.weight_format = self.spec.get("weights", "bf16")
-        fp8_pack = self._fp8_pack(ckpt, variant, packed)  # before any GPU work: refusals are cheap
+        # before any GPU work: refusals are cheap
+        nv_pack = self._nvfp4_pack(ckpt, variant, packed) if self.weight_format == "nvfp4" else None
+        fp8_pack = None if nv_pack is not None else self._fp8_pack(ckpt, variant, packed)
         self.ext = load_extension(variant)
         self.k = dict(self.ext.constants())
         check_constants(self.k)
@@ -300,7 +341,26 @@ class MegakernelEngine(Engine):
         dev = self.device
         # fp8 buffers (None for bf16 variants; the kernel gets null pointers and never reads them)
         self.codes = self.row_scales = self.embed_codes = self.embed_scales = None
-        if fp8_pack is None:
+        if nv_pack is not None:
+            from monolith.quant import nvfp4_layout as NL
+
+            pt = nv_pack.tensors
+            self.w = self.embed = None
+            # codes then block scales, in the streaming order, one allocation (StepParams::codes);
+            # the tensor scales are the kernel's row_scales (kernel/megakernel.cuh)
+            self.codes = stream_order_nvfp4(pt[NL.T_LAYER_CODES], pt[NL.T_LAYER_BSCALES]).to(dev)
+            self.row_scales = pt[NL.T_LAYER_TSCALES].to(dev).contiguous().view(-1)
+            self.embed_codes = pt[NL.T_EMBED_CODES].to(dev).contiguous()
+            self.embed_scales = pt[NL.T_EMBED_SCALES].to(dev).contiguous()
+            self.norms = pt[NL.T_NORMS].to(dev).contiguous().view(-1)
+            self.final_norm = pt[NL.T_FINAL_NORM].to(dev).contiguous()
+            m = nv_pack.meta
+            self.weights = {"kind": "nvfp4-packed", "scheme": m["scheme"], "layout": m["layout"],
+                            "layout_version": m["layout_version"], "head": m["head"],
+                            "search": m["search"]["enabled"],
+                            "packed": str(nv_pack.path) if nv_pack.path is not None else "in memory",
+                            "source": m["source"].get("weights") or {"sha256": m["source"]["sha256"]}}
+        elif fp8_pack is None:
             t = ckpt.tensors
             w, n = PACKERS[self.spec.get("layout", "upstream")](t, C.NUM_LAYERS)
             self.w, self.norms = w.to(dev), n.to(dev)
@@ -357,6 +417,10 @@ class MegakernelEngine(Engine):
         if fp8_pack is not None:
             # the gate checks the implementation against fp32 on these dequantized weights
             self.info["gate_oracle"] = "fp32 reference on the fp8 weights dequantized (quant/pack_fp8.py)"
+        if nv_pack is not None:
+            self.info["gate_oracle"] = "fp32 reference on the nvfp4 weights dequantized (quant/pack_nvfp4.py)"
+        if self.spec.get("experimental"):
+            self.info["experimental"] = True
         self.reset()
 
     def _fp8_pack(self, ckpt, variant: str, packed):
@@ -405,6 +469,58 @@ class MegakernelEngine(Engine):
                 raise MonolithError(f"fp8 pack tensor {name}: expected {dtype} {shape}, got "
                                     f"{None if t is None else (str(t.dtype), list(t.shape))}")
         assert F.LAYER_BYTES == LAYER_ELEMS and F.NORM_LAYER_ELEMS == NORM_LAYER_ELEMS  # one row order for both
+        return pk
+
+    def _nvfp4_pack(self, ckpt, variant: str, packed):
+        """The PackedNVFP4 an nvfp4 variant runs on: `packed` (a `monolith pack --format nvfp4` dir
+        or file, or a PackedNVFP4 made from ckpt), else ckpt's own pack when ckpt is the dequantized
+        nvfp4 checkpoint (its gate's oracle, quant/pack_nvfp4.dequantized_checkpoint), else ckpt
+        packed in memory (minutes on a CPU: the block-scale search). Refuses what the kernel cannot
+        run: another layout, a mixed pack (layout_version 2), another layer count, a pack made from
+        other weights than ckpt, an fp8 pack."""
+        from monolith.quant import nvfp4_layout as NL
+        from monolith.quant import pack_nvfp4
+
+        own = getattr(ckpt, "packed", None)
+        if own is not None and not isinstance(own, pack_nvfp4.PackedNVFP4):
+            raise MonolithError(f"variant {variant} reads nvfp4 weights; the checkpoint given is another format's "
+                                f"dequantized pack ({type(own).__name__}): use that format's variant")
+        want = NVFP4_LAYOUTS.get(self.spec.get("layout", ""))
+        if want is None:
+            raise MonolithError(f"variant {variant}: its layout {self.spec.get('layout')!r} is not an nvfp4 layout this "
+                                f"engine packs ({sorted(NVFP4_LAYOUTS)})")
+        if packed is not None:
+            if not isinstance(packed, pack_nvfp4.PackedNVFP4) and hasattr(packed, "meta"):
+                raise MonolithError(f"variant {variant} reads nvfp4 weights; got a {type(packed).__name__}")
+            pk = packed if isinstance(packed, pack_nvfp4.PackedNVFP4) else pack_nvfp4.load_packed_nvfp4(
+                packed, model=None if own is not None else ckpt)
+            src = own.source_sha256 if own is not None else ckpt.sha256()
+            if pk.source_sha256 != src:
+                raise MonolithError(f"the packed nvfp4 weights were made from another checkpoint (source sha256 "
+                                    f"{pk.source_sha256[:12]}…, this checkpoint {src[:12]}…); re-pack them")
+        elif own is not None:
+            pk = own
+        else:
+            pk = pack_nvfp4.pack_in_memory(ckpt)
+        where = str(pk.path or "in-memory nvfp4 pack")
+        pack_nvfp4.check_meta(pk.meta, where)
+        if pk.meta["layout"] != want:
+            raise MonolithError(f"variant {variant} reads nvfp4 layout {want!r}; the pack is {pk.meta['layout']!r}")
+        if pk.meta["layout_version"] != NL.LAYOUT_VERSION or pk.fp8_projections:
+            raise MonolithError(
+                f"{where}: a mixed pack (layout_version {pk.meta['layout_version']}, {len(pk.fp8_projections)} projections "
+                f"kept FP8: kinds {(pk.meta.get('mixed') or {}).get('fp8_kinds')}); variant {variant} reads all-NVFP4 "
+                f"packs (layout_version {NL.LAYOUT_VERSION}) only: no kernel variant reads mixed packs yet. Pack without "
+                "--map / --fp8-kinds")
+        if pk.num_layers != C.NUM_LAYERS:
+            raise MonolithError(f"the kernel is compiled for {C.NUM_LAYERS} layers; the nvfp4 pack has {pk.num_layers}")
+        for name, (shape, dtype) in pack_nvfp4._expected_shapes(C.NUM_LAYERS).items():
+            t = pk.tensors.get(name)
+            if t is None or list(t.shape) != shape or str(t.dtype).removeprefix("torch.") != dtype:
+                raise MonolithError(f"nvfp4 pack tensor {name}: expected {dtype} {shape}, got "
+                                    f"{None if t is None else (str(t.dtype), list(t.shape))}")
+        # the kernel's element offsets, halved, are the codes' byte offsets (kernel/config.cuh)
+        assert NL.LAYER_CODE_BYTES * 2 == LAYER_ELEMS and NL.NORM_LAYER_ELEMS == NORM_LAYER_ELEMS
         return pk
 
     @staticmethod

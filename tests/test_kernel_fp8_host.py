@@ -62,7 +62,7 @@ def test_fp8_bytes_and_time_model():
     assert 598.0e6 < fp8.weight_bytes < 598.2e6  # NOTES.md, M3: 598.1 MB per token
     assert bytemodel.ByteModel.for_weights("bf16").weight_bytes == bytemodel.ByteModel.bf16().weight_bytes
     with pytest.raises(ValueError):
-        bytemodel.ByteModel.for_weights("nvfp4")
+        bytemodel.ByteModel.for_weights("int3")  # (nvfp4 has one since nvfp4-stream: test_kernel_nvfp4_host.py)
     assert mk.bytes_per_token(0, weights="fp8") == F.bytes_per_token(C.NUM_LAYERS, "fp8") + mk.kv_bytes_per_position()
     tm = mk.time_model_bytes("fp8")
     assert C.NUM_LAYERS * tm["bytes_layer"] + tm["bytes_head"] + C.HIDDEN * 2 + C.HIDDEN + 4 == fp8.weight_bytes

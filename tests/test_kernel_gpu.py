@@ -37,7 +37,9 @@ def ckpt():
     return load_checkpoint(ensure_checkpoint(None))
 
 
-# Every schedule runs the same tests (MONOLITH_TEST_VARIANTS narrows the list on the device).
+# Every schedule runs the same tests (MONOLITH_TEST_VARIANTS narrows the list on the device; the
+# quantized variants are chosen there: fp8-upstream, fp8-stream, nvfp4-stream, the last one compiled
+# but never run yet: `MONOLITH_TEST_VARIANTS=nvfp4-stream make gpu-test`).
 VARIANTS = [v for v in os.environ.get("MONOLITH_TEST_VARIANTS", "bf16-upstream,bf16-stream").split(",") if v]
 
 
@@ -178,7 +180,7 @@ def test_bad_inputs_are_clear_errors(engines, ckpt):
     too_many = mk.info["coresident_limit"] + 1
     with pytest.raises(MonolithError, match="cannot be co-resident"):
         MegakernelEngine(mk.test_ckpt, variant=mk.variant, blocks=too_many)
-    if mk.weight_format == "fp8":  # a bf16 variant refuses fp8 weights, an fp8 one a bf16-head pack
+    if mk.weight_format != "bf16":  # a bf16 variant refuses quantized weights (fp8 or nvfp4)
         with pytest.raises(MonolithError, match="reads bf16 weights"):
             MegakernelEngine(mk.test_ckpt, variant="bf16-upstream")
 
@@ -335,3 +337,66 @@ def test_fp8_engine_refuses_a_bf16_head_pack(engines):
     with pytest.raises(MonolithError, match="LM head"):
         MegakernelEngine(mk.test_ckpt, variant=mk.variant,
                          packed=PackedFP8(path=None, meta={**pk.meta, "head": "bf16"}, tensors=pk.tensors))
+
+
+# ---- nvfp4 variants -----------------------------------------------------------------------------
+def _nvfp4_only(mk):
+    if mk.weight_format != "nvfp4":
+        pytest.skip("nvfp4 weight format only")
+
+
+def test_nvfp4_qkv_rows_are_the_cpu_model_for_every_code(engines):
+    """Layer 0's q row 0 holds every pair of E2M1 codes (bytes 0..255 twice), and every q/k/v row
+    of the kernel must equal quant/nvfp4_kernel_model.py's kernel_gemv (per-block fp32 sums, the
+    block-scale fmaf, the lane butterfly, the tensor scale last) on the kernel's own normed input;
+    the kernel's 1/rms multiplies after the tensor scale, so the comparison is against the fp32
+    summation scale sum |w| |x|, as the fp8 test does."""
+    from monolith.megakernel import MegakernelEngine
+    from monolith.quant import nvfp4_kernel_model as KM
+    from monolith.quant import nvfp4_layout as NL
+    from monolith.quant.pack_nvfp4 import PackedNVFP4, dequantize_matrix
+
+    mk, _ = engines
+    _nvfp4_only(mk)
+    pk = mk.test_ckpt.packed
+    t = dict(pk.tensors)
+    codes = t[NL.T_LAYER_CODES].clone()
+    codes[0, NL.CODE_OFFSETS["qkv"]:NL.CODE_OFFSETS["qkv"] + NL.CODE_ROW_BYTES["qkv"]] = \
+        torch.arange(256, dtype=torch.uint8).repeat(NL.CODE_ROW_BYTES["qkv"] // 256)
+    t[NL.T_LAYER_CODES] = codes
+    mod = MegakernelEngine(mk.test_ckpt, variant=mk.variant, packed=PackedNVFP4(path=None, meta=pk.meta, tensors=t))
+    try:
+        mod.reset()
+        bufs = mod.step_until(42, 0, 0)
+        x = bufs["normed_in"].cpu()
+        got = bufs["qkv"].cpu()
+        want, bound = [], []
+        qkv = codes[0, NL.CODE_OFFSETS["qkv"]:NL.CODE_OFFSETS["o"]].view(-1, NL.CODE_ROW_BYTES["qkv"])
+        bs = t[NL.T_LAYER_BSCALES][0, NL.BSCALE_OFFSETS["qkv"]:NL.BSCALE_OFFSETS["o"]].view(-1, NL.BSCALE_ROW_BYTES["qkv"])
+        for kind, (r0, r1) in (("q", (0, C.Q_DIM)), ("k", (C.Q_DIM, C.Q_DIM + C.KV_DIM)),
+                               ("v", (C.Q_DIM + C.KV_DIM, C.Q_DIM + 2 * C.KV_DIM))):
+            g = float(t[NL.T_LAYER_TSCALES][0, NL.TSCALE_ORDER.index(kind)])
+            want.append(KM.kernel_gemv(qkv[r0:r1], bs[r0:r1], g, x))
+            bound.append(dequantize_matrix(qkv[r0:r1], bs[r0:r1], g).abs() @ x.abs())
+        want, bound = torch.cat(want), torch.cat(bound)
+        err = ((got - want).abs() / bound.clamp_min(1e-30)).max().item()
+        assert err < 1e-6, err
+        print(f"qkv rows vs the nvfp4 CPU model: max error {err:.2e} of sum|w||x|; "
+              f"{int((got == want).sum())}/{len(got)} rows bit-equal")
+    finally:
+        del mod
+        torch.cuda.empty_cache()
+
+
+def test_nvfp4_engine_refuses_a_mixed_pack(engines):
+    from monolith.megakernel import MegakernelEngine
+    from monolith.quant.pack_nvfp4 import PackedNVFP4
+
+    mk, _ = engines
+    _nvfp4_only(mk)
+    pk = mk.test_ckpt.packed
+    meta = {**pk.meta, "layout_version": 2,
+            "mixed": {"fp8": ["model.layers.0.self_attn.q_proj.weight"], "fp8_kinds": [], "per_kind": False,
+                      "fp8_layout": "rowmajor-v1", "fp8_scheme": "fp8-e4m3-rowscale", "map": {}}}
+    with pytest.raises(MonolithError, match="mixed pack"):
+        MegakernelEngine(mk.test_ckpt, variant=mk.variant, packed=PackedNVFP4(path=None, meta=meta, tensors=pk.tensors))

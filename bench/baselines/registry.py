@@ -68,12 +68,17 @@ def weights_of(name: str) -> str:
 
 def checkpoint_for(weights: str, ckpt):
     """The checkpoint an engine of weight format `weights` runs on, and its gate's oracle with it:
-    `ckpt` itself for bf16; for fp8, ckpt packed in memory (quant/pack_fp8.py) and dequantized to
+    `ckpt` itself for bf16; for fp8 (nvfp4), ckpt packed in memory (quant/pack_fp8.py,
+    quant/pack_nvfp4.py) and dequantized to
     fp32, so the fp8 gate checks the kernel against fp32 on the numbers it multiplies (the
     quantizer's error is the quality runs' business, not the gate's). A fp8 megakernel built from
     that checkpoint runs on the very pack the oracle dequantized."""
     if weights == "bf16":
         return ckpt
+    if weights == "nvfp4":  # all-NVFP4 layers + FP8 LM head (quant/pack_nvfp4.py), likewise
+        from monolith.quant import pack_nvfp4
+
+        return pack_nvfp4.dequantized_checkpoint(pack_nvfp4.pack_in_memory(ckpt), ckpt)
     if weights != "fp8":
         raise MonolithError(f"no checkpoint for weight format {weights!r}")
     from monolith.quant.pack_fp8 import dequantized_checkpoint, pack_in_memory

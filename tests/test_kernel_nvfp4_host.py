@@ -1,0 +1,359 @@
+"""nvfp4-stream without a GPU (issue 14, item 4): the kernel's nvfp4 constants against the layout
+contract (quant/nvfp4_layout.py), the variant's registration, the engine's refusals (all before the
+extension is built), the streaming order the engine uploads, and a Python model of what the
+producer lane issues and the consumers read (kernel/schedule_stream.cuh) checked against the
+layout's offsets at several grid sizes."""
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from monolith import REPO_ROOT, kernel_spec
+from monolith import config as C
+from monolith import megakernel as mk
+from monolith.bench import bytemodel
+from monolith.bench.baselines import registry
+from monolith.errors import MonolithError
+from monolith.quant import fp8_layout as F8
+from monolith.quant import nvfp4_layout as L
+from monolith.quant import pack_nvfp4
+
+SCHEDULE = REPO_ROOT / "kernel" / "schedule_stream.cuh"
+
+
+def _k() -> dict:
+    """config.cuh's constants, the integral ones as ints (its `/` evaluates to floats here)."""
+    return {n: int(v) if float(v).is_integer() else v for n, v in kernel_spec.config_constants().items()}
+
+
+def _nv_fmt() -> dict[str, int]:
+    """The `static constexpr int` members of StreamFmt<WeightsNvfp4> in schedule_stream.cuh,
+    evaluated with kernel/config.cuh's constants (the same checked arithmetic as config_constants)."""
+    text = SCHEDULE.read_text()
+    body = re.search(r"struct StreamFmt<WeightsNvfp4>\s*\{(.*?)\n\};", text, flags=re.S).group(1)
+    env = dict(_k())
+    out = {}
+    for m in re.finditer(r"static constexpr int (k\w+) = ([^;]+);", body):
+        expr = m.group(2)
+        assert re.fullmatch(r"[\w\s.+\-*/()%]+", expr), expr
+        v = eval(expr, {"__builtins__": {}}, dict(env))  # noqa: S307 (checked: names, numbers, arithmetic)
+        assert float(v).is_integer(), (m.group(1), v)
+        out[m.group(1)] = env[m.group(1)] = int(v)
+    return out
+
+
+def test_kernel_nvfp4_constants_are_the_layout_contract():
+    k = _k()
+    assert k["kNvBlock"] == L.BLOCK
+    assert k["kNvLayerCodeBytes"] == L.LAYER_CODE_BYTES and k["kNvLayerBscaleBytes"] == L.LAYER_BSCALE_BYTES
+    assert (k["kBsQKV"], k["kBsO"], k["kBsGateUp"], k["kBsDown"]) == \
+        tuple(L.BSCALE_OFFSETS[s] for s in ("qkv", "o", "gateup", "down"))
+    # the codes' byte offsets are the bf16 element offsets halved (one row order for every format)
+    assert tuple(k[n] / 2 for n in ("kOffQKV", "kOffO", "kOffGateUp", "kOffDown")) == \
+        tuple(L.CODE_OFFSETS[s] for s in ("qkv", "o", "gateup", "down"))
+    assert k["kNvTscaleSlots"] == L.TSCALE_SLOTS
+    assert [k[f"kTs{n}"] for n in ("Q", "K", "V", "O", "Gate", "Up", "Down")] == \
+        [L.TSCALE_ORDER.index(t) for t in L.TSCALE_ORDER]
+    exp = mk.expected_constants()
+    assert exp["nv_layer_code_bytes"] == L.LAYER_CODE_BYTES and exp["bs_down"] == L.BSCALE_OFFSETS["down"]
+    bindings = (REPO_ROOT / "kernel" / "bindings.cpp").read_text()
+    for name in ("nv_layer_code_bytes", "nv_layer_bscale_bytes", "bs_qkv", "bs_o", "bs_gateup", "bs_down",
+                 "nv_tscale_slots"):
+        assert f'd["{name}"]' in bindings, name  # check_constants compares them at engine start
+    # the sm_90 decode's unbias is the layout's KERNEL_UNBIAS
+    assert "kE2M1F16Bias = 16384.0f" in (REPO_ROOT / "kernel" / "dequant.cuh").read_text()
+    assert L.KERNEL_UNBIAS == 16384.0
+
+
+def test_stream_slot_geometry_is_the_layouts():
+    f, k = _nv_fmt(), _k()
+    slot = k["kSlotBytes"]
+    assert f["kRows1024"] == slot // L.CODE_ROW_BYTES["qkv"] == 32
+    assert f["kRowBytes1024"] == L.CODE_ROW_BYTES["qkv"] == L.CODE_ROW_BYTES["gateup"]
+    assert f["kRowBytesDown"] == L.CODE_ROW_BYTES["down"] == 3 * f["kRowBytes1024"]
+    group_cols = C.HEAD_DIM * (C.NUM_Q_HEADS // C.NUM_KV_HEADS)
+    assert f["kRowBytesO"] == group_cols // 2 and f["kRowsO"] == slot // f["kRowBytesO"] == 128
+    assert f["kBsRow1024"] == L.BSCALE_ROW_BYTES["qkv"] == 64 and 3 * f["kBsRow1024"] == L.BSCALE_ROW_BYTES["down"]
+    assert f["kBsRowO"] == group_cols // L.BLOCK == 16
+    assert f["kRows1024"] * f["kBsRow1024"] == 2048  # a slot's scales: 2 KB (why they are not in shared memory)
+    assert f["kSlotsPerUnit"] == 0  # units share slots: the producer streams their rows as one range
+    # one lane's 16-byte load = two whole blocks: the two scale bytes it needs are one aligned u16
+    assert 16 * 2 == 2 * L.BLOCK and f["kRowBytes1024"] == 32 * 16
+    text = SCHEDULE.read_text()
+    assert "static_assert(kRingBytes + int(sizeof(StreamSmem)) + 512 <= kStreamSmemBudget" in text
+    assert "kStages * kNvSlotScaleBytes > kStreamSmemBudget" in text
+
+
+# ---- a Python model of the producer's issue list and the consumers' reads -------------------------
+GROUPS, GROUP_ROWS, UNITS, UNIT_ROWS = C.NUM_KV_HEADS, 512, C.INTERMEDIATE // 8, 16
+
+
+def part_begin(n: int, parts: int, i: int) -> int:
+    return n * i // parts
+
+
+def plan(b: int, G: int) -> dict:
+    """make_plan of schedule_stream.cuh (the attention split fields left out)."""
+    g = 0
+    while g + 1 < GROUPS and part_begin(G, GROUPS, g + 1) <= b:
+        g += 1
+    gb0, gb1 = part_begin(G, GROUPS, g), part_begin(G, GROUPS, g + 1)
+    ng, gi = gb1 - gb0, b - gb0
+    return {"g": g, "q": (part_begin(GROUP_ROWS, ng, gi), part_begin(GROUP_ROWS, ng, gi + 1)),
+            "o": (part_begin(C.HIDDEN, ng, gi), part_begin(C.HIDDEN, ng, gi + 1)),
+            "u": (part_begin(UNITS, G, b), part_begin(UNITS, G, b + 1)),
+            "h": (part_begin(C.HIDDEN, G, b), part_begin(C.HIDDEN, G, b + 1))}
+
+
+def producer_issues(s: dict) -> dict[str, list[tuple[int, int]]]:
+    """(byte offset in the layer's stream-ordered codes, bytes) of every bulk copy stream_producer
+    issues for one layer's NVFP4 weights, per phase, in issue order."""
+    f, k = _nv_fmt(), _k()
+    R, slot = f["kRows1024"], k["kSlotBytes"]
+    half = lambda elems: int(elems) // 2  # noqa: E731 (StreamFmt<WeightsNvfp4>::bytes_of)
+    g, (q0, q1), (o0, o1), (u0, u1), (h0, h1) = s["g"], s["q"], s["o"], s["u"], s["h"]
+    out = {"qkv": [(half(k["kOffQKV"] + (g * GROUP_ROWS + q) * C.HIDDEN), min(R, q1 - q) * f["kRowBytes1024"])
+                   for q in range(q0, q1, R)],
+           "o": [(half(k["kOffO"] + (g * C.HIDDEN + o) * 256), min(f["kRowsO"], o1 - o) * f["kRowBytesO"])
+                 for o in range(o0, o1, f["kRowsO"])]}
+    r0, r1 = UNIT_ROWS * u0, UNIT_ROWS * u1
+    out["gateup"] = [(half(k["kOffGateUp"] + q * C.HIDDEN), min(R, r1 - q) * f["kRowBytes1024"]) for q in range(r0, r1, R)]
+    d0, nbytes = half(k["kOffDown"] + h0 * C.INTERMEDIATE), (h1 - h0) * f["kRowBytesDown"]
+    out["down"] = [(d0 + off, min(slot, nbytes - off)) for off in range(0, nbytes, slot)]
+    return out
+
+
+def consumer_slots(s: dict) -> dict[str, int]:
+    """Slots each phase's consumers acquire (rows_nv: rounds of 4 slots of 32 rows; O: one slot of
+    128 rows per round); must equal what the producer issued, or the ring desynchronises."""
+    f = _nv_fmt()
+    R, per_round = f["kRows1024"], 4 * f["kRows1024"]
+
+    def rows_nv(nrows):
+        n = 0
+        for q in range(0, nrows, per_round):
+            n += -(-min(per_round, nrows - q) // R)
+        return n
+    (q0, q1), (o0, o1), (u0, u1), (h0, h1) = s["q"], s["o"], s["u"], s["h"]
+    return {"qkv": rows_nv(q1 - q0), "o": len(range(o0, o1, f["kRowsO"])), "gateup": rows_nv(UNIT_ROWS * (u1 - u0)),
+            "down": rows_nv(3 * (h1 - h0))}
+
+
+def consumer_scale_spans(s: dict) -> dict[str, tuple[int, int]]:
+    """[first, end) of the block-scale bytes each phase's consumers read (and the producer asks L2
+    for a layer ahead): phase row t's scales at base + t * row bytes."""
+    f, k = _nv_fmt(), _k()
+    g, (q0, q1), (o0, o1), (u0, u1), (h0, h1) = s["g"], s["q"], s["o"], s["u"], s["h"]
+    b1024, bo = f["kBsRow1024"], f["kBsRowO"]
+    return {"qkv": (k["kBsQKV"] + (g * GROUP_ROWS + q0) * b1024, k["kBsQKV"] + (g * GROUP_ROWS + q1) * b1024),
+            "o": (k["kBsO"] + (g * C.HIDDEN + o0) * bo, k["kBsO"] + (g * C.HIDDEN + o1) * bo),
+            "gateup": (k["kBsGateUp"] + UNIT_ROWS * u0 * b1024, k["kBsGateUp"] + UNIT_ROWS * u1 * b1024),
+            "down": (k["kBsDown"] + 3 * h0 * b1024, k["kBsDown"] + 3 * h1 * b1024)}
+
+
+def _covers_once(spans, end):
+    spans = sorted(x for x in spans if x[1] > x[0])
+    assert spans[0][0] == 0 and spans[-1][1] == end, (spans[0], spans[-1], end)
+    for (_a0, a1), (b0, _b1) in zip(spans, spans[1:], strict=False):
+        assert a1 == b0, ("gap or overlap", a1, b0)
+
+
+@pytest.mark.parametrize("G", [16, 24, 66, 128, 132, 384, 1024])
+def test_producer_issues_every_code_byte_once_in_whole_slots(G):
+    slot = _k()["kSlotBytes"]
+    spans, scales = [], []
+    for b in range(G):
+        s = plan(b, G)
+        iss = producer_issues(s)
+        assert {p: len(v) for p, v in iss.items()} == consumer_slots(s), (b, G)
+        for phase, lst in iss.items():
+            for off, n in lst:
+                assert 0 < n <= slot and off % 16 == 0 and n % 16 == 0, (phase, off, n)
+                spans.append((off, off + n))
+        # the producer's L2 prefetch spans are the consumers' scale reads: every one 16-byte aligned
+        for phase, (a, e) in consumer_scale_spans(s).items():
+            assert a % 16 == 0 and (e - a) % 16 == 0, (phase, a, e)
+            scales.append((a, e))
+    _covers_once(spans, L.LAYER_CODE_BYTES)
+    _covers_once(scales, L.LAYER_BSCALE_BYTES)
+
+
+@pytest.mark.parametrize("G", [16, 128, 132])
+def test_each_slot_row_meets_its_own_block_scales(G):
+    """For every row a consumer reads from a slot, the code row the producer put there and the
+    scale row the consumer reads are the same stream row (qkv, gate/up, down segments: 512 code
+    bytes and 64 scale bytes per row; O: 128 and 16)."""
+    f, k = _nv_fmt(), _k()
+    R, per_round = f["kRows1024"], 4 * f["kRows1024"]
+    for b in range(G):
+        s = plan(b, G)
+        iss, sc = producer_issues(s), consumer_scale_spans(s)
+        for phase, seg in (("qkv", "qkv"), ("gateup", "gateup"), ("down", "down")):
+            nrows = (sc[phase][1] - sc[phase][0]) // f["kBsRow1024"]
+            for t in range(nrows):  # phase row t: round t // 128, slot (t % 128) // 32, row t % 32
+                rd, i, r = t // per_round, (t % per_round) // R, t % R
+                off, n = iss[phase][4 * rd + i]
+                assert r * f["kRowBytes1024"] < n
+                code_row = (off + r * f["kRowBytes1024"] - L.CODE_OFFSETS[seg]) // f["kRowBytes1024"]
+                scale_row = (sc[phase][0] + t * f["kBsRow1024"] - L.BSCALE_OFFSETS[seg]) // f["kBsRow1024"]
+                assert code_row == scale_row, (phase, b, t)
+        o0, o1 = s["o"]
+        for t in range(o1 - o0):
+            off, n = iss["o"][t // f["kRowsO"]]
+            code_row = (off + (t % f["kRowsO"]) * f["kRowBytesO"] - L.CODE_OFFSETS["o"]) // f["kRowBytesO"]
+            scale_row = (sc["o"][0] + t * f["kBsRowO"] - k["kBsO"]) // f["kBsRowO"]
+            assert code_row == scale_row == s["g"] * C.HIDDEN + o0 + t
+
+
+def qkv_std_row(g: int, r: int) -> int:
+    """schedule_stream.cuh's qkv_std_row: group g's row r -> the q | k | v row."""
+    if r < 256:
+        return g * 256 + r
+    if r < 384:
+        return C.Q_DIM + g * C.HEAD_DIM + r - 256
+    return C.Q_DIM + C.KV_DIM + g * C.HEAD_DIM + r - 384
+
+
+def test_stream_order_puts_every_row_where_the_kernel_reads_it():
+    """One layer of codes and block scales with every byte naming its row and column, reordered by
+    the engine: group g's qkv row r holds layout row qkv_std_row(g, r); group g's O row r holds
+    columns 256 g .. of layout O row r; gate/up and down stay; the block scales follow their rows."""
+    g8 = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, 256, (1, L.LAYER_CODE_BYTES), dtype=torch.uint8, generator=g8)
+    bsc = torch.randint(0, 127, (1, L.LAYER_BSCALE_BYTES), dtype=torch.uint8, generator=g8)
+    out = mk.stream_order_nvfp4(codes, bsc)
+    assert out.dtype == torch.uint8 and out.numel() == L.LAYER_CODE_BYTES + L.LAYER_BSCALE_BYTES
+    oc, ob = out[:L.LAYER_CODE_BYTES], out[L.LAYER_CODE_BYTES:]
+    for buf, src, offs, rb in ((oc, codes[0], L.CODE_OFFSETS, L.CODE_ROW_BYTES),
+                               (ob, bsc[0], L.BSCALE_OFFSETS, L.BSCALE_ROW_BYTES)):
+        qkv_in = src[offs["qkv"]:offs["o"]].view(-1, rb["qkv"])
+        qkv_out = buf[offs["qkv"]:offs["o"]].view(GROUPS, GROUP_ROWS, rb["qkv"])
+        for g in range(GROUPS):
+            idx = torch.tensor([qkv_std_row(g, r) for r in range(GROUP_ROWS)])
+            assert torch.equal(qkv_out[g], qkv_in[idx]), g
+        w = rb["o"] // GROUPS  # one group's slice of an O row: 128 code bytes, 16 scale bytes
+        o_in = src[offs["o"]:offs["gateup"]].view(C.HIDDEN, rb["o"])
+        o_out = buf[offs["o"]:offs["gateup"]].view(GROUPS, C.HIDDEN, w)
+        for g in range(GROUPS):
+            assert torch.equal(o_out[g], o_in[:, g * w:(g + 1) * w]), g
+        assert torch.equal(buf[offs["gateup"]:], src[offs["gateup"]:])
+    # the inputs are not modified
+    assert torch.equal(codes, torch.randint(0, 256, (1, L.LAYER_CODE_BYTES), dtype=torch.uint8,
+                                            generator=torch.Generator().manual_seed(0)))
+
+
+# ---- registration, byte model, refusals -----------------------------------------------------------
+def test_nvfp4_variant_is_registered_everywhere():
+    v = mk.variant_spec("nvfp4-stream")
+    assert v["id"] == 5 and v["weights"] == "nvfp4" and v["schedule"] == "stream" and v["experimental"] is True
+    assert "compile-only" in v["description"].lower() and "not yet run on a gpu" in v["description"].lower()
+    assert mk.NVFP4_LAYOUTS[v["layout"]] == L.LAYOUT
+    assert mk.WAITS["nvfp4-stream"] == mk.WAITS["bf16-stream"]
+    src = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
+    hdr = (REPO_ROOT / "kernel" / "megakernel.cuh").read_text()
+    assert "kVariantNvfp4Stream = 5" in hdr and "case kVariantNvfp4Stream:" in src
+    assert re.search(r"struct VariantCfg<kVariantNvfp4Stream> : StreamCfg \{\s*using Weights = WeightsNvfp4;", src)
+    deq = (REPO_ROOT / "kernel" / "dequant.cuh").read_text()
+    assert "struct WeightsNvfp4" in deq and "using Head = WeightsE4M3;" in deq  # the LM head stays FP8
+    assert kernel_spec.build_flags("nvfp4-stream") == kernel_spec.build_flags("fp8-stream")
+    assert registry.weights_of("megakernel-nvfp4-stream") == "nvfp4"
+    assert registry.weights_of("megakernel-nvfp4-stream-xray") == "nvfp4"
+    sp = registry.spec("megakernel-nvfp4-stream")
+    assert sp.needs_cuda and sp.experimental
+
+
+def test_dot16B_follows_the_kernel_models_order():
+    """WeightsNvfp4::dot16B: per block an accumulator from 0 over its two u32s (elements 0..7 then
+    8..15 of the block, dot8_e2m1_biased's pair order), then one fmaf with the block scale, block 0
+    before block 1 (quant/nvfp4_kernel_model.py kernel_gemv)."""
+    deq = (REPO_ROOT / "kernel" / "dequant.cuh").read_text()
+    body = re.search(r"struct WeightsNvfp4 \{(.*?)\n\};", deq, flags=re.S).group(1)
+    assert "dot8_e2m1_biased(w.y, a[2], a[3], dot8_e2m1_biased(w.x, a[0], a[1], 0.f))" in body
+    assert "dot8_e2m1_biased(w.w, a[6], a[7], dot8_e2m1_biased(w.z, a[4], a[5], 0.f))" in body
+    assert body.index("acc = fmaf(b0, s.x, acc)") < body.index("return fmaf(b1, s.y, acc)")
+    assert "g * e2m1_unbias()" in body
+
+
+def test_nvfp4_bytes_and_time_model():
+    nv = bytemodel.ByteModel.nvfp4()
+    assert nv.weight_bytes == L.bytes_per_token(C.NUM_LAYERS)
+    assert bytemodel.ByteModel.for_weights("nvfp4").weight_bytes == nv.weight_bytes
+    assert mk.bytes_per_token(0, weights="nvfp4") == L.bytes_per_token(C.NUM_LAYERS) + mk.kv_bytes_per_position()
+    tm = mk.time_model_bytes("nvfp4")
+    assert C.NUM_LAYERS * tm["bytes_layer"] + tm["bytes_head"] + C.HIDDEN * 2 + C.HIDDEN + 4 == nv.weight_bytes
+    assert nv.weight_bytes < bytemodel.ByteModel.fp8().weight_bytes
+
+
+def _fake_ckpt(packed=None, sha="a" * 64):
+    return SimpleNamespace(shape=SimpleNamespace(num_layers=C.NUM_LAYERS), packed=packed, tensors={},
+                           sha256=lambda: sha, describe=lambda: {})
+
+
+def _meta(**kw):
+    return {"format": L.FORMAT, "scheme": L.SCHEME, "layout": L.LAYOUT, "layout_version": L.LAYOUT_VERSION,
+            "element": L.ELEMENT, "block": L.BLOCK, "block_scale_dtype": L.BLOCK_SCALE_DTYPE,
+            "tensor_scale_dtype": L.TENSOR_SCALE_DTYPE, "head": "fp8", "num_layers": C.NUM_LAYERS,
+            "search": {"enabled": True}, "source": {"sha256": "a" * 64}, **kw}
+
+
+def _mixed_meta():
+    fp8 = ["model.layers.0.self_attn.q_proj.weight"]
+    return _meta(layout_version=L.LAYOUT_VERSION_MIXED,
+                 mixed={"fp8": fp8, "fp8_kinds": [], "per_kind": False, "fp8_layout": F8.LAYOUT,
+                        "fp8_scheme": F8.SCHEME, "map": {"source": "given as names"}})
+
+
+def test_engine_refusals_come_before_any_gpu_work():
+    nv = lambda meta: pack_nvfp4.PackedNVFP4(path=None, meta=meta, tensors={})  # noqa: E731
+    with pytest.raises(MonolithError, match="mixed pack.*layout_version 2.*no kernel variant reads mixed packs"):
+        mk.MegakernelEngine(_fake_ckpt(nv(_mixed_meta())), variant="nvfp4-stream")
+    with pytest.raises(MonolithError, match="mixed pack"):
+        mk.MegakernelEngine(_fake_ckpt(), variant="nvfp4-stream", packed=nv(_mixed_meta()))
+    with pytest.raises(MonolithError, match="layout"):
+        mk.MegakernelEngine(_fake_ckpt(nv(_meta(layout="nvfp4-colmajor-v9"))), variant="nvfp4-stream")
+    with pytest.raises(MonolithError, match="scheme"):
+        mk.MegakernelEngine(_fake_ckpt(nv(_meta(scheme="mxfp4"))), variant="nvfp4-stream")
+    with pytest.raises(MonolithError, match="head"):
+        mk.MegakernelEngine(_fake_ckpt(nv(_meta(head="bf16"))), variant="nvfp4-stream")
+    with pytest.raises(MonolithError, match="layers"):
+        mk.MegakernelEngine(_fake_ckpt(nv(_meta(num_layers=2))), variant="nvfp4-stream")
+    with pytest.raises(MonolithError, match="layers.codes"):  # right metadata, wrong tensors
+        mk.MegakernelEngine(_fake_ckpt(nv(_meta())), variant="nvfp4-stream")
+    with pytest.raises(MonolithError, match="another checkpoint"):
+        mk.MegakernelEngine(_fake_ckpt(), variant="nvfp4-stream", packed=nv(_meta(source={"sha256": "b" * 64})))
+    from monolith.quant import pack_fp8
+
+    f8 = pack_fp8.PackedFP8(path=None, meta={}, tensors={})
+    with pytest.raises(MonolithError, match="reads nvfp4 weights"):
+        mk.MegakernelEngine(_fake_ckpt(f8), variant="nvfp4-stream")
+    with pytest.raises(MonolithError, match="reads nvfp4 weights"):
+        mk.MegakernelEngine(_fake_ckpt(), variant="nvfp4-stream", packed=f8)
+    # a bf16 variant refuses the nvfp4 oracle's checkpoint (its weights would be rounded to bf16)
+    with pytest.raises(MonolithError, match="reads bf16 weights"):
+        mk.MegakernelEngine(_fake_ckpt(nv(_meta())), variant="bf16-stream")
+
+
+def test_packed_file_errors_are_clear(tmp_path):
+    with pytest.raises(MonolithError, match="packed nvfp4 weights not found"):
+        mk.MegakernelEngine(_fake_ckpt(), variant="nvfp4-stream", packed=tmp_path)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path after the nvfp4 checks")
+def test_a_valid_nvfp4_pack_reaches_the_extension():
+    t = {name: torch.zeros(shape, dtype=getattr(torch, dt)) for name, (shape, dt) in
+         pack_nvfp4._expected_shapes(C.NUM_LAYERS).items()}
+    pk = pack_nvfp4.PackedNVFP4(path=None, meta=_meta(), tensors=t)
+    with pytest.raises(MonolithError, match="needs a CUDA GPU"):
+        mk.MegakernelEngine(_fake_ckpt(pk), variant="nvfp4-stream")
+    eng = object.__new__(mk.MegakernelEngine)  # the dequantized checkpoint's own pack is what runs
+    eng.spec, eng.weight_format = mk.variant_spec("nvfp4-stream"), "nvfp4"
+    assert eng._nvfp4_pack(_fake_ckpt(pk), "nvfp4-stream", None) is pk
+
+
+def test_the_oracle_is_the_in_memory_pack_dequantized(ckpt2):
+    dq = registry.checkpoint_for("nvfp4", ckpt2)
+    assert dq.weight_dtype == torch.float32 and isinstance(dq.packed, pack_nvfp4.PackedNVFP4)
+    assert dq.packed.meta["layout_version"] == L.LAYOUT_VERSION and dq.describe()["source"]["sha256"] == ckpt2.sha256()
+    name = "model.layers.1.self_attn.o_proj.weight"
+    assert torch.equal(dq.tensors[name], dq.packed.dequantized(name))
