@@ -357,3 +357,30 @@ def test_the_oracle_is_the_in_memory_pack_dequantized(ckpt2):
     assert dq.packed.meta["layout_version"] == L.LAYOUT_VERSION and dq.describe()["source"]["sha256"] == ckpt2.sha256()
     name = "model.layers.1.self_attn.o_proj.weight"
     assert torch.equal(dq.tensors[name], dq.packed.dequantized(name))
+
+
+def test_input_swizzle_is_a_conflict_free_permutation():
+    """nv_swz (where the writers put element e of sm.x / sm.attn / sm.act) and load_x32 (lane i
+    reads float4 j ^ (i % 8) of its 8): a permutation inside each 128-byte line, every lane gets its
+    32 elements in order, and the 8 lanes of a quarter-warp read 8 different 16-byte bank groups."""
+    text = SCHEDULE.read_text()
+    assert "return (i << 5) | ((j ^ (i & 7)) << 2) | (e & 3);" in text
+    assert "for (int j = 0; j < 8; ++j) x.v[j] = x4[j ^ (i & 7)];" in text
+
+    def swz(e):
+        i, j = e >> 5, (e >> 2) & 7
+        return (i << 5) | ((j ^ (i & 7)) << 2) | (e & 3)
+
+    n = C.INTERMEDIATE
+    place = [swz(e) for e in range(n)]
+    assert sorted(place) == list(range(n)) and all(p // 32 == e // 32 for e, p in enumerate(place))
+    store = [None] * n
+    for e, p in enumerate(place):
+        store[p] = e
+    for i in range(n // 32):  # lane i's float4 j (the code reads float4 index 8 i + (j ^ (i & 7)))
+        got = [store[4 * (8 * i + (j ^ (i & 7))) + c] for j in range(8) for c in range(4)]
+        assert got == list(range(32 * i, 32 * i + 32)), i
+    for j in range(8):  # one quarter-warp, one load: 8 lanes, 8 distinct bank groups of 16 bytes
+        assert len({(8 * i + (j ^ (i & 7))) % 8 for i in range(8)}) == 8
+    # the writers (warp w stores elements 32 w' .. of one line) stay within one 128-byte line
+    assert all(place[e] // 32 == e // 32 for e in range(0, n, 32))
