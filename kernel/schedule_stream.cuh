@@ -340,13 +340,6 @@ __device__ __forceinline__ float half_row_lane(const uint4* slot, int row, const
   }
 }
 
-// A weight format as a value (generic lambdas of the consumer take the format of their rows: the
-// LM head's can differ from the layers', NVFP4 vs FP8).
-template <class T>
-struct FmtTag {
-  using type = T;
-};
-
 // Four warp sums in 6 shuffles instead of 20: halve the lanes' set of values at xor 16 and 8,
 // then reduce within groups of 8. Lane 8 v (v = 0..3) ends with the sum of value v over all
 // 32 lanes, added in a fixed order (deterministic).
@@ -738,9 +731,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // half-row sum of row 8 b + w / 2 goes to part[b * 16 + w] (b: 8-row block of the round); the
   // row's two halves are added after the round's closing barrier, in fixed order (combine_row).
   static_assert(kRoundSlots == 4, "round_1024 reduces four 8-row blocks' sums per warp_sum4");
-  auto round_1024 = [&](auto fmt, int base, int n, int nr, const XHalf& x, float* part) {
-    using RW = typename decltype(fmt)::type;
-    using RF = StreamFmt<RW>;
+  auto round_1024 = [&](int base, int n, int nr, const XHalf& x, float* part) {
+    using RW = HW;  // (bf16 / E4M3 rows: the layers' of those variants, and every variant's LM head)
+    using RF = HF;
 #pragma unroll
     for (int k = 0; k < RF::kRb; ++k) {  // E4M3: the slots' first 8 rows, then their second 8
       float a[kRoundSlots];
@@ -768,11 +761,12 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // it before its wait), each later round's is loaded one round ahead, so no scale load is ever
   // waited on at the end of a round. The dot product reaches on_row scaled.
   // kSlots (an integral_constant): slots per round, at most two pieces of kRoundSlots.
-  // fmt: FmtTag of the rows' format (bf16 or E4M3: the layers' of those variants, or the LM head's).
-  auto rows_1024 = [&](auto fmt, auto kSlotsC, int r0, int r1, uint16_t work_phase, int layer, const float* s_x, bool ok,
+  // The rows are in the LM head's format HW: the layers' too for bf16 / E4M3 variants (W == HW);
+  // NVFP4 layers go through rows_nv below.
+  auto rows_1024 = [&](auto kSlotsC, int r0, int r1, uint16_t work_phase, int layer, const float* s_x, bool ok,
                        const float* scl, float sc0, auto&& on_row, auto&& opened) -> bool {
-    using RW = typename decltype(fmt)::type;
-    using RF = StreamFmt<RW>;
+    using RW = HW;
+    using RF = HF;
     constexpr bool kSc = RW::kRowScale;
     static_assert(!RW::kBlockScaled, "NVFP4 rows go through rows_nv");
     constexpr int kSl = decltype(kSlotsC)::value, kRows = kSl * RF::kRows1024;
@@ -791,7 +785,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 #pragma unroll
       for (int pc = 0; pc < (kSl + kRoundSlots - 1) / kRoundSlots; ++pc) {  // pieces of kRoundSlots slots
         const int p0 = pc * kRoundSlots, np = min(kRoundSlots, n - p0);
-        if (np > 0) round_1024(fmt, p0, np, nr - p0 * RF::kRows1024, x, part + p0 * RF::kRb * kStreamConsumerWarps);
+        if (np > 0) round_1024(p0, np, nr - p0 * RF::kRows1024, x, part + p0 * RF::kRb * kStreamConsumerWarps);
       }
       csync();  // publishes part: combine after it, in fixed order
       if (tid < nr) {
@@ -804,10 +798,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     }
     return true;
   };
-  // this thread's scale of row r0 + tid (the first round of rows_1024 with kRows rows), 1 for bf16
-  auto first_scale = [&](auto fmt, const float* scl, int r0, int r1, int kRows) -> float {
-    using RW = typename decltype(fmt)::type;
-    if constexpr (RW::kRowScale && !RW::kBlockScaled) return tid < kRows && r0 + tid < r1 ? __ldg(scl + r0 + tid) : 1.f;
+  // this thread's scale of row r0 + tid (the first round of rows_1024 with kRows rows), 1 for bf16;
+  // rows in the format HW, as rows_1024's (NVFP4's qkv does not call it)
+  auto first_scale = [&](const float* scl, int r0, int r1, int kRows) -> float {
+    if constexpr (HW::kRowScale) return tid < kRows && r0 + tid < r1 ? __ldg(scl + r0 + tid) : 1.f;
     else return 1.f;
   };
 
@@ -945,7 +939,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       bool ok = true;
       const Norm2 nin = load_norm2(N + kNormInLn);  // in flight during the wait below
       const float* scl = kScaled ? SC + kScQKV + g * kGroupRows : nullptr;
-      const float sc0 = first_scale(FmtTag<W>{}, scl, s.q0, s.q1, kRowsRound);
+      const float sc0 = kNv ? 1.f : first_scale(scl, s.q0, s.q1, kRowsRound);
       // NVFP4: the first round's block scales, and the tensor scale (q's, k's or v's) of this
       // thread's row of the first round, before the wait; the next round's row scale is loaded at
       // the end of a round (one register, as fp8's row scales: three held ones spilled)
@@ -1002,7 +996,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
                          }
                        }, false, unused);
       } else {
-        done = rows_1024(FmtTag<W>{}, std::integral_constant<int, kRoundSlots>{}, s.q0, s.q1, kPhase_s_qkv, L, sm.x, ok,
+        done = rows_1024(std::integral_constant<int, kRoundSlots>{}, s.q0, s.q1, kPhase_s_qkv, L, sm.x, ok,
                          scl, sc0, on_qkv, opened_qkv);
       }
       if (!done) return;
@@ -1429,7 +1423,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 #pragma unroll
           for (int pc = 0; pc < 2; ++pc) {
             const int p0 = pc * kRoundSlots, np = min(kRoundSlots, n - p0);
-            if (np > 0) round_1024(FmtTag<W>{}, p0, np, np * F::kRows1024, xg, part + p0 * F::kRb * kStreamConsumerWarps);
+            if (np > 0) round_1024(p0, np, np * F::kRows1024, xg, part + p0 * F::kRb * kStreamConsumerWarps);
           }
           csync();
           if (tid < kMlpUnitCols * nu) {  // pair t of the round: gate j and up j, j = 8 u + t
@@ -1534,7 +1528,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   bool ok = true;
   const Norm2 nfin = load_norm2(p.final_norm);  // in flight during the wait below
   constexpr int kHeadRows = HF::kHeadSlots * HF::kRows1024;  // LM-head rows per round: 32 | 96
-  const float sch0 = first_scale(FmtTag<HW>{}, p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
+  const float sch0 = first_scale(p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
   {
     const long long* rp = acc + kTagResid + tid;
     tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, kNumLayers - 1), v, S,
@@ -1560,7 +1554,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   float best = -INFINITY;
   int best_i = 0x7fffffff;
   float inv = 0.f;
-  if (!rows_1024(FmtTag<HW>{}, std::integral_constant<int, HF::kHeadSlots>{}, s.v0, s.v1, kPhase_lmhead, kNumLayers, sm.x, ok, p.embed_scales, sch0, [&](int row, float a) {
+  if (!rows_1024(std::integral_constant<int, HF::kHeadSlots>{}, s.v0, s.v1, kPhase_lmhead, kNumLayers, sm.x, ok, p.embed_scales, sch0, [&](int row, float a) {
         const float logit = a * inv;
         p.logits[row] = logit;
         if (logit > best) {
