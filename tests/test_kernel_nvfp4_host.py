@@ -384,3 +384,35 @@ def test_input_swizzle_is_a_conflict_free_permutation():
         assert len({(8 * i + (j ^ (i & 7))) % 8 for i in range(8)}) == 8
     # the writers (warp w stores elements 32 w' .. of one line) stay within one 128-byte line
     assert all(place[e] // 32 == e // 32 for e in range(0, n, 32))
+
+
+def _warp_sum4(a: torch.Tensor) -> torch.Tensor:
+    """A port of schedule_stream.cuh's warp_sum4 on fp32 values a [4, 32] (value v, lane l): the
+    lane-8v result of each value. Each line is the kernel's (select, shuffle xor, add)."""
+    lane = torch.arange(32)
+    hi, b3 = (lane & 16) != 0, (lane & 8) != 0
+    shfl = lambda v, m: v[lane ^ m]  # noqa: E731 (__shfl_xor_sync)
+    b0 = torch.where(hi, a[2], a[0]) + shfl(torch.where(hi, a[0], a[2]), 16)
+    b1 = torch.where(hi, a[3], a[1]) + shfl(torch.where(hi, a[1], a[3]), 16)
+    c = torch.where(b3, b1, b0) + shfl(torch.where(b3, b0, b1), 8)
+    for m in (4, 2, 1):
+        c = c + shfl(c, m)
+    return c[8 * torch.arange(4)]
+
+
+def test_warp_sum4_is_bitwise_the_kernel_models_butterfly():
+    """rows_nv reduces a row's 32 lane sums with warp_sum4; quant/nvfp4_kernel_model.py with an xor
+    butterfly 16, 8, 4, 2, 1 (lane 0's view). The same pairs are added at every step (fp32 addition
+    commutes), so the two agree bit for bit, for values of any magnitude and sign."""
+    text = SCHEDULE.read_text()
+    for line in ("const float b0 = (hi ? a2 : a0) + __shfl_xor_sync(0xffffffffu, hi ? a0 : a2, 16);",
+                 "const float b1 = (hi ? a3 : a1) + __shfl_xor_sync(0xffffffffu, hi ? a1 : a3, 16);",
+                 "float c = (b3 ? b1 : b0) + __shfl_xor_sync(0xffffffffu, b3 ? b0 : b1, 8);"):
+        assert line in text, line
+    g = torch.Generator().manual_seed(3)
+    for _ in range(200):
+        a = torch.randn(4, 32, generator=g) * torch.exp2(torch.randint(-30, 30, (4, 32), generator=g).float())
+        y = a.clone()
+        for off in (16, 8, 4, 2, 1):  # the model's butterfly, every lane
+            y = y + y[:, torch.arange(32) ^ off]
+        assert torch.equal(_warp_sum4(a), y[:, 0])
