@@ -857,13 +857,13 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     }
   };
   // Rows [0, nrows) of a phase in rounds of kNvRowsRound (the producer issued them in slots of 32
-  // from row 0). The first round's opening barrier carries `ok` (acquire_n); opened() runs after it,
-  // then each round reads x = this lane's inputs from s_x (not kSeg). bsf: the first round's scales, loaded by the
-  // caller before its input wait; each later round's at the end of the round before, ahead of its
-  // barrier, hand-back and slot wait. After each round's
-  // closing barrier epi(q, nr, part) (part[t]: row q + t). keep_last: the last round's slots are
-  // not handed back (held = their count; down stores the residual first), else the last round
-  // raises the hop mark and hands back.
+  // from row 0). The first round's opening barrier carries `ok` (acquire_n); opened() runs after
+  // it, then each round reads x = this lane's inputs from s_x (not kSeg). bsf: the first round's
+  // scales, loaded by the caller before its input wait; each later round's are loaded at the end of
+  // the round before, ahead of its barrier, hand-back and slot wait. After each round's closing
+  // barrier epi(q, nr, part) (part[t]: row q + t). keep_last: the last round's slots are not handed
+  // back (held = their count; down stores the residual first), else the last round raises the hop
+  // mark and hands back.
   auto rows_nv = [&](auto kSegC, int nrows, const uint8_t* bs0, const uint32_t(&bsf)[kRoundSlots], const float* s_x,
                      uint16_t work_phase, int layer, bool ok, auto&& opened, auto&& epi, bool keep_last, int& held) -> bool {
     if (!acquire_n(min(kRoundSlots, (nrows + NF::kRows1024 - 1) / NF::kRows1024), work_phase, layer, ok)) return false;

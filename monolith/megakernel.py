@@ -305,7 +305,9 @@ class MegakernelEngine(Engine):
         """ckpt: the checkpoint. An fp8 variant ("weights": "fp8" in kernel/variants.json) runs on
         `packed` (a `monolith pack --format fp8` dir/file or a PackedFP8 made from ckpt), else on
         ckpt's own pack when ckpt is the dequantized fp8 checkpoint (its gate's oracle,
-        quant/pack_fp8.dequantized_checkpoint), else on ckpt packed in memory (seconds)."""
+        quant/pack_fp8.dequantized_checkpoint), else on ckpt packed in memory (seconds). An nvfp4
+        variant ("weights": "nvfp4", nvfp4-stream) likewise with `monolith pack --format nvfp4` packs
+        (all-NVFP4, layout_version 1; mixed packs are refused), see _nvfp4_pack."""
         if ckpt.shape.num_layers != C.NUM_LAYERS:
             raise MonolithError(f"the kernel is compiled for {C.NUM_LAYERS} layers; checkpoint has {ckpt.shape.num_layers}")
         self.spec = variant_spec(variant)
