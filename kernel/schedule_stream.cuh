@@ -432,6 +432,20 @@ constexpr long long kHopHoldCycles = MONOLITH_HOP_HOLD_CYCLES;
 constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
 static_assert(kHopHoldCycles >= 0 && kHopHoldCycles <= 100000, "a hold is bounded: at most ~50 us");
 static_assert(kRingInflight >= 0 && kRingInflight < kStages, "0 (off) or fewer copies in flight than slots");
+// MONOLITH_ATTN_FLASH=1 (fifth session, compiled but not yet run: the next GPU session's A/B,
+// after probes/attn_split.cu): an attention split as flash-decoding inside the block. Warp w
+// scores its own positions w, w + 16, w + 32, w + 48 (half-warps, as now), keeps their max, exps
+// and sum in registers (every lane holds them after a broadcast) and accumulates their V; one
+// barrier, then 256 threads merge the 16 warps' (m, l, o) in fixed order with the online-softmax
+// rescale. The split's K and V slots are acquired and handed back together. 3 barriers per split
+// instead of 7 (the shipped shape: scores to shared memory, statistics by two warps, V, a sum over
+// warps). Why: a split is 2.7 us of work on the layer's critical chain (X-ray, NOTES.md fifth
+// session). Same (m, l, o) partials, summed in another order: deterministic, not bitwise the
+// shipped kernel's.
+#ifndef MONOLITH_ATTN_FLASH
+#define MONOLITH_ATTN_FLASH 0
+#endif
+constexpr bool kAttnFlash = MONOLITH_ATTN_FLASH != 0;
 
 // ---- producer -------------------------------------------------------------------------------
 struct Ring {
@@ -1069,12 +1083,131 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
         // this barrier publishes q, kc, vc and opens the first split's K round when it has one
         held = min(s.gi * kSplitPositions + kSplitPositions, pos) > s.gi * kSplitPositions;
-        if (!acquire_n(held ? 1 : 0, kPhase_s_attn, L)) return;
+        if (!acquire_n(held ? (kAttnFlash ? 2 : 1) : 0, kPhase_s_attn, L)) return;
       }
       for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
         const int t0 = sp * kSplitPositions, t1 = min(t0 + kSplitPositions, pos);
         const int nh = t1 > t0 ? t1 - t0 : 0;      // cached positions in this split
         const bool cur = sp == s.nsplit - 1;       // this position is the split's last entry
+        if constexpr (kAttnFlash) {
+          // K (slot 0) and V (slot 1) of the split together
+          if (nh > 0 && !held && !acquire_n(2, kPhase_s_attn, L)) return;
+          held = false;
+          const uint4* kslot = slot_at(0);
+          const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(1));
+          const int half = lane >> 4, l16 = lane & 15;
+          const float4* q4 = reinterpret_cast<const float4*>(sm.q);
+          constexpr int kPerWarp = kSplitPositions / kStreamConsumerWarps;
+          static_assert(kPerWarp == 4, "four positions per warp: two per half-warp");
+          float s0[kPerWarp], s1[kPerWarp];  // this warp's scores (both heads), in every lane
+#pragma unroll
+          for (int i = 0; i < kPerWarp / 2; ++i) {
+            const int rr = warp + kStreamConsumerWarps * (2 * i + half);
+            float a0 = 0.f, a1 = 0.f;
+            if (rr < nh) {
+              const uint4 kw = kslot[rr * 16 + l16];
+              a0 = dot8_bf16(kw, q4[2 * l16], q4[2 * l16 + 1], 0.f);
+              a1 = dot8_bf16(kw, q4[32 + 2 * l16], q4[32 + 2 * l16 + 1], 0.f);
+            }
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) {  // within each half-warp, the shipped order
+              a0 += __shfl_xor_sync(0xffffffffu, a0, o);
+              a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+            }
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {  // both half-warps' positions to every lane
+              const int j = 2 * i + hh, r = warp + kStreamConsumerWarps * j;
+              const float b0 = __shfl_sync(0xffffffffu, a0, 16 * hh), b1 = __shfl_sync(0xffffffffu, a1, 16 * hh);
+              s0[j] = r < nh ? b0 * scale : -INFINITY;
+              s1[j] = r < nh ? b1 * scale : -INFINITY;
+            }
+          }
+          float c0 = -INFINITY, c1 = -INFINITY;  // this position's scores: warp 0 takes it
+          if (cur && warp == 0) {
+            float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+            for (int i = 0; i < kHeadDim / 32; ++i) {
+              a0 = fmaf(sm.q[lane + 32 * i], sm.kc[lane + 32 * i], a0);
+              a1 = fmaf(sm.q[kHeadDim + lane + 32 * i], sm.kc[lane + 32 * i], a1);
+            }
+            c0 = warp_sum(a0) * scale;
+            c1 = warp_sum(a1) * scale;
+          }
+          float m0 = c0, m1 = c1;
+#pragma unroll
+          for (int j = 0; j < kPerWarp; ++j) {
+            m0 = fmaxf(m0, s0[j]);
+            m1 = fmaxf(m1, s1[j]);
+          }
+          // a warp without positions keeps m = -inf, l = 0: the merge skips it
+          float l0 = 0.f, l1 = 0.f, o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+          for (int j = 0; j < kPerWarp; ++j) {
+            const int rr = warp + kStreamConsumerWarps * j;
+            if (rr < nh) {
+              const float p0 = __expf(s0[j] - m0), p1 = __expf(s1[j] - m1);
+              l0 += p0;
+              l1 += p1;
+              const uint2 vv = vslot[rr * 32 + lane];
+              const float v4[4] = {__uint_as_float(vv.x << 16), __uint_as_float(vv.x & 0xffff0000u),
+                                   __uint_as_float(vv.y << 16), __uint_as_float(vv.y & 0xffff0000u)};
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                o0[i] = fmaf(p0, v4[i], o0[i]);
+                o1[i] = fmaf(p1, v4[i], o1[i]);
+              }
+            }
+          }
+          if (cur && warp == 0) {
+            const float p0 = __expf(c0 - m0), p1 = __expf(c1 - m1);
+            l0 += p0;
+            l1 += p1;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              o0[i] = fmaf(p0, sm.vc[4 * lane + i], o0[i]);
+              o1[i] = fmaf(p1, sm.vc[4 * lane + i], o1[i]);
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            sm.vpart[warp * kGroupCols + 4 * lane + i] = o0[i];
+            sm.vpart[warp * kGroupCols + kHeadDim + 4 * lane + i] = o1[i];
+          }
+          static_assert(4 * kStreamConsumerWarps <= kHeadsPerKV * kSplitPositions, "per-warp (m, l) fit in sm.sc");
+          if (lane == 0) {
+            sm.sc[4 * warp + 0] = m0;
+            sm.sc[4 * warp + 1] = l0;
+            sm.sc[4 * warp + 2] = m1;
+            sm.sc[4 * warp + 3] = l1;
+          }
+          csync();
+          if (tid < kGroupCols) {  // fixed order over warps
+            const int h = tid / kHeadDim, d = tid & (kHeadDim - 1);
+            float m = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < kStreamConsumerWarps; ++w) m = fmaxf(m, sm.sc[4 * w + 2 * h]);
+            float num = 0.f, den = 0.f;
+#pragma unroll
+            for (int w = 0; w < kStreamConsumerWarps; ++w) {
+              const float lw = sm.sc[4 * w + 2 * h + 1];
+              if (lw > 0.f) {  // (-inf) - (-inf) of an empty warp would be NaN
+                const float c = __expf(sm.sc[4 * w + 2 * h] - m);
+                num = fmaf(sm.vpart[w * kGroupCols + tid], c, num);
+                den = fmaf(lw, c, den);
+              }
+            }
+            long long* part = acc + kTagAttnPart + ((g * kMaxSplits + sp) * kHeadsPerKV + h) * kPartStride;
+            tagged_store(part + 2 + d, num, tag);
+            if (d == 0) {
+              tagged_store(part, m, tag);
+              tagged_store(part + 1, den, tag);
+            }
+          }
+          if (sp + s.ng >= s.nsplit) hop_mark();  // the block's last split: the merge's hop follows
+          if (nh > 0) hand_back(2);
+          csync();  // vpart and sc are reused by the next split
+          continue;
+        }
         // scores: one half-warp per cached position, 16 lanes x 16 B = one K row, both heads
         if (nh > 0) {
           if (!held && !acquire_n(1, kPhase_s_attn, L)) return;
