@@ -374,6 +374,19 @@ struct StreamPlan {
   int nsplit;     // attention splits at this position (same in every block)
 };
 
+// MONOLITH_ATTN_BALANCED=1 (fifth session, compiled but not yet run): the pos + 1 entries of the
+// attention (cached positions and this one) are cut into nsplit nearly equal splits instead of
+// 64, 64, ..., rest, and at short context into at least min(kMinBalancedSplits, blocks of the
+// group, pos + 1) splits (one merge batch of 4). Why: the slowest split sets the group's chain, and
+// a split costs ~1.5 us fixed + ~1.3 us per 64 positions (X-ray at position 128, where the splits
+// hold 64, 64 and 0 + this one: 2.75 against 1.48 us; NOTES.md fifth session). No split is ever
+// empty (nsplit <= pos + 1) and none holds more than kSplitPositions entries (nsplit >= pos / 64 + 1).
+#ifndef MONOLITH_ATTN_BALANCED
+#define MONOLITH_ATTN_BALANCED 0
+#endif
+constexpr bool kAttnBalanced = MONOLITH_ATTN_BALANCED != 0;
+constexpr int kMinBalancedSplits = 4;
+
 __device__ __forceinline__ StreamPlan make_plan(int b, int G, int pos) {
   StreamPlan s;
   s.g = 0;
@@ -387,7 +400,21 @@ __device__ __forceinline__ StreamPlan make_plan(int b, int G, int pos) {
   s.h0 = int(part_begin(kHidden, G, b)), s.h1 = int(part_begin(kHidden, G, b + 1));
   s.v0 = int(part_begin(kVocab, G, b)), s.v1 = int(part_begin(kVocab, G, b + 1));
   s.nsplit = pos / kSplitPositions + 1;
+  if constexpr (kAttnBalanced) s.nsplit = max(s.nsplit, min(min(kMinBalancedSplits, s.ng), pos + 1));
   return s;
+}
+
+// Split sp of the attention at this position: its cached positions [t0, t1) (t1 <= pos; this
+// position itself belongs to the last split). Fixed 64-position splits, or MONOLITH_ATTN_BALANCED.
+__device__ __forceinline__ void split_range(int sp, int nsplit, int pos, int& t0, int& t1) {
+  if constexpr (kAttnBalanced) {
+    const int e = pos + 1;  // entries: cached positions and this one
+    t0 = int((int64_t(sp) * e) / nsplit);
+    t1 = min(int((int64_t(sp + 1) * e) / nsplit), pos);
+  } else {
+    t0 = sp * kSplitPositions;
+    t1 = min(t0 + kSplitPositions, pos);
+  }
 }
 
 __device__ __forceinline__ uint16_t* kv_base(uint16_t* kv, int L, int kind, int g) {
@@ -568,7 +595,8 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
     for (int q = s.q0; q < s.q1; q += R)
       issue(at(kOffQKV + int64_t(s.g * kGroupRows + q) * kHidden), uint32_t(min(R, s.q1 - q)) * F::kRowBytes1024, info);
     for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
-      const int t0 = sp * kSplitPositions, t1 = min(t0 + kSplitPositions, pos);
+      int t0, t1;
+      split_range(sp, s.nsplit, pos, t0, t1);
       if (t1 > t0) {
         issue(kv_base(p.kv, L, 0, s.g) + int64_t(t0) * kHeadDim, uint32_t(t1 - t0) * kHeadDim * 2, info);
         issue(kv_base(p.kv, L, 1, s.g) + int64_t(t0) * kHeadDim, uint32_t(t1 - t0) * kHeadDim * 2, info);
@@ -1082,11 +1110,16 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           keep_kv(1, v[0], v[1], sm.vc);
         }
         // this barrier publishes q, kc, vc and opens the first split's K round when it has one
-        held = min(s.gi * kSplitPositions + kSplitPositions, pos) > s.gi * kSplitPositions;
+        {
+          int h0, h1;
+          split_range(s.gi, s.nsplit, pos, h0, h1);
+          held = h1 > h0;
+        }
         if (!acquire_n(held ? (kAttnFlash ? 2 : 1) : 0, kPhase_s_attn, L)) return;
       }
       for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
-        const int t0 = sp * kSplitPositions, t1 = min(t0 + kSplitPositions, pos);
+        int t0, t1;
+        split_range(sp, s.nsplit, pos, t0, t1);
         const int nh = t1 > t0 ? t1 - t0 : 0;      // cached positions in this split
         const bool cur = sp == s.nsplit - 1;       // this position is the split's last entry
         if constexpr (kAttnFlash) {

@@ -179,3 +179,35 @@ def test_harness_names_the_xray_build():
 
     s = registry.spec("megakernel-bf16-upstream-xray")
     assert s.needs_cuda and "X-ray" in s.label
+
+
+def test_balanced_attention_splits_cover_every_entry_once():
+    """MONOLITH_ATTN_BALANCED's split rule (kernel/schedule_stream.cuh make_plan / split_range),
+    modelled here with the constants read from the source: at every position up to the context cap
+    and every group size the kernel can have, the splits tile the pos + 1 entries (cached positions
+    and this one, which is the last split's), none is empty (an empty split's (m, l) = (-inf, 0)
+    would make the merge's exp(-inf - -inf) a NaN) and none holds more than one K/V slot of
+    positions."""
+    import re
+
+    src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
+    k_min = int(re.search(r"constexpr int kMinBalancedSplits = (\d+);", src).group(1))
+    assert "s.nsplit = max(s.nsplit, min(min(kMinBalancedSplits, s.ng), pos + 1));" in src
+    assert "t0 = int((int64_t(sp) * e) / nsplit);" in src and "t1 = min(int((int64_t(sp + 1) * e) / nsplit), pos);" in src
+    split = 64
+    cfg = (REPO_ROOT / "kernel" / "config.cuh").read_text()
+    assert re.search(r"constexpr int kSplitPositions = (\d+);", cfg).group(1) == str(split)
+    for ng in (1, 2, 3, 4, 8, 16, 17, 48):
+        for pos in list(range(0, 300)) + list(range(300, C.CONTEXT_CAP, 37)) + [C.CONTEXT_CAP - 1]:
+            nsplit = max(pos // split + 1, min(min(k_min, ng), pos + 1))
+            assert nsplit <= C.CONTEXT_CAP // split  # kMaxSplits: the partials' buffer
+            e, covered = pos + 1, 0
+            for sp in range(nsplit):
+                t0, t1e = sp * e // nsplit, (sp + 1) * e // nsplit
+                t1 = min(t1e, pos)
+                assert t0 == covered, (ng, pos, sp)
+                entries = t1e - t0
+                assert 1 <= entries <= split, (ng, pos, sp, entries)
+                assert t1 - t0 <= split and (t1 < t1e) == (sp == nsplit - 1), (ng, pos, sp)
+                covered = t1e
+            assert covered == e
