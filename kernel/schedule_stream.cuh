@@ -1117,6 +1117,52 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
         if (!acquire_n(held ? (kAttnFlash ? 2 : 1) : 0, kPhase_s_attn, L)) return;
       }
+      // What both split shapes (the shipped one and MONOLITH_ATTN_FLASH) share:
+      // cached position rr's scores of both heads by a half-warp (16 lanes x 16 B = one K row;
+      // the whole warp calls it for the shuffles, a half-warp past the split passes valid = false)
+      auto score_k = [&](const uint4* kslot, int rr, bool valid, float& a0, float& a1) {
+        const int l16 = tid & 15;
+        const float4* q4 = reinterpret_cast<const float4*>(sm.q);
+        a0 = a1 = 0.f;
+        if (valid) {
+          const uint4 kw = kslot[rr * 16 + l16];
+          a0 = dot8_bf16(kw, q4[2 * l16], q4[2 * l16 + 1], 0.f);
+          a1 = dot8_bf16(kw, q4[32 + 2 * l16], q4[32 + 2 * l16 + 1], 0.f);
+        }
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) {  // within each half-warp, fixed order
+          a0 += __shfl_xor_sync(0xffffffffu, a0, o);
+          a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+        }
+      };
+      // this position's scores of both heads (unscaled), by one whole warp
+      auto score_cur = [&](float& a0, float& a1) {
+        a0 = a1 = 0.f;
+#pragma unroll
+        for (int i = 0; i < kHeadDim / 32; ++i) {
+          a0 = fmaf(sm.q[lane + 32 * i], sm.kc[lane + 32 * i], a0);
+          a1 = fmaf(sm.q[kHeadDim + lane + 32 * i], sm.kc[lane + 32 * i], a1);
+        }
+        a0 = warp_sum(a0);
+        a1 = warp_sum(a1);
+      };
+      // o += p * V for this lane's 4 dims of one V row (bf16 pairs), both heads
+      auto add_v = [&](uint2 vv, float p0, float p1, float (&o0)[4], float (&o1)[4]) {
+        const float v4[4] = {__uint_as_float(vv.x << 16), __uint_as_float(vv.x & 0xffff0000u),
+                             __uint_as_float(vv.y << 16), __uint_as_float(vv.y & 0xffff0000u)};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          o0[i] = fmaf(p0, v4[i], o0[i]);
+          o1[i] = fmaf(p1, v4[i], o1[i]);
+        }
+      };
+      auto store_vpart = [&](const float (&o0)[4], const float (&o1)[4]) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          sm.vpart[warp * kGroupCols + 4 * lane + i] = o0[i];
+          sm.vpart[warp * kGroupCols + kHeadDim + 4 * lane + i] = o1[i];
+        }
+      };
       for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
         int t0, t1;
         split_range(sp, s.nsplit, pos, t0, t1);
@@ -1128,25 +1174,15 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           held = false;
           const uint4* kslot = slot_at(0);
           const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(1));
-          const int half = lane >> 4, l16 = lane & 15;
-          const float4* q4 = reinterpret_cast<const float4*>(sm.q);
+          const int half = lane >> 4;
           constexpr int kPerWarp = kSplitPositions / kStreamConsumerWarps;
           static_assert(kPerWarp == 4, "four positions per warp: two per half-warp");
           float s0[kPerWarp], s1[kPerWarp];  // this warp's scores (both heads), in every lane
 #pragma unroll
           for (int i = 0; i < kPerWarp / 2; ++i) {
             const int rr = warp + kStreamConsumerWarps * (2 * i + half);
-            float a0 = 0.f, a1 = 0.f;
-            if (rr < nh) {
-              const uint4 kw = kslot[rr * 16 + l16];
-              a0 = dot8_bf16(kw, q4[2 * l16], q4[2 * l16 + 1], 0.f);
-              a1 = dot8_bf16(kw, q4[32 + 2 * l16], q4[32 + 2 * l16 + 1], 0.f);
-            }
-#pragma unroll
-            for (int o = 8; o > 0; o >>= 1) {  // within each half-warp, the shipped order
-              a0 += __shfl_xor_sync(0xffffffffu, a0, o);
-              a1 += __shfl_xor_sync(0xffffffffu, a1, o);
-            }
+            float a0, a1;
+            score_k(kslot, rr, rr < nh, a0, a1);
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {  // both half-warps' positions to every lane
               const int j = 2 * i + hh, r = warp + kStreamConsumerWarps * j;
@@ -1157,14 +1193,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           }
           float c0 = -INFINITY, c1 = -INFINITY;  // this position's scores: warp 0 takes it
           if (cur && warp == 0) {
-            float a0 = 0.f, a1 = 0.f;
-#pragma unroll
-            for (int i = 0; i < kHeadDim / 32; ++i) {
-              a0 = fmaf(sm.q[lane + 32 * i], sm.kc[lane + 32 * i], a0);
-              a1 = fmaf(sm.q[kHeadDim + lane + 32 * i], sm.kc[lane + 32 * i], a1);
-            }
-            c0 = warp_sum(a0) * scale;
-            c1 = warp_sum(a1) * scale;
+            score_cur(c0, c1);
+            c0 *= scale;
+            c1 *= scale;
           }
           float m0 = c0, m1 = c1;
 #pragma unroll
@@ -1181,14 +1212,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
               const float p0 = __expf(s0[j] - m0), p1 = __expf(s1[j] - m1);
               l0 += p0;
               l1 += p1;
-              const uint2 vv = vslot[rr * 32 + lane];
-              const float v4[4] = {__uint_as_float(vv.x << 16), __uint_as_float(vv.x & 0xffff0000u),
-                                   __uint_as_float(vv.y << 16), __uint_as_float(vv.y & 0xffff0000u)};
-#pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                o0[i] = fmaf(p0, v4[i], o0[i]);
-                o1[i] = fmaf(p1, v4[i], o1[i]);
-              }
+              add_v(vslot[rr * 32 + lane], p0, p1, o0, o1);
             }
           }
           if (cur && warp == 0) {
@@ -1201,11 +1225,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
               o1[i] = fmaf(p1, sm.vc[4 * lane + i], o1[i]);
             }
           }
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            sm.vpart[warp * kGroupCols + 4 * lane + i] = o0[i];
-            sm.vpart[warp * kGroupCols + kHeadDim + 4 * lane + i] = o1[i];
-          }
+          store_vpart(o0, o1);
           static_assert(4 * kStreamConsumerWarps <= kHeadsPerKV * kSplitPositions, "per-warp (m, l) fit in sm.sc");
           if (lane == 0) {
             sm.sc[4 * warp + 0] = m0;
@@ -1247,19 +1267,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           held = false;
           const uint4* slot = slot_at(0);
           const int hw = tid >> 4, l16 = tid & 15;
-          const float4* q4 = reinterpret_cast<const float4*>(sm.q);
           for (int rr = hw; rr < kSplitPositions; rr += kStreamConsumerThreads / 16) {
-            float a0 = 0.f, a1 = 0.f;
-            if (rr < nh) {
-              const uint4 kw = slot[rr * 16 + l16];
-              a0 = dot8_bf16(kw, q4[2 * l16], q4[2 * l16 + 1], 0.f);
-              a1 = dot8_bf16(kw, q4[32 + 2 * l16], q4[32 + 2 * l16 + 1], 0.f);
-            }
-#pragma unroll
-            for (int o = 8; o > 0; o >>= 1) {
-              a0 += __shfl_xor_sync(0xffffffffu, a0, o);
-              a1 += __shfl_xor_sync(0xffffffffu, a1, o);
-            }
+            float a0, a1;
+            score_k(slot, rr, rr < nh, a0, a1);
             if (l16 == 0 && rr < nh) {
               sm.sc[rr] = a0 * scale;
               sm.sc[kSplitPositions + rr] = a1 * scale;
@@ -1268,14 +1278,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           release_n(1);
         }
         if (cur && warp == 0) {
-          float a0 = 0.f, a1 = 0.f;
-#pragma unroll
-          for (int i = 0; i < kHeadDim / 32; ++i) {
-            a0 = fmaf(sm.q[lane + 32 * i], sm.kc[lane + 32 * i], a0);
-            a1 = fmaf(sm.q[kHeadDim + lane + 32 * i], sm.kc[lane + 32 * i], a1);
-          }
-          a0 = warp_sum(a0);
-          a1 = warp_sum(a1);
+          float a0, a1;
+          score_cur(a0, a1);
           if (lane == 0) {
             sm.sc[nh] = a0 * scale;
             sm.sc[kSplitPositions + nh] = a1 * scale;
@@ -1305,24 +1309,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 #pragma unroll
           for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
             const int rr = warp + kStreamConsumerWarps * j;
-            if (rr < nh) {
-              const uint2 vv = vslot[rr * 32 + lane];
-              const float p0 = sm.sc[rr], p1 = sm.sc[kSplitPositions + rr];
-              const float v4[4] = {__uint_as_float(vv.x << 16), __uint_as_float(vv.x & 0xffff0000u),
-                                   __uint_as_float(vv.y << 16), __uint_as_float(vv.y & 0xffff0000u)};
-#pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                o0[i] = fmaf(p0, v4[i], o0[i]);
-                o1[i] = fmaf(p1, v4[i], o1[i]);
-              }
-            }
+            if (rr < nh) add_v(vslot[rr * 32 + lane], sm.sc[rr], sm.sc[kSplitPositions + rr], o0, o1);
           }
         }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          sm.vpart[warp * kGroupCols + 4 * lane + i] = o0[i];
-          sm.vpart[warp * kGroupCols + kHeadDim + 4 * lane + i] = o1[i];
-        }
+        store_vpart(o0, o1);
         csync();
         if (tid < kGroupCols) {  // fixed order over warps, this position last
           const int h = tid / kHeadDim, d = tid & (kHeadDim - 1);
