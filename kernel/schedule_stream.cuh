@@ -533,13 +533,10 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
     if constexpr (kRingInflight > 0) {  // copy k - N has landed (bounded: the consumers do not gate it)
       if (k >= uint32_t(kRingInflight)) {
         const uint32_t j = k - kRingInflight;
-        const long long t0 = clock64();
-        while (!mbar_try_wait(&r.full[j % kStages], (j / kStages) & 1u))
-          if (clock64() - t0 > tmo) {
-            raise_error(S, kErrRingTimeout, info);
-            ok = false;
-            return;
-          }
+        if (!mbar_wait_bounded(&r.full[j % kStages], (j / kStages) & 1u, S, tmo, kErrRingTimeout, info)) {
+          ok = false;
+          return;
+        }
       }
     }
     if (k >= kStages) {  // wait until the consumers released the chunk that used this slot
