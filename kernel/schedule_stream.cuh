@@ -192,6 +192,10 @@ struct Norm2 {
 };
 __device__ __forceinline__ Norm2 load_norm2(const uint16_t* weight) {
   Norm2 n;
+#if MONOLITH_DIAG_NORM_ONES
+  n.w[0] = n.w[1] = 1.f;
+  return n;
+#endif
 #pragma unroll
   for (int j = 0; j < 2; ++j) n.w[j] = bf16_as_float(__ldg(weight + threadIdx.x + j * kStreamConsumerThreads));
   return n;
@@ -455,6 +459,30 @@ static_assert(kEmptyArrivals == 1 || kEmptyArrivals == kStreamConsumerWarps || k
 #ifndef MONOLITH_RING_INFLIGHT
 #define MONOLITH_RING_INFLIGHT 0
 #endif
+// MONOLITH_PRODUCER_CALM=1 (sixth session, a diagnostic knob, off): the producer's two spin loops
+//   read their shared words with a volatile load instead of a shared atomic each turn (the wait
+//   for a free slot checks `quit` every 64 turns, with the error word), and the hold loop sleeps
+//   ~64 ns per turn. Why ask: while the ring is full (most of a layer) the producer lane spins on
+//   `empty` with an atomic on `quit` per turn, beside 16 consumer warps whose work phases run
+//   2-3x slower per byte than a dot product over shared memory should (down: 48 KB in 2.1 us).
+#ifndef MONOLITH_PRODUCER_CALM
+#define MONOLITH_PRODUCER_CALM 0
+#endif
+constexpr bool kProducerCalm = MONOLITH_PRODUCER_CALM != 0;
+// MONOLITH_SCR_GUARD=1 (sixth session, off until measured): the phase diff's scratch stores (scr[],
+//   ~64 per block and layer: the qkv rows, the activations, block 0's norms) only in a launch that
+//   stops after a phase (StepParams::stop_layer < kNumLayers), not in every decode step. Why: in the
+//   X-ray a phase's first round ends 0.35-0.45 us after its dot products when it stores to global
+//   memory and 0.11 us when it does not (NOTES.md, sixth session).
+// MONOLITH_DIAG_NORM_ONES=1 (diagnostic only, wrong output): RMSNorm weights read as 1.0 instead of
+//   loaded, to time what the norm vectors' loads cost at the hops.
+#ifndef MONOLITH_SCR_GUARD
+#define MONOLITH_SCR_GUARD 0
+#endif
+#ifndef MONOLITH_DIAG_NORM_ONES
+#define MONOLITH_DIAG_NORM_ONES 0
+#endif
+constexpr bool kScrGuard = MONOLITH_SCR_GUARD != 0;
 constexpr long long kHopHoldCycles = MONOLITH_HOP_HOLD_CYCLES;
 constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
 static_assert(kHopHoldCycles >= 0 && kHopHoldCycles <= 100000, "a hold is bounded: at most ~50 us");
@@ -545,7 +573,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
         const long long t0 = clock64();
         for (uint32_t it = 0;; ++it) {
           if (mbar_try_wait(&r.empty[slot], par)) break;
-          if (atomicAdd(r.quit, 0) != 0) {
+          if (kProducerCalm ? ((it & 63u) == 63u && *(volatile int*)r.quit != 0) : atomicAdd(r.quit, 0) != 0) {
             ok = false;
             return;
           }
@@ -564,11 +592,12 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
       }
     }
     if constexpr (kHopHoldCycles > 0) {  // a hop's mark: hold this copy until it drops, at most C cycles
-      const int h = atomicAdd(r.hold, 0);
+      const int h = kProducerCalm ? *(volatile int*)r.hold : atomicAdd(r.hold, 0);
       if ((h & 1) && h != held_seen) {
         held_seen = h;
         const long long t0 = clock64();
-        while (atomicAdd(r.hold, 0) == h && clock64() - t0 < kHopHoldCycles) {
+        while ((kProducerCalm ? *(volatile int*)r.hold : atomicAdd(r.hold, 0)) == h && clock64() - t0 < kHopHoldCycles) {
+          if constexpr (kProducerCalm) __nanosleep(64);
         }
       }
     }
@@ -676,6 +705,9 @@ struct StreamSmem {
   float red[kStreamConsumerWarps];                  // per-warp sums (attention's QK-norm)
   float ssq[kStreamConsumerWarps];                  // per-warp sums of squares (stream_prenorm)
   int flag;
+#if defined(MONOLITH_XRAY) && MONOLITH_XRAY_SUB == 1
+  unsigned long long xwords;  // MONOLITH_XRAY_SUB: the latest cycle at which a thread had its words (xray.cuh)
+#endif
 };
 // The shared-memory budget of a streaming block (sm_90: 227 KB per block): the ring, StreamSmem and
 // ~0.2 KB of barriers, flags and the plan. NVFP4's block scales do not fit beside it (StreamFmt<WeightsNvfp4>).
@@ -702,6 +734,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   float* scr = p.scr;
   long long* acc = p.acc;
   const long long tmo = p.timeout_cycles;
+  const bool scr_on = !kScrGuard || p.stop_layer < kNumLayers;  // the phase diff's scratch stores (MONOLITH_SCR_GUARD)
   const float* rope_row = p.rope + int64_t(pos) * kHeadDim;
   volatile int* flag = &sm.flag;
   XRAY_INIT(p.xray);
@@ -730,7 +763,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     if constexpr (kHopHoldCycles > 0)
       if (tid == 0 && (hword & 1)) atomicExch(r.hold, ++hword);
   };
-  auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true) -> bool {
+  // sub: MONOLITH_XRAY_SUB's x_slots stamp after thread 0's slot tests (the first round of a phase)
+  auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true, bool sub = false) -> bool {
     if (tid == 0 && ok) {
       for (int i = 0; i < n && ok; ++i) {
         const uint32_t slot = (kc + i) % kStages, par = ((kc + i) / kStages) & 1u;
@@ -742,6 +776,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
       }
     }
+    if (sub) XRAY_SUB2(x_slots, layer);
     const bool all = csync_and(ok);
     hop_unmark();
     return all;
@@ -810,7 +845,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     static_assert(!RW::kBlockScaled, "NVFP4 rows go through rows_nv");
     constexpr int kSl = decltype(kSlotsC)::value, kRows = kSl * RF::kRows1024;
     static_assert(kSl <= 2 * kRoundSlots && kSl * RF::kRb <= kRoundRbMax, "two pieces at most; part[] holds the round");
-    if (!acquire_n(min(kSl, (r1 - r0 + RF::kRows1024 - 1) / RF::kRows1024), work_phase, layer, ok)) return false;
+    if (!acquire_n(min(kSl, (r1 - r0 + RF::kRows1024 - 1) / RF::kRows1024), work_phase, layer, ok, layer < kNumLayers))
+      return false;
     opened();
     const XHalf x = load_xhalf<RW>(s_x);
     float sc = sc0;
@@ -827,12 +863,14 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (np > 0) round_1024(p0, np, nr - p0 * RF::kRows1024, x, part + p0 * RF::kRb * kStreamConsumerWarps);
       }
       csync();  // publishes part: combine after it, in fixed order
+      if (rd == 0 && layer < kNumLayers) XRAY_SUB(x_dot, layer);
       if (tid < nr) {
         if constexpr (kSc) on_row(q + tid, combine_row(part, tid) * sc);
         else on_row(q + tid, combine_row(part, tid));
       }
       if (q + kRows >= r1) hop_mark();  // the phase's outputs are out: a hop follows
       hand_back(n);
+      if (rd == 0 && layer < kNumLayers) XRAY_SUB(x_out, layer);
       sc = sc_next;
     }
     return true;
@@ -1006,20 +1044,23 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const long long* rp = acc + kTagResid + tid;
         tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, L - 1), v, S, tmo,
                          uint32_t(L) * 16u + 7u, ok);
+        XRAY_WORDS_NOTE(&sm.xwords);
         XRAY_END(s_wait_resid, L);  // thread 0's words (the first round's barrier is the block's)
       }
       // the residual connection, added at once: every block has read the O stage of layer L-2
       // (this buffer's previous content) before any block could finish layer L-1's MLP
       if (ok) seed_o(acc_o, v);
       stream_prenorm<kNv>(v, nin, sm.x, sm.ssq);
+      if (L > 0) XRAY_SUB2(x_prenorm, L);
       float inv = 0.f;
       auto on_qkv = [&](int q, float a) {  // group row q's dot product, row-scaled
         const int row = qkv_std_row(g, q);
         tagged_store(acc + kTagQKV + row, a * inv, tag);
-        scr[kScrQKV + row] = a * inv;  // phase diff only
+        if (scr_on) scr[kScrQKV + row] = a * inv;  // phase diff only
       };
       auto opened_qkv = [&] {
         inv = norm_inv(sm.ssq);
+        if (L > 0) XRAY_WORDS_CUT(&sm.xwords, L);
         XRAY_END(s_gather, L);  // every thread's residual words are in
       };
       bool done;
@@ -1039,7 +1080,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
                          scl, sc0, on_qkv, opened_qkv);
       }
       if (!done) return;
-      if (b == 0)  // phase diff only
+      if (b == 0 && scr_on)  // phase diff only
         for (int e = 0; e < 2; ++e) scr[kScrNormIn + tid + e * kStreamConsumerThreads] = v[e] * inv * nin.w[e];
     }
     XRAY_END(s_qkv, L);
@@ -1092,13 +1133,13 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           if (seg < 2) {
             sm.q[seg * kHeadDim + d] = y0;
             sm.q[seg * kHeadDim + d + 64] = y1;
-            if (owner) {
+            if (owner && scr_on) {
               scr[kScrQRot + g * kGroupCols + seg * kHeadDim + d] = y0;
               scr[kScrQRot + g * kGroupCols + seg * kHeadDim + d + 64] = y1;
             }
           } else {
             keep_kv(0, y0, y1, sm.kc);
-            if (owner) {
+            if (owner && scr_on) {
               scr[kScrKRot + g * kHeadDim + d] = y0;
               scr[kScrKRot + g * kHeadDim + d + 64] = y1;
             }
@@ -1398,7 +1439,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       if (tid < kGroupCols) {
         const float a = num / den;
         sm.attn[kNv ? nv_swz(tid) : tid] = a;  // NVFP4's O reads it swizzled
-        if (s.gi == 0) scr[kScrAttn + g * kGroupCols + tid] = a;
+        if (s.gi == 0 && scr_on) scr[kScrAttn + g * kGroupCols + tid] = a;
       }
     }
     csync();
@@ -1523,6 +1564,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         tsu = W::row_scale(__ldg(TS + kTsUp));
       }
       const bool ok = resid_poll(acc_o, kGroups + 1, rh, fix, S, tmo, uint32_t(L) * 16u + 10u);
+      XRAY_WORDS_NOTE(&sm.xwords);
       XRAY_END(s_wait_o, L);  // thread 0's words (the first round's barrier is the block's)
       float v[2];
 #pragma unroll
@@ -1536,13 +1578,15 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         return;
       }
       stream_prenorm<kNv>(v, npost, sm.x, sm.ssq);
+      XRAY_SUB2(x_prenorm, L);
       if constexpr (kNv) {
         float inv = 0.f;
         int unused = 0;
         if (!rows_nv(std::false_type{}, ngu, bsg, nbs, sm.x, kPhase_s_mlp, L, ok, [&] {
+              XRAY_WORDS_CUT(&sm.xwords, L);
               XRAY_END(s_gather, L);  // every thread's counted words are in
               inv = norm_inv(sm.ssq);
-              if (b == 0)  // phase diff only
+              if (b == 0 && scr_on)  // phase diff only
                 for (int e = 0; e < 2; ++e) scr[kScrNormPost + tid + e * kStreamConsumerThreads] = v[e] * inv * npost.w[e];
             }, [&](int q, int nr, const float* part) {
               if (tid < nr / 2) {  // pair t of the round: gate j (row 2t) and up j (row 2t + 1)
@@ -1550,7 +1594,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
                 const int j = kMlpUnitCols * s.u0 + q / 2 + tid;
                 const float av = gg / (1.f + __expf(-gg)) * uu;
                 tagged_store(acc + kTagAct + j, av, tag);
-                scr[kScrAct + j] = av;  // phase diff only
+                if (scr_on) scr[kScrAct + j] = av;  // phase diff only
               }
             }, false, unused))
           return;
@@ -1560,10 +1604,11 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         // hval, x and the sums of squares.
         constexpr int kSpu = F::kSlotsPerUnit;
         static_assert(kMlpRoundUnits * kSpu <= 2 * kRoundSlots, "an MLP round is at most two pieces");
-        if (!acquire_n(kSpu * min(kMlpRoundUnits, s.u1 - s.u0), kPhase_s_mlp, L, ok)) return;
+        if (!acquire_n(kSpu * min(kMlpRoundUnits, s.u1 - s.u0), kPhase_s_mlp, L, ok, true)) return;
+        XRAY_WORDS_CUT(&sm.xwords, L);
         XRAY_END(s_gather, L);  // every thread's counted words are in
         const float inv = norm_inv(sm.ssq);
-        if (b == 0)  // phase diff only
+        if (b == 0 && scr_on)  // phase diff only
           for (int e = 0; e < 2; ++e) scr[kScrNormPost + tid + e * kStreamConsumerThreads] = v[e] * inv * npost.w[e];
         const XHalf xg = load_xhalf<W>(sm.x);
         for (int u = s.u0, rd = 0; u < s.u1; u += kMlpRoundUnits, ++rd) {
@@ -1579,15 +1624,17 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
             if (np > 0) round_1024(p0, np, np * F::kRows1024, xg, part + p0 * F::kRb * kStreamConsumerWarps);
           }
           csync();
+          if (rd == 0) XRAY_SUB(x_dot, L);
           if (tid < kMlpUnitCols * nu) {  // pair t of the round: gate j and up j, j = 8 u + t
             const float gg = combine_row(part, 2 * tid) * (inv * scg), uu = combine_row(part, 2 * tid + 1) * (inv * scu);
             const int j = kMlpUnitCols * u + tid;
             const float av = gg / (1.f + __expf(-gg)) * uu;
             tagged_store(acc + kTagAct + j, av, tag);
-            scr[kScrAct + j] = av;  // phase diff only
+            if (scr_on) scr[kScrAct + j] = av;  // phase diff only
           }
           if (u + kMlpRoundUnits >= s.u1) hop_mark();
           hand_back(n);
+          if (rd == 0) XRAY_SUB(x_out, L);
         }
       }
     }
@@ -1636,7 +1683,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         for (int q0 = 0, rd = 0; q0 < nseg; q0 += kRowsRound, ++rd) {
           const int nq = min(kRowsRound, nseg - q0), n = (nq + F::kRows1024 - 1) / F::kRows1024;
           float* part = sm.part[rd & 1];
-          if (!acquire_n(n, kPhase_s_down, L)) return;
+          if (!acquire_n(n, kPhase_s_down, L, true, rd == 0)) return;
+          if (rd == 0) XRAY_SUB(x_open, L);
 #pragma unroll
           for (int k = 0; k < F::kRb; ++k) {
             float a[kRoundSlots];
@@ -1656,8 +1704,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
             if ((lane & 7) == 0) part[(F::kRb * (lane >> 3) + k) * kStreamConsumerWarps + warp] = r4;
           }
           csync();
+          if (rd == 0) XRAY_SUB(x_dot, L);
           if (tid < nq) sm.segsum[q0 + tid] = combine_row(part, tid);
           if (q0 + nq < nseg) hand_back(n); else held = n;
+          if (rd == 0) XRAY_SUB(x_out, L);
         }
       }
       csync();
@@ -1716,7 +1766,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
       }, [&] {
         inv = norm_inv(sm.ssq);
-        if (b == 0)  // phase diff only
+        if (b == 0 && scr_on)  // phase diff only
           for (int e = 0; e < 2; ++e) scr[kScrFinalNorm + tid + e * kStreamConsumerThreads] = v[e] * inv * nfin.w[e];
       }))
     return;
@@ -1767,6 +1817,9 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
     }
     quit = 0;
     if constexpr (kHopHoldCycles > 0) hold = 0;
+#if defined(MONOLITH_XRAY) && MONOLITH_XRAY_SUB == 1
+    sm.xwords = 0ull;
+#endif
     plan = make_plan(blockIdx.x, gridDim.x, pos);
     mbar_fence_init();
   }

@@ -77,6 +77,20 @@ struct XrayRecorder {
       g = xray_globaltimer();
     }
   }
+  // Close the current interval at an earlier cycle c of this SM (clamped to the interval), naming
+  // it; the next interval starts there. %globaltimer at c is interpolated between the interval's
+  // start and now (the analyzer fits globaltimer on clock64 per SM anyway).
+  __device__ __forceinline__ void cut(uint16_t phase, int layer, uint64_t c) {
+    if (out != nullptr && threadIdx.x == 0 && n < kXrayMaxEvents) {
+      const uint64_t c1 = clock64(), g1 = xray_globaltimer();
+      c = c < c0 ? c0 : (c > c1 ? c1 : c);
+      const uint64_t g = c1 > c0 ? g0 + uint64_t(double(g1 - g0) * double(c - c0) / double(c1 - c0)) : g1;
+      XrayEvent e{g0, g, c0, c, phase, uint16_t(layer), uint16_t(blockIdx.x), uint16_t(xray_smid())};
+      out[n++] = e;
+      g0 = g;
+      c0 = c;
+    }
+  }
   // A stall that began at (g, c): if it was long, close the work interval at its start and
   // record the stall as its own interval.
   __device__ __forceinline__ void stall(uint16_t work_phase, uint16_t stall_phase, int layer, uint64_t g, uint64_t c) {
@@ -99,7 +113,45 @@ struct XrayRecorder {
   uint64_t g = 0, c = 0; \
   xr.stamp(g, c)
 #define XRAY_STALL(work_phase, stall_phase, layer, g, c) xr.stall((work_phase), (stall_phase), (layer), (g), (c))
+// MONOLITH_XRAY_SUB=1: the diagnostic sub-intervals of xray_phases.def (x_words, x_open, x_dot,
+// x_out), only in that X-ray build; =2: x_open, x_dot, x_out, x_prenorm, x_slots. XRAY_SUB closes the current interval like XRAY_END.
+// XRAY_WORDS_NOTE: once a warp's lanes have their words of a hop, its lane 0 raises the block's
+// latest cycle (a shared word); XRAY_WORDS_CUT: thread 0, after the barrier every thread passed,
+// records [thread 0's words, the last thread's words] as x_words and clears the word.
+#if defined(MONOLITH_XRAY_SUB) && MONOLITH_XRAY_SUB
+#define XRAY_SUB(phase, layer) xr.end(kPhase_##phase, (layer))
 #else
+#define XRAY_SUB(phase, layer) ((void)0)
+#endif
+// Level 2 adds thread 0's x_prenorm and x_slots inside a hop's gather; they replace x_words (its
+// cut could only land after them, so level 2 does not record it).
+#if defined(MONOLITH_XRAY_SUB) && MONOLITH_XRAY_SUB >= 2
+#define XRAY_SUB2(phase, layer) xr.end(kPhase_##phase, (layer))
+#else
+#define XRAY_SUB2(phase, layer) ((void)0)
+#endif
+#if defined(MONOLITH_XRAY_SUB) && MONOLITH_XRAY_SUB == 1
+#define XRAY_WORDS_NOTE(word) \
+  do { \
+    __syncwarp(); /* the warp's last lane is in: lane 0 notes the time (16 shared atomics, not 512) */ \
+    if ((threadIdx.x & 31) == 0) atomicMax((word), (unsigned long long)clock64()); \
+  } while (0)
+#define XRAY_WORDS_CUT(word, layer) \
+  do { \
+    if (threadIdx.x == 0) { \
+      xr.cut(kPhase_x_words, (layer), *(word)); \
+      *(word) = 0ull; \
+    } \
+  } while (0)
+#else
+#define XRAY_WORDS_NOTE(word) ((void)0)
+#define XRAY_WORDS_CUT(word, layer) ((void)0)
+#endif
+#else
+#define XRAY_SUB(phase, layer) ((void)0)
+#define XRAY_SUB2(phase, layer) ((void)0)
+#define XRAY_WORDS_NOTE(word) ((void)0)
+#define XRAY_WORDS_CUT(word, layer) ((void)0)
 #define XRAY_INIT(buf) ((void)(buf))
 #define XRAY_BEGIN() ((void)0)
 #define XRAY_END(phase, layer) ((void)0)

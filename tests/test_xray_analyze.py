@@ -203,3 +203,31 @@ def test_layer_milestones_split_a_layer_along_the_schedule():
     assert m["sum_us"] == pytest.approx(10.0)
     keep = ph == pid["s_wait_resid"]
     assert layer_milestones(s[keep], e[keep], ph[keep], lay[keep], phases, blk[keep]) is None
+
+
+def test_sub_intervals_of_a_diagnostic_trace():
+    """MONOLITH_XRAY_SUB=1 traces cut x_* intervals out of the interval recorded next in the block:
+    x_words out of the hop's s_gather, x_dot / x_out out of the work phase. The analyzer groups them
+    by that parent, the hop's readiness still ends at s_gather (an x_words between the wait and its
+    gather does not hide it), and a trace without cuts reports none."""
+    from monolith.xray.analyze import hop_latency, sub_intervals
+    from monolith.xray.phases import load_phases
+
+    phases = load_phases()
+    pid = {p.name: p.id for p in phases}
+    rows = [(2, pid["s_down"], 0, 0, 1000),
+            (0, pid["s_wait_resid"], 1, 900, 1500), (0, pid["x_words"], 1, 1500, 2300), (0, pid["s_gather"], 1, 2300, 2500),
+            (0, pid["x_dot"], 1, 2500, 2800), (0, pid["x_out"], 1, 2800, 2900), (0, pid["s_qkv"], 1, 2900, 3000),
+            (1, pid["s_wait_resid"], 1, 900, 1200), (1, pid["x_words"], 1, 1200, 1400), (1, pid["s_gather"], 1, 1400, 3000),
+            (1, pid["x_dot"], 1, 3000, 3500), (1, pid["x_out"], 1, 3500, 3600), (1, pid["s_qkv"], 1, 3600, 3700)]
+    blk, ph, lay, s, e = (np.array(c, dtype=np.float64 if i > 2 else np.int64) for i, c in enumerate(zip(*rows, strict=True)))
+    h = {x["wait"]: x for x in hop_latency(s, e, ph, lay, phases, blk)}["s_wait_resid"]
+    assert (h["first_ready_us"], h["last_ready_us"]) == pytest.approx((1.5, 2.0))
+    subs = {(x["parent"], x["sub"]): x for x in sub_intervals(s, e, ph, blk, phases)}
+    assert set(subs) == {("s_gather", "x_words"), ("s_qkv", "x_dot"), ("s_qkv", "x_out")}
+    assert subs[("s_gather", "x_words")]["median_us"] == pytest.approx(0.5)  # 0.8 and 0.2 µs
+    assert subs[("s_gather", "x_words")]["max_us"] == pytest.approx(0.8)
+    assert subs[("s_qkv", "x_dot")]["max_us"] == pytest.approx(0.5)
+    assert subs[("s_qkv", "x_out")]["parent_rest_median_us"] == pytest.approx(0.1)
+    plain = ~np.isin(ph, [pid["x_words"], pid["x_dot"], pid["x_out"]])
+    assert sub_intervals(s[plain], e[plain], ph[plain], blk[plain], phases) is None

@@ -199,10 +199,44 @@ def _ready_ends(s: np.ndarray, e: np.ndarray, blk: np.ndarray, ph: np.ndarray, l
     if gather is None:
         return ready
     order = np.lexsort((s, blk))
+    sub = np.isin(ph, sub_phase_ids())  # MONOLITH_XRAY_SUB's cuts sit between a wait and its s_gather
+    order = order[~sub[order]]
     for a, b in zip(order[:-1], order[1:], strict=True):
         if blk[a] == blk[b] and ph[b] == gather and lay[b] == lay[a] and ph[a] != gather:
             ready[a] = e[b]
     return ready
+
+
+def sub_phase_ids() -> list[int]:
+    """Ids of the diagnostic sub-intervals (x_*, recorded only by a MONOLITH_XRAY_SUB=1 build)."""
+    return [p.id for p in load_phases() if p.name.startswith("x_")]
+
+
+def sub_intervals(s: np.ndarray, e: np.ndarray, ph: np.ndarray, blk: np.ndarray, phases) -> list[dict] | None:
+    """MONOLITH_XRAY_SUB=1 traces: each x_* interval is cut from the interval recorded next in its
+    block (its parent: x_words from the hop's s_gather, x_open / x_dot / x_out from the work phase).
+    Per (parent, sub): intervals, median and max µs, and the parent's remainder (median of the
+    parent's own intervals). None when the trace has no sub-intervals."""
+    sub_ids = set(sub_phase_ids())
+    if not np.isin(ph, list(sub_ids)).any():
+        return None
+    name = {p.id: p.name for p in phases}
+    order = np.lexsort((s, blk))
+    durs: dict[tuple[str, str], list[float]] = {}
+    pending: list[int] = []
+    for i in order:
+        if pending and blk[pending[-1]] != blk[i]:
+            pending = []  # a block's last cut with no parent recorded after it
+        if int(ph[i]) in sub_ids:
+            pending.append(i)
+            continue
+        for j in pending:
+            durs.setdefault((name[int(ph[i])], name[int(ph[j])]), []).append(float(e[j] - s[j]))
+        pending = []
+    rest = {n: float(np.median((e - s)[ph == pid])) / 1e3 for pid, n in name.items() if (ph == pid).any()}
+    return [{"parent": par, "sub": sb, "count": len(v), "median_us": float(np.median(v)) / 1e3,
+             "max_us": float(np.max(v)) / 1e3, "parent_rest_median_us": rest.get(par)}
+            for (par, sb), v in sorted(durs.items())]
 
 
 def hop_latency(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, phases,
@@ -368,6 +402,7 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
     hops = hop_latency(s, e, ph, lay, phases, blk)
     hops_per_layer = len({h["wait"] for h in hops if h["wait"].startswith("s_")}) or len(hops)
     milestones = layer_milestones(s, e, ph, lay, phases, blk)
+    subs = sub_intervals(s, e, ph, blk, phases)
     bar_per_layer = float(d[bar & layer_mask].sum() / 1e3 / nblocks / max(n_layers, 1))
     mean_layer = float(layer_us.mean()) if len(layer_us) else None
 
@@ -432,6 +467,7 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
                            "(stamped after its stores); median over layers. *_sees_us: the wait's end (thread 0 "
                            "has its words); *_ready_us (traces with s_gather): the block has every thread's words"},
         "milestones": milestones,
+        "sub_intervals": subs,
         "grid_bandwidth_token_tbs": _tbs(float(sum(v["bytes"] * (n_layers if v["per"] == "layer" else 1)
                                                    for v in bytes_model.values())), span) if span > 0 else None,
         "idle": {
@@ -500,6 +536,12 @@ def print_report(summ: dict, console=None) -> None:
         segs = " · ".join(f"{x['phase']} {x['segment_us']:.2f} ({x['work_us']:.2f})" for x in ms["segments"])
         con.print(f"layer milestones, µs from the previous phase's last end to this one's (the phase's median work "
                   f"per block): {segs} = {ms['sum_us']:.2f} µs", markup=False)
+    subs = summ.get("sub_intervals")
+    if subs:  # MONOLITH_XRAY_SUB=1 traces only
+        con.print("sub-intervals (MONOLITH_XRAY_SUB; median / max µs, cut from the parent; the parent's own rest "
+                  "after the cuts): " + " · ".join(
+                      f"{x['parent']}:{x['sub']} {x['median_us']:.2f}/{x['max_us']:.2f} (rest {x['parent_rest_median_us']:.2f})"
+                      for x in subs), markup=False)
     w = summ["waits"]
     con.print(f"wait per block: mean {w['mean_per_block_us']:.1f} µs, max block {w['max_block']} "
               f"({w['per_block_us'][w['max_block']]:.1f} µs), min block {w['min_block']} ({w['per_block_us'][w['min_block']]:.1f} µs)")
