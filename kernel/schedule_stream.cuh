@@ -483,6 +483,25 @@ constexpr bool kProducerCalm = MONOLITH_PRODUCER_CALM != 0;
 #define MONOLITH_DIAG_NORM_ONES 0
 #endif
 constexpr bool kScrGuard = MONOLITH_SCR_GUARD != 0;
+// MONOLITH_SLOT_TEST_LANES=1 (sixth session): a round's opening slot test by lanes 0..n-1 of warp 0
+//   at once (one mbarrier.test_wait instruction, n probes in flight; then a ballot) instead of
+//   thread 0 testing the n slots one after another. Why: the X-ray (MONOLITH_XRAY_SUB=2) timed
+//   thread 0's tests of a phase's first round at 0.53-0.83 us for 3-6 slots, ~0.15 us per test
+//   under the ring's load, each waited on before the next is issued. A lane whose slot has
+//   landed acquires it (test_wait's acquire), and the opening barrier passes that on to every
+//   consumer thread (bar.sync is cumulative), as it does for thread 0 today. A slot not landed:
+//   thread 0 waits for it as before (bounded, the X-ray's `ring` interval).
+// MONOLITH_PRODUCER_BACKOFF_NS=N (sixth session, 0 = off): the producer sleeps N ns between two
+//   tests of a slot it waits to refill; the mbarrier unit also serves the consumers' tests.
+#ifndef MONOLITH_SLOT_TEST_LANES
+#define MONOLITH_SLOT_TEST_LANES 0
+#endif
+#ifndef MONOLITH_PRODUCER_BACKOFF_NS
+#define MONOLITH_PRODUCER_BACKOFF_NS 0
+#endif
+constexpr bool kSlotTestLanes = MONOLITH_SLOT_TEST_LANES != 0;
+constexpr int kProducerBackoffNs = MONOLITH_PRODUCER_BACKOFF_NS;
+static_assert(kProducerBackoffNs >= 0 && kProducerBackoffNs <= 10000, "a backoff of at most 10 us");
 constexpr long long kHopHoldCycles = MONOLITH_HOP_HOLD_CYCLES;
 constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
 static_assert(kHopHoldCycles >= 0 && kHopHoldCycles <= 100000, "a hold is bounded: at most ~50 us");
@@ -572,6 +591,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
       if (!mbar_try_wait(&r.empty[slot], par)) {
         const long long t0 = clock64();
         for (uint32_t it = 0;; ++it) {
+          if constexpr (kProducerBackoffNs > 0) __nanosleep(kProducerBackoffNs);
           if (mbar_try_wait(&r.empty[slot], par)) break;
           if (kProducerCalm ? ((it & 63u) == 63u && *(volatile int*)r.quit != 0) : atomicAdd(r.quit, 0) != 0) {
             ok = false;
@@ -765,7 +785,22 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   };
   // sub: MONOLITH_XRAY_SUB's x_slots stamp after thread 0's slot tests (the first round of a phase)
   auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true, bool sub = false) -> bool {
-    if (tid == 0 && ok) {
+    if constexpr (kSlotTestLanes) {  // lane i of warp 0 tests slot i, all in one instruction
+      if (warp == 0 && __shfl_sync(0xffffffffu, ok, 0)) {
+        bool landed = true;
+        if (lane < n) landed = mbar_test_wait(&r.full[(kc + lane) % kStages], ((kc + lane) / kStages) & 1u);
+        const uint32_t miss = __ballot_sync(0xffffffffu, !landed);
+        if (lane == 0)
+          for (int i = 0; i < n && ok; ++i) {
+            if (!((miss >> i) & 1u)) continue;
+            const uint32_t slot = (kc + i) % kStages, par = ((kc + i) / kStages) & 1u;
+            hop_unmark();
+            XRAY_STAMP(tg, tcy);
+            ok = mbar_wait_bounded(&r.full[slot], par, S, tmo, kErrRingTimeout, uint32_t(layer) * 16u + 12u);
+            if (ok) XRAY_STALL(work_phase, layer < kNumLayers ? kPhase_ring : kPhase_ring_head, layer, tg, tcy);
+          }
+      }
+    } else if (tid == 0 && ok) {
       for (int i = 0; i < n && ok; ++i) {
         const uint32_t slot = (kc + i) % kStages, par = ((kc + i) / kStages) & 1u;
         if (!mbar_test_wait(&r.full[slot], par)) {
