@@ -38,8 +38,8 @@ def ckpt():
 
 
 # Every schedule runs the same tests (MONOLITH_TEST_VARIANTS narrows the list on the device; the
-# quantized variants are chosen there: fp8-upstream, fp8-stream, nvfp4-stream, the last one compiled
-# but never run yet: `MONOLITH_TEST_VARIANTS=nvfp4-stream make gpu-test`).
+# quantized variants are chosen there: fp8-upstream, fp8-stream, nvfp4-stream; the last one first
+# ran on the H200 in the sixth session: `MONOLITH_TEST_VARIANTS=nvfp4-stream make gpu-test`).
 VARIANTS = [v for v in os.environ.get("MONOLITH_TEST_VARIANTS", "bf16-upstream,bf16-stream").split(",") if v]
 
 
