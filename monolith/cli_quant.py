@@ -200,7 +200,8 @@ def _pack_nvfp4(model: Path, out: Path, search: bool, stats: Path | None, map_fi
             if mixed else "all projections nvfp4")
     console.print(f"wrote {f} ({f.stat().st_size / 1e6:.1f} MB, {meta['scheme']}, layout {meta['layout']}, "
                   f"LM head fp8, search {'on' if search else 'off'}, {meta['num_layers']} layers, {what}) in {dt:.1f} s "
-                  f"(quantize {meta['pack_seconds']:.1f} s); source sha256 {meta['source']['sha256'][:12]}…")
+                  f"(quantize {meta['pack_seconds']:.1f} s); source sha256 {meta['source']['sha256'][:12]}…",
+                  soft_wrap=True)  # one line whatever the path's length (a wrap split "layout_version 2")
     summary = summarize_stats(raw, meta["num_layers"])
     console.print(f"{'matrix':8} {'rel MSE max':>12} {'rel MSE stored':>15} {'gain':>6}")
     for t, s in summary.items():
