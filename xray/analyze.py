@@ -191,7 +191,7 @@ HOPS = (("s_down", "s_wait_resid", 1), ("s_qkv", "s_wait_qkv", 0), ("s_attn", "s
 
 
 def _ready_ends(s: np.ndarray, e: np.ndarray, blk: np.ndarray, ph: np.ndarray, lay: np.ndarray,
-                gather: int | None) -> np.ndarray:
+                gather: int | None, sub_ids: list[int]) -> np.ndarray:
     """Per event: when its block had every thread's words. A stream wait interval ends when thread
     0 has its own words; where the block's next event is an `s_gather` of the same layer (the rest
     of the wait, up to the phase's opening barrier), that interval's end; else the event's own end."""
@@ -199,25 +199,24 @@ def _ready_ends(s: np.ndarray, e: np.ndarray, blk: np.ndarray, ph: np.ndarray, l
     if gather is None:
         return ready
     order = np.lexsort((s, blk))
-    sub = np.isin(ph, sub_phase_ids())  # MONOLITH_XRAY_SUB's cuts sit between a wait and its s_gather
-    order = order[~sub[order]]
+    order = order[~np.isin(ph[order], sub_ids)]  # MONOLITH_XRAY_SUB's cuts sit between a wait and its s_gather
     for a, b in zip(order[:-1], order[1:], strict=True):
         if blk[a] == blk[b] and ph[b] == gather and lay[b] == lay[a] and ph[a] != gather:
             ready[a] = e[b]
     return ready
 
 
-def sub_phase_ids() -> list[int]:
-    """Ids of the diagnostic sub-intervals (x_*, recorded only by a MONOLITH_XRAY_SUB=1 build)."""
-    return [p.id for p in load_phases() if p.name.startswith("x_")]
+def sub_phase_ids(phases) -> list[int]:
+    """Ids of the diagnostic sub-intervals (x_*, recorded only by a MONOLITH_XRAY_SUB build)."""
+    return [p.id for p in phases if p.name.startswith("x_")]
 
 
 def sub_intervals(s: np.ndarray, e: np.ndarray, ph: np.ndarray, blk: np.ndarray, phases) -> list[dict] | None:
-    """MONOLITH_XRAY_SUB=1 traces: each x_* interval is cut from the interval recorded next in its
+    """MONOLITH_XRAY_SUB traces: each x_* interval is cut from the interval recorded next in its
     block (its parent: x_words from the hop's s_gather, x_open / x_dot / x_out from the work phase).
     Per (parent, sub): intervals, median and max µs, and the parent's remainder (median of the
     parent's own intervals). None when the trace has no sub-intervals."""
-    sub_ids = set(sub_phase_ids())
+    sub_ids = set(sub_phase_ids(phases))
     if not np.isin(ph, list(sub_ids)).any():
         return None
     name = {p.id: p.name for p in phases}
@@ -233,9 +232,9 @@ def sub_intervals(s: np.ndarray, e: np.ndarray, ph: np.ndarray, blk: np.ndarray,
         for j in pending:
             durs.setdefault((name[int(ph[i])], name[int(ph[j])]), []).append(float(e[j] - s[j]))
         pending = []
-    rest = {n: float(np.median((e - s)[ph == pid])) / 1e3 for pid, n in name.items() if (ph == pid).any()}
+    pid = {n: i for i, n in name.items()}
     return [{"parent": par, "sub": sb, "count": len(v), "median_us": float(np.median(v)) / 1e3,
-             "max_us": float(np.max(v)) / 1e3, "parent_rest_median_us": rest.get(par)}
+             "max_us": float(np.max(v)) / 1e3, "parent_rest_median_us": float(np.median((e - s)[ph == pid[par]])) / 1e3}
             for (par, sb), v in sorted(durs.items())]
 
 
@@ -248,7 +247,7 @@ def hop_latency(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, p
     `s_gather` phase in the trace, also the same for the block-level readiness (`first_ready_us`,
     `last_ready_us`): thread 0's wait end understates a hop whose words arrive over a spread."""
     ids = {p.name: p.id for p in phases}
-    ready = _ready_ends(s, e, blk, ph, lay, ids.get("s_gather")) if blk is not None else None
+    ready = _ready_ends(s, e, blk, ph, lay, ids.get("s_gather"), sub_phase_ids(phases)) if blk is not None else None
     has_gather = ready is not None and "s_gather" in ids and bool((ph == ids["s_gather"]).any())
     out = []
     for prod, wait, off in HOPS:
