@@ -785,31 +785,26 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   };
   // sub: MONOLITH_XRAY_SUB's x_slots stamp after thread 0's slot tests (the first round of a phase)
   auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true, bool sub = false) -> bool {
+    // thread 0: slot i of the round has not landed yet: wait for it (bounded; the X-ray's `ring`)
+    auto wait_slot = [&](int i) {
+      const uint32_t slot = (kc + i) % kStages, par = ((kc + i) / kStages) & 1u;
+      hop_unmark();
+      XRAY_STAMP(tg, tcy);
+      ok = mbar_wait_bounded(&r.full[slot], par, S, tmo, kErrRingTimeout, uint32_t(layer) * 16u + 12u);
+      if (ok) XRAY_STALL(work_phase, layer < kNumLayers ? kPhase_ring : kPhase_ring_head, layer, tg, tcy);
+    };
     if constexpr (kSlotTestLanes) {  // lane i of warp 0 tests slot i, all in one instruction
       if (warp == 0 && __shfl_sync(0xffffffffu, ok, 0)) {
         bool landed = true;
         if (lane < n) landed = mbar_test_wait(&r.full[(kc + lane) % kStages], ((kc + lane) / kStages) & 1u);
         const uint32_t miss = __ballot_sync(0xffffffffu, !landed);
         if (lane == 0)
-          for (int i = 0; i < n && ok; ++i) {
-            if (!((miss >> i) & 1u)) continue;
-            const uint32_t slot = (kc + i) % kStages, par = ((kc + i) / kStages) & 1u;
-            hop_unmark();
-            XRAY_STAMP(tg, tcy);
-            ok = mbar_wait_bounded(&r.full[slot], par, S, tmo, kErrRingTimeout, uint32_t(layer) * 16u + 12u);
-            if (ok) XRAY_STALL(work_phase, layer < kNumLayers ? kPhase_ring : kPhase_ring_head, layer, tg, tcy);
-          }
+          for (int i = 0; i < n && ok; ++i)
+            if ((miss >> i) & 1u) wait_slot(i);
       }
     } else if (tid == 0 && ok) {
-      for (int i = 0; i < n && ok; ++i) {
-        const uint32_t slot = (kc + i) % kStages, par = ((kc + i) / kStages) & 1u;
-        if (!mbar_test_wait(&r.full[slot], par)) {
-          hop_unmark();
-          XRAY_STAMP(tg, tcy);
-          ok = mbar_wait_bounded(&r.full[slot], par, S, tmo, kErrRingTimeout, uint32_t(layer) * 16u + 12u);
-          if (ok) XRAY_STALL(work_phase, layer < kNumLayers ? kPhase_ring : kPhase_ring_head, layer, tg, tcy);
-        }
-      }
+      for (int i = 0; i < n && ok; ++i)
+        if (!mbar_test_wait(&r.full[(kc + i) % kStages], ((kc + i) / kStages) & 1u)) wait_slot(i);
     }
     if (sub) XRAY_SUB2(x_slots, layer);
     const bool all = csync_and(ok);
