@@ -267,16 +267,7 @@ struct Row {
   bool ok;
 };
 
-static double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-static double pct(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, size_t(q * v.size()))];
-}
+static double median(const std::vector<double>& v) { return probe_quantile(v, 0.5); }
 
 int main(int argc, char** argv) {
   int rounds = 200, offset = 700, delay = 1500;
@@ -391,7 +382,7 @@ int main(int argc, char** argv) {
       tl.push_back((double(t0max) - double(smax)) / 1e3);
       sp.push_back((double(smax) - double(smin)) / 1e3);
     }
-    Row row{names[s], n, load, dly, median(rf), median(rl), pct(rl, 0.9), median(tf), median(tl), median(sp),
+    Row row{names[s], n, load, dly, median(rf), median(rl), probe_quantile(rl, 0.9), median(tf), median(tl), median(sp),
             load ? double(loaded) / (ms * 1e-3) / 1e12 : 0.0, flags[3], flags[2] == 0 && flags[3] == 0};
     all_ok = all_ok && row.ok;
     rows.push_back(row);

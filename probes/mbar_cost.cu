@@ -198,8 +198,7 @@ int main(int argc, char** argv) {
       for (int b = 0; b < G; ++b)
         for (int r = 0; r < reps; ++r)
           v.push_back(double(cyc[((size_t(l) * kOps + op) * G + b) * reps + r]) / kPerRep);
-      std::sort(v.begin(), v.end());
-      const double med = v[v.size() / 2], p90 = v[std::min(v.size() - 1, size_t(0.9 * v.size()))];
+      const double med = probe_quantile(v, 0.5), p90 = probe_quantile(v, 0.9);
       if (g_json)
         printf("%s{\"inflight_slots\": %d, \"op\": \"%s\", \"median_cycles\": %.1f, \"p90_cycles\": %.1f}",
                (l || op) ? ", " : "", levels[l], kOpNames[op], med, p90);

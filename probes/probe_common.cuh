@@ -3,9 +3,11 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #ifndef PROBE_NAME
 #error "define PROBE_NAME (the probe's JSON name) before including probe_common.cuh"
@@ -24,6 +26,14 @@ static bool g_json = false;
       exit(1);                                                                                 \
     }                                                                                          \
   } while (0)
+
+// Quantile q of the values (the element at floor(q * n), clamped; q = 0.5: the median); 0 when
+// there are none. Host side, for the probes' summaries.
+static inline double probe_quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(q * v.size()))];
+}
 
 __device__ __forceinline__ uint64_t globaltimer() {
   uint64_t t;
