@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [m4] [m3] [m3quality] [m5sens] [hop] [attn] [mbar] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [m4] [m3] [m3quality] [m5sens] [hop] [attn] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -206,6 +206,23 @@ fi
 if want mbar; then
   run mbar-probe bash -c 'nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I kernel -I probes \
     -o /tmp/mbar_cost probes/mbar_cost.cu && /tmp/mbar_cost --json > results/m4_mbar_cost.json; /tmp/mbar_cost'
+fi
+# Nsight Compute on one decode step (issue 11, seventh session): warp-state samples per SASS instruction
+# (where thread 0's slot tests and every hop's polls stall, which the X-ray's clock stamps cannot say).
+# One launch at position NCU_SKIP (prefill 2 + decode), NCU_VARIANT at 128 blocks. --clock-control none:
+# the GPU's clocks stay as they are (ncu locks them to base by default). The report and its CSV pages go
+# to $OUT/ncu (not committed: binary, MBs); scripts/ncu_stalls.py summarises the SASS page here.
+if want ncu; then
+  mkdir -p "$OUT/ncu"
+  for v in ${NCU_VARIANT:-bf16-stream}; do
+    run "ncu-$v" ncu --clock-control none --set full --import-source yes -k regex:decode_step \
+      --launch-skip "${NCU_SKIP:-129}" --launch-count 1 -f -o "$OUT/ncu/$v" \
+      python3 scripts/dev_bench.py --variant "$v" --blocks 128 --runs 1 --tokens 130
+    ncu -i "$OUT/ncu/$v.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu/$v.sass.csv" 2> "$OUT/ncu/$v.err" ||
+      ncu -i "$OUT/ncu/$v.ncu-rep" --page source --csv > "$OUT/ncu/$v.sass.csv" 2>> "$OUT/ncu/$v.err"
+    ncu -i "$OUT/ncu/$v.ncu-rep" --page details --csv > "$OUT/ncu/$v.details.csv" 2>> "$OUT/ncu/$v.err"
+    gzip -f "$OUT/ncu/$v.sass.csv"; head -c 600 "$OUT/ncu/$v.err"; ls -la "$OUT/ncu"
+  done
 fi
 # NVFP4 sensitivity (issue 14 item 2; notes/m5_sensitivity.md): 7 per-kind units + 4 endpoints + the
 # reference, reference-fp32 in a CUDA graph, the reference's logits cached so it runs once. Needs the
