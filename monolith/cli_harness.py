@@ -144,8 +144,8 @@ def register(app: typer.Typer) -> None:
 
     @ev.command("quality")
     def quality_cmd(
-        engine: str = typer.Option("reference-graph", help="engine measured (with --fp8: comma-separated list, "
-                                   "one reference pass for all)"),
+        engine: str = typer.Option("reference-graph", help="engine measured (with --fp8/--nvfp4: comma-separated "
+                                   "list, one reference pass for all; default there reference-fp32)"),
         ref: str = typer.Option(None, help="bf16 reference engine"),
         model: str = typer.Option(None, help="checkpoint dir (default: synthetic seed 0)"),
         device: str = typer.Option(None, help="cuda or cpu (default: cuda if present)"),
@@ -156,28 +156,38 @@ def register(app: typer.Typer) -> None:
         stride: int = typer.Option(512, help="step between perplexity windows (tokens)"),
         free_running: bool = typer.Option(True, help="also free-run the engine for the common-prefix measure"),
         out: Path = typer.Option(None, help="write the full result JSON here"),
-        fp8: Path = typer.Option(None, help="packed fp8 dir (`monolith pack`): the engine runs on its dequantized "
-                                 "weights, the reference (default reference-fp32) on --model's bf16 weights"),
-        floor: str = typer.Option(None, help="with --fp8: bf16 engine measured beside it against the same reference "
-                                  "(default megakernel-bf16-upstream on cuda, reference on cpu; 'none' skips); "
+        fp8: Path = typer.Option(None, help="packed fp8 dir (`monolith pack --format fp8`): the engine runs on its "
+                                 "dequantized weights, the reference (default reference-fp32) on --model's bf16 weights"),
+        nvfp4: Path = typer.Option(None, help="packed nvfp4 dir (`monolith pack --format nvfp4`): as --fp8, with an "
+                                   "nvfp4 engine (megakernel-nvfp4-stream) or reference-fp32; not with --fp8"),
+        floor: str = typer.Option(None, help="with --fp8/--nvfp4: bf16 engine measured beside it against the same "
+                                  "reference (default megakernel-bf16-upstream on cuda, reference on cpu; 'none' "
+                                  "skips); "
                                   "a comma-separated list pairs floor i with engine i, one floor serves all"),
         agree_tokens: int = typer.Option(64, help="greedy tokens per prompt for agreement"),
     ):
-        """Perplexity, greedy agreement and KL against the bf16 reference (same weights)."""
+        """Perplexity, greedy agreement and KL against the bf16 reference (same weights). With --fp8 or
+        --nvfp4 DIR: the packed weights against fp32 on the original bf16 weights, beside a bf16 floor."""
         from monolith.bench.baselines import registry
         from monolith.bench.suite import load_inputs, prompt_tokens
         from monolith.eval import quality
 
+        if fp8 is not None and nvfp4 is not None:
+            from monolith.errors import MonolithError
+            raise MonolithError("--fp8 and --nvfp4 are exclusive: one packed dir (one weights format) per run")
         dev = _device(device)
-        if fp8 is not None:  # quant area: quant/fp8_quality.py
-            from monolith.quant.fp8_quality import fp8_pairs, fp8_quality
+        if fp8 is not None or nvfp4 is not None:  # quant area: quant/fp8_quality.py (either format)
+            from monolith.quant.fp8_quality import check_pack, packed_quality, quality_pairs
 
-            # every pair's roles checked before the checkpoint is loaded
-            pairs = fp8_pairs(None if engine == "reference-graph" else engine, floor, ref, dev)
+            fmt, packed = ("fp8", fp8) if fp8 is not None else ("nvfp4", nvfp4)
+            # every pair's roles checked before the pack is read and the checkpoint loaded
+            pairs = quality_pairs(None if engine == "reference-graph" else engine, floor, ref, dev, fmt)
+            check_pack(packed, fmt)
             ckpt, tok = load_inputs(model)
-            res = fp8_quality(ckpt, tok, fp8, dev, engine=[e for e, _ in pairs], ref=ref,
-                              floor=[f for _, f in pairs], text=text, positions=positions, prompts=prompts,
-                              context=context, stride=stride, agree_tokens=agree_tokens, free_running=free_running)
+            res = packed_quality(ckpt, tok, packed, dev, fmt=fmt, engine=[e for e, _ in pairs], ref=ref,
+                                 floor=[f for _, f in pairs], text=text, positions=positions, prompts=prompts,
+                                 context=context, stride=stride, agree_tokens=agree_tokens,
+                                 free_running=free_running)
             keys = ("ppl", "ref_ppl", "ppl_ratio", "agreement", "kl", "positions")
             for p in res["pairs"]:
                 typer.echo(f"{p['roles']['engine']} | floor {p['roles']['floor']}: " + json.dumps(

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [m4] [m3] [m3quality] [m5sens] [hop] [attn] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [m4] [m3] [m3quality] [m5quality] [m5sens] [hop] [attn] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -188,6 +188,18 @@ if want m3quality; then
     --engine megakernel-fp8-upstream,megakernel-fp8-stream --ref reference-fp32 \
     --floor megakernel-bf16-upstream,megakernel-bf16-stream \
     --positions 10000 --context 512 --stride 512 --prompts 100 --agree-tokens 64 --out results/m3_fp8_quality.json
+fi
+# M5 quality (issue 14; the M3 protocol above, in full): nvfp4-stream on the packed nvfp4 weights
+# (all-NVFP4 layers, FP8 LM head, block-scale search on) beside bf16-stream (the floor, same schedule)
+# on the original weights, both against fp32 on the bf16 weights, one reference pass. Needs the
+# WikiText-2 text (carry .data). Estimate: the pack ~30-45 s (CPU, the search), then M3's 218 s
+# less two megakernel engines: ~20,500 reference steps (~6-7.5 ms each) + ~30,800 steps per
+# megakernel: ~3-3.5 min; ~4 min in all (+ the two extension builds on a fresh machine).
+if want m5quality; then
+  run m5-pack python3 -m monolith pack --format nvfp4 --model checkpoints/synth-seed0 --out /tmp/nvfp4pack &&
+  run m5-quality python3 -m monolith eval quality --nvfp4 /tmp/nvfp4pack --model checkpoints/synth-seed0 \
+    --engine megakernel-nvfp4-stream --ref reference-fp32 --floor megakernel-bf16-stream \
+    --positions 10000 --context 512 --stride 512 --prompts 100 --agree-tokens 64 --out results/m5_nvfp4_quality.json
 fi
 # One grid hop alone (probes/hop_latency.cu, issue 11): where the stream schedule's ~1.4 us between the
 # last producer's store and the first ready block goes (load, producers' spread, polling strategy). Seconds.

@@ -304,10 +304,10 @@ def test_gpu_sh_m3quality_pairs_are_accepted():
     import re
 
     from monolith import REPO_ROOT
-    from monolith.quant.fp8_quality import fp8_pairs
+    from monolith.quant.fp8_quality import quality_pairs
 
     sh = (REPO_ROOT / "scripts" / "gpu.sh").read_text()
     cmd = sh[sh.index("run m3-quality"):].split("--out")[0]
     engine, floor = (re.search(rf"--{k} (\S+)", cmd).group(1) for k in ("engine", "floor"))
-    assert fp8_pairs(engine, floor, "reference-fp32", "cuda") == [
+    assert quality_pairs(engine, floor, "reference-fp32", "cuda") == [
         ("megakernel-fp8-upstream", "megakernel-bf16-upstream"), ("megakernel-fp8-stream", "megakernel-bf16-stream")]
