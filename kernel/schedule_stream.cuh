@@ -520,6 +520,19 @@ static_assert(kRingInflight >= 0 && kRingInflight < kStages, "0 (off) or fewer c
 #define MONOLITH_ATTN_FLASH 0
 #endif
 constexpr bool kAttnFlash = MONOLITH_ATTN_FLASH != 0;
+// MONOLITH_ATTN_TIGHT=1 (seventh session, off until measured): the shipped split shape with 3
+// barriers after its opening instead of 6. The split's K and V slots are acquired together (at
+// the opening barrier, or at the loop's top for a block's later split) and handed back together
+// at its end; so the barrier that handed K back and the one that opened V go, and so does the
+// barrier after a block's last split (nothing reuses sc / vpart before the merge's barrier). Same
+// arithmetic in the same order: bitwise the shipped kernel's output. Why: the ncu samples of one
+// decode step (NOTES.md, seventh session) put 20 % of every warp's time at the merge's wait for
+// the group's splits (the barrier after it and the polls), a chain of ~7 barriers per split.
+#ifndef MONOLITH_ATTN_TIGHT
+#define MONOLITH_ATTN_TIGHT 0
+#endif
+constexpr bool kAttnTight = MONOLITH_ATTN_TIGHT != 0;
+static_assert(!(kAttnTight && kAttnFlash), "MONOLITH_ATTN_TIGHT reshapes the shipped split, MONOLITH_ATTN_FLASH replaces it");
 
 // ---- producer -------------------------------------------------------------------------------
 struct Ring {
@@ -1183,7 +1196,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           split_range(s.gi, s.nsplit, pos, h0, h1);
           held = h1 > h0;
         }
-        if (!acquire_n(held ? (kAttnFlash ? 2 : 1) : 0, kPhase_s_attn, L)) return;
+        if (!acquire_n(held ? (kAttnFlash || kAttnTight ? 2 : 1) : 0, kPhase_s_attn, L)) return;
       }
       // What both split shapes (the shipped one and MONOLITH_ATTN_FLASH) share:
       // cached position rr's scores of both heads by a half-warp (16 lanes x 16 B = one K row;
@@ -1331,7 +1344,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
         // scores: one half-warp per cached position, 16 lanes x 16 B = one K row, both heads
         if (nh > 0) {
-          if (!held && !acquire_n(1, kPhase_s_attn, L)) return;
+          if (!held && !acquire_n(kAttnTight ? 2 : 1, kPhase_s_attn, L)) return;  // tight: K and V
           held = false;
           const uint4* slot = slot_at(0);
           const int hw = tid >> 4, l16 = tid & 15;
@@ -1343,7 +1356,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
               sm.sc[kSplitPositions + rr] = a1 * scale;
             }
           }
-          release_n(1);
+          if constexpr (!kAttnTight) release_n(1);  // tight: K goes back with V, at the split's end
         }
         if (cur && warp == 0) {
           float a0, a1;
@@ -1372,8 +1385,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         // V: warp w takes cached positions w, w + 16, w + 32, w + 48; lane holds dims 4 lane .. + 3
         float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
         if (nh > 0) {
-          if (!acquire_n(1, kPhase_s_attn, L)) return;
-          const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(0));
+          if (!kAttnTight && !acquire_n(1, kPhase_s_attn, L)) return;
+          const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(kAttnTight ? 1 : 0));
 #pragma unroll
           for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
             const int rr = warp + kStreamConsumerWarps * j;
@@ -1396,8 +1409,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           }
         }
         if (sp + s.ng >= s.nsplit) hop_mark();  // the block's last split: the merge's hop follows
-        if (nh > 0) hand_back(1);
-        csync();  // vpart and sc are reused by the next split
+        if (nh > 0) hand_back(kAttnTight ? 2 : 1);
+        // vpart and sc are reused by the next split (tight: after the last one, the merge's barrier
+        // comes before anything writes them)
+        if (!kAttnTight || sp + s.ng < s.nsplit) csync();
       }
       XRAY_END(s_attn, L);
     }

@@ -1,0 +1,150 @@
+"""Where a decode step's warps stall, per source statement: Nsight Compute's warp-state samples
+(the SASS "source" page, `scripts/gpu.sh ncu`) joined with the line table of the same build.
+
+usage: python scripts/ncu_stalls.py SASS.csv[.gz] --lines DUMP.sass [--json OUT] [--top N]
+
+SASS.csv: `ncu -i REP --page source --csv --print-source sass` (one kernel). DUMP.sass: the
+kernel's SASS with inlined line info from the same source and flags, made here (no GPU needed):
+    nvcc -std=c++17 -O3 -lineinfo -gencode=arch=compute_90a,code=sm_90a -cubin kernel/megakernel.cu \
+         -I kernel -o /tmp/mk.cubin && nvdisasm -gi -c /tmp/mk.cubin > DUMP.sass
+The instructions are matched by offset and their text is checked (a dump of another build fails).
+Each sample is one warp caught at one instruction, so the shares are of all warps' time; a
+"site" is the statement of stream_consumer / stream_producer's body that the instruction was
+inlined into (its chain's second-outermost schedule_stream.cuh line). Thread-0-only code shows up
+as instructions whose average active threads is 1.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import gzip
+import json
+import re
+import sys
+from pathlib import Path
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
+LINE = re.compile(r'\s*//## File "([^"]+)", line (\d+)')
+INSN = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*$")
+
+
+def read_dump(path: Path, kernel: str) -> dict[int, tuple[str, list[tuple[str, int]]]]:
+    """offset -> (instruction text, inline chain innermost first) for the kernel's .text section."""
+    out, chain, pend, inside = {}, [], [], False
+    for line in path.read_text().splitlines():
+        if line.startswith(".text."):
+            inside = line[len(".text."):].rstrip(":") == kernel
+            continue
+        if not inside:
+            continue
+        m = LINE.match(line)
+        if m:
+            pend.append((Path(m.group(1)).name, int(m.group(2))))
+            continue
+        m = INSN.match(line)
+        if m:
+            if pend:
+                chain, pend = pend, []
+            out[int(m.group(1), 16)] = (m.group(2).rstrip(" ;"), chain)
+    return out
+
+
+def read_csv(path: Path) -> tuple[str, list[dict]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        rows = list(csv.reader(f))
+    if len(rows) < 3 or rows[0][0] != "Kernel Name" or "Address" not in rows[1]:
+        raise SystemExit(f"{path}: not an ncu SASS source page (expected 'Kernel Name' then an 'Address' header)")
+    hdr = rows[1]
+    return rows[0][1], [dict(zip(hdr, r, strict=False)) for r in rows[2:]]
+
+
+def num(v: str) -> float:
+    v = (v or "").replace(",", "")
+    try:
+        return float(v)
+    except ValueError:
+        return 0.0
+
+
+def summarize(rows: list[dict], lines: dict, top: int = 30) -> dict:
+    reasons = [h for h in rows[0] if h.startswith("stall_") and "Not Issued" not in h]
+    base = int(rows[0]["Address"], 16)
+    total = sum(num(r[SAMPLES]) for r in rows)
+    by_reason = collections.Counter()
+    sites: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    thread0 = collections.Counter()
+    mismatched = 0
+    for r in rows:
+        s = num(r[SAMPLES])
+        off = int(r["Address"], 16) - base
+        text, chain = lines.get(off, ("", []))
+        if text.split()[:1] != r["Source"].split()[:1]:
+            mismatched += 1
+        if not s:
+            continue
+        own = [(f, n) for f, n in chain if f != "megakernel.cu"]
+        site = f"{own[-2][0]}:{own[-2][1]}" if len(own) >= 2 else (f"{own[0][0]}:{own[0][1]}" if own else "?")
+        one = num(r.get("Avg. Threads Executed", "32")) <= 1.5
+        for h in reasons:
+            v = num(r[h])
+            by_reason[h[6:]] += v
+            sites[site][h[6:]] += v
+            if one:
+                thread0[h[6:]] += v
+        sites[site]["_samples"] += s
+        sites[site]["_one_thread"] += s if one else 0
+    if mismatched > len(rows) // 100:
+        raise SystemExit(f"{mismatched} of {len(rows)} instructions differ from the dump: not the same build")
+    def rank(c):
+        return {k: int(v) for k, v in c.most_common() if not k.startswith("_") and v}
+    return {
+        "samples": int(total),
+        "instructions": len(rows),
+        "by_reason": {k: {"samples": int(v), "share": round(v / total, 4)} for k, v in by_reason.most_common() if v},
+        "one_thread_samples": int(sum(thread0.values())),
+        "sites": [
+            {"site": k, "samples": int(c["_samples"]), "share": round(c["_samples"] / total, 4),
+             "one_thread_samples": int(c["_one_thread"]), "reasons": dict(list(rank(c).items())[:4])}
+            for k, c in sorted(sites.items(), key=lambda kv: -kv[1]["_samples"])[:top]
+        ],
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("csv", type=Path)
+    ap.add_argument("--lines", type=Path, required=True, help="nvdisasm -gi dump of the same build")
+    ap.add_argument("--json", type=Path, help="write the summary here")
+    ap.add_argument("--top", type=int, default=30, help="sites listed")
+    ap.add_argument("--source", type=Path, default=Path("kernel/schedule_stream.cuh"),
+                    help="the build's copy of schedule_stream.cuh: each site's line text")
+    a = ap.parse_args(argv)
+    kernel_name, rows = read_csv(a.csv)
+    mangled = None
+    m = re.search(r"decode_step<\(int\)(\d+)>", kernel_name)
+    if m:
+        mangled = f"_ZN8monolith11plain_build11decode_stepILi{m.group(1)}EEEvNS_10StepParamsE"
+    lines = read_dump(a.lines, mangled or kernel_name)
+    if not lines:
+        raise SystemExit(f"{a.lines}: no .text section for {mangled or kernel_name}")
+    res = {"kernel": kernel_name, **summarize(rows, lines, a.top)}
+    src = a.source.read_text().splitlines() if a.source.exists() else []
+    for s in res["sites"]:
+        f, n = s["site"].split(":")[0], int(s["site"].split(":")[-1])
+        s["text"] = src[n - 1].strip() if f == a.source.name and 0 < n <= len(src) else ""
+    print(f"{res['kernel']}: {res['samples']} warp samples, {res['instructions']} instructions")
+    print("  " + ", ".join(f"{k} {v['share']:.1%}" for k, v in list(res["by_reason"].items())[:8]))
+    print(f"  one-thread instructions (thread 0, the producer lane): {res['one_thread_samples'] / res['samples']:.1%}")
+    for s in res["sites"]:
+        text = s["text"][:60]
+        why = ", ".join(f"{k} {v}" for k, v in s["reasons"].items())
+        print(f"  {s['share']:6.1%} {s['site']:26s} {text:60s} | {why}")
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

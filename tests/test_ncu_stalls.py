@@ -1,0 +1,74 @@
+"""scripts/ncu_stalls.py: Nsight Compute's per-instruction warp samples joined with a SASS line dump."""
+import csv
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+spec = importlib.util.spec_from_file_location("ncu_stalls", Path(__file__).parents[1] / "scripts" / "ncu_stalls.py")
+ncu = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ncu)
+
+KERNEL = "_ZN8monolith11plain_build11decode_stepILi2EEEvNS_10StepParamsE"
+DUMP = f""".text.other:
+        /*0000*/                   NOP ;
+.text.{KERNEL}:
+	//## File "/x/kernel/schedule_stream.cuh", line 70 inlined at "/x/kernel/schedule_stream.cuh", line 810
+	//## File "/x/kernel/schedule_stream.cuh", line 810 inlined at "/x/kernel/schedule_stream.cuh", line 1467
+	//## File "/x/kernel/schedule_stream.cuh", line 1467 inlined at "/x/kernel/schedule_stream.cuh", line 1863
+	//## File "/x/kernel/schedule_stream.cuh", line 1863 inlined at "/x/kernel/megakernel.cu", line 931
+	//## File "/x/kernel/megakernel.cu", line 931
+        /*0000*/                   BAR.SYNC 0x1 ;
+        /*0010*/                   B2R.RESULT RZ, P2 ;
+	//## File "/x/kernel/schedule_stream.cuh", line 169 inlined at "/x/kernel/schedule_stream.cuh", line 1441
+	//## File "/x/kernel/schedule_stream.cuh", line 1441 inlined at "/x/kernel/schedule_stream.cuh", line 1863
+	//## File "/x/kernel/schedule_stream.cuh", line 1863 inlined at "/x/kernel/megakernel.cu", line 931
+	//## File "/x/kernel/megakernel.cu", line 931
+        /*0020*/                   ISETP.NE.AND P2, PT, R88, R37, PT ;
+"""
+HDR = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Avg. Threads Executed", "stall_barrier",
+       "stall_long_sb", "stall_barrier (Not Issued)"]
+
+
+def write(tmp: Path, rows, gz=True) -> Path:
+    p = tmp / ("s.csv.gz" if gz else "s.csv")
+    with (gzip.open(p, "wt", newline="") if gz else open(p, "w", newline="")) as f:
+        w = csv.writer(f)
+        w.writerow(["Kernel Name", "void monolith::plain_build::decode_step<(int)2>(monolith::StepParams)"])
+        w.writerow(HDR)
+        w.writerows(rows)
+    return p
+
+
+ROWS = [["0x7f0000000000", "BAR.SYNC 0x1", "10", "32", "9", "1", "9"],
+        ["0x7f0000000010", "B2R.RESULT RZ, P2", "30", "32", "30", "0", "30"],
+        ["0x7f0000000020", "ISETP.NE.AND P2, PT, R88, R37, PT", "60", "1", "0", "60", "0"]]
+
+
+def test_sites_reasons_and_one_thread_share(tmp_path):
+    (tmp_path / "d.sass").write_text(DUMP)
+    out = tmp_path / "o.json"
+    assert ncu.main([str(write(tmp_path, ROWS)), "--lines", str(tmp_path / "d.sass"), "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["samples"] == 100
+    assert r["by_reason"]["long_sb"] == {"samples": 61, "share": 0.61}
+    assert r["by_reason"]["barrier"]["samples"] == 39
+    sites = {s["site"]: s for s in r["sites"]}
+    assert sites["schedule_stream.cuh:1441"]["samples"] == 60 and sites["schedule_stream.cuh:1441"]["one_thread_samples"] == 60
+    assert sites["schedule_stream.cuh:1467"]["samples"] == 40 and sites["schedule_stream.cuh:1467"]["one_thread_samples"] == 0
+    assert r["one_thread_samples"] == 60
+
+
+def test_refuses_another_build_and_other_csv(tmp_path):
+    (tmp_path / "d.sass").write_text(DUMP)
+    other = [r[:] for r in ROWS]
+    for r in other:
+        r[1] = "FFMA R1, R2, R3, R4"
+    with pytest.raises(SystemExit, match="not the same build"):
+        ncu.main([str(write(tmp_path, other, gz=False)), "--lines", str(tmp_path / "d.sass")])
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(SystemExit, match="not an ncu SASS source page"):
+        ncu.main([str(bad), "--lines", str(tmp_path / "d.sass")])
