@@ -448,13 +448,17 @@ static_assert(kEmptyArrivals == 1 || kEmptyArrivals == kStreamConsumerWarps || k
 // MONOLITH_HOP_HOLD_CYCLES=C: the consumers mark "in a hop" from a phase's last hand-back to the
 //   next phase's opening barrier; the producer issues no copy while the mark is up, for at most C
 //   cycles per mark (a bound, not a handshake: no wait of the producer can depend on the
-//   consumers' progress, so the hold can never deadlock). Default 2000 (~1 us at 1.98 GHz):
-//   measured +14.7 % bf16-stream, +13.0 % fp8-stream against 0 in the same call; 8000 starved
-//   bf16's ring (NOTES.md, fifth session). 0 compiles it out.
+//   consumers' progress, so the hold can never deadlock). 2000 (~1 us at 1.98 GHz): measured
+//   +14.7 % bf16-stream, +13.0 % fp8-stream against 0 in the same call; 8000 starved bf16's ring
+//   (NOTES.md, fifth session). 0 compiles it out. Unset, the hold depends on the weights' format
+//   (kHopHold<W> below): bf16 1500, E4M3 and NVFP4 2000. Why: a bf16 phase hands back twice the
+//   bytes of an fp8 one, so its refill needs more of the time after a hop; the seventh session's
+//   sweep (NOTES.md) gave bf16 1,956-1,959 tok/s at 1250-1500 against 1,923 at 2000, and fp8
+//   1,961 at 1500 against 1,965 at 2000 (flat from 2000 to 8000 in the fifth session).
 // MONOLITH_RING_INFLIGHT=N: at most N copies in flight (the producer waits for copy k - N to land
 //   before it issues copy k); the ring keeps its 12 slots of run-ahead. 0 (off) by default.
 #ifndef MONOLITH_HOP_HOLD_CYCLES
-#define MONOLITH_HOP_HOLD_CYCLES 2000
+#define MONOLITH_HOP_HOLD_CYCLES -1
 #endif
 #ifndef MONOLITH_RING_INFLIGHT
 #define MONOLITH_RING_INFLIGHT 0
@@ -502,9 +506,13 @@ constexpr bool kScrGuard = MONOLITH_SCR_GUARD != 0;
 constexpr bool kSlotTestLanes = MONOLITH_SLOT_TEST_LANES != 0;
 constexpr int kProducerBackoffNs = MONOLITH_PRODUCER_BACKOFF_NS;
 static_assert(kProducerBackoffNs >= 0 && kProducerBackoffNs <= 10000, "a backoff of at most 10 us");
-constexpr long long kHopHoldCycles = MONOLITH_HOP_HOLD_CYCLES;
+// the hop hold of a weights format W in cycles (MONOLITH_HOP_HOLD_CYCLES above; 0: none)
+template <class W>
+constexpr long long kHopHold = MONOLITH_HOP_HOLD_CYCLES >= 0 ? (long long)(MONOLITH_HOP_HOLD_CYCLES)
+                               : (W::kRowScale ? 2000ll : 1500ll);
+static_assert(MONOLITH_HOP_HOLD_CYCLES >= -1 && MONOLITH_HOP_HOLD_CYCLES <= 100000,
+              "a hold is bounded: at most ~50 us (-1: the format's default)");
 constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
-static_assert(kHopHoldCycles >= 0 && kHopHoldCycles <= 100000, "a hold is bounded: at most ~50 us");
 static_assert(kRingInflight >= 0 && kRingInflight < kStages, "0 (off) or fewer copies in flight than slots");
 // MONOLITH_ATTN_FLASH=1 (fifth session, compiled but not yet run: the next GPU session's A/B,
 // after probes/attn_split.cu): an attention split as flash-decoding inside the block. Warp w
@@ -624,12 +632,12 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
         }
       }
     }
-    if constexpr (kHopHoldCycles > 0) {  // a hop's mark: hold this copy until it drops, at most C cycles
+    if constexpr (kHopHold<W> > 0) {  // a hop's mark: hold this copy until it drops, at most C cycles
       const int h = kProducerCalm ? *(volatile int*)r.hold : atomicAdd(r.hold, 0);
       if ((h & 1) && h != held_seen) {
         held_seen = h;
         const long long t0 = clock64();
-        while ((kProducerCalm ? *(volatile int*)r.hold : atomicAdd(r.hold, 0)) == h && clock64() - t0 < kHopHoldCycles) {
+        while ((kProducerCalm ? *(volatile int*)r.hold : atomicAdd(r.hold, 0)) == h && clock64() - t0 < kHopHold<W>) {
           if constexpr (kProducerCalm) __nanosleep(64);
         }
       }
@@ -789,11 +797,11 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // and drops it (even) at the next round's opening barrier, or before it would wait for a slot
   int hword = 0;
   auto hop_mark = [&] {
-    if constexpr (kHopHoldCycles > 0)
+    if constexpr (kHopHold<W> > 0)
       if (tid == 0) atomicExch(r.hold, ++hword);
   };
   auto hop_unmark = [&] {
-    if constexpr (kHopHoldCycles > 0)
+    if constexpr (kHopHold<W> > 0)
       if (tid == 0 && (hword & 1)) atomicExch(r.hold, ++hword);
   };
   // sub: MONOLITH_XRAY_SUB's x_slots stamp after thread 0's slot tests (the first round of a phase)
@@ -1861,7 +1869,7 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
       mbar_init(&empty[i], kEmptyArrivals);
     }
     quit = 0;
-    if constexpr (kHopHoldCycles > 0) hold = 0;
+    if constexpr (kHopHold<typename Cfg::Weights> > 0) hold = 0;
 #if defined(MONOLITH_XRAY) && MONOLITH_XRAY_SUB == 1
     sm.xwords = 0ull;
 #endif
