@@ -536,6 +536,14 @@ constexpr bool kAttnFlash = MONOLITH_ATTN_FLASH != 0;
 // arithmetic in the same order: bitwise the shipped kernel's output. Why: the ncu samples of one
 // decode step (NOTES.md, seventh session) put 20 % of every warp's time at the merge's wait for
 // the group's splits (the barrier after it and the polls), a chain of ~7 barriers per split.
+// MONOLITH_ATTN_QSMEM=1 (seventh session, diagnostic, off): a split's scores read the lane's q from
+// shared memory at every cached position and the V partials are stored as scalars, as through
+// the sixth session; the default reads q once into registers and stores float4s (bitwise the
+// same output). Kept as the A/B handle of that change (NOTES.md, seventh session).
+#ifndef MONOLITH_ATTN_QSMEM
+#define MONOLITH_ATTN_QSMEM 0
+#endif
+constexpr bool kAttnQSmem = MONOLITH_ATTN_QSMEM != 0;
 #ifndef MONOLITH_ATTN_TIGHT
 #define MONOLITH_ATTN_TIGHT 0
 #endif
@@ -750,6 +758,9 @@ struct StreamSmem {
   unsigned long long xwords;  // MONOLITH_XRAY_SUB: the latest cycle at which a thread had its words (xray.cuh)
 #endif
 };
+static_assert(offsetof(StreamSmem, q) % 16 == 0 && offsetof(StreamSmem, vpart) % 16 == 0 &&
+                  (kGroupCols * sizeof(float)) % 16 == 0,
+              "attention reads q and writes the V partials as float4");
 // The shared-memory budget of a streaming block (sm_90: 227 KB per block): the ring, StreamSmem and
 // ~0.2 KB of barriers, flags and the plan. NVFP4's block scales do not fit beside it (StreamFmt<WeightsNvfp4>).
 constexpr int kStreamSmemBudget = 227 * 1024;
@@ -1208,15 +1219,26 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       }
       // What both split shapes (the shipped one and MONOLITH_ATTN_FLASH) share:
       // cached position rr's scores of both heads by a half-warp (16 lanes x 16 B = one K row;
-      // the whole warp calls it for the shuffles, a half-warp past the split passes valid = false)
+      // the whole warp calls it for the shuffles, a half-warp past the split passes valid = false).
+      // The lane's 8 dims of both heads' q are read from shared memory once (the barrier above
+      // published sm.q), not at every position: probes/attn_split.cu's stage stamps (seventh
+      // session) put the scores of a 64-position split at ~1,800 cycles, shared-memory wavefronts
+      // of q's loads (4 x 16 B per lane and position, 2-way bank conflicts), not arithmetic.
+      // (MONOLITH_ATTN_QSMEM=1: the sixth session's loads at every position, for the A/B)
+      const float4* q4 = reinterpret_cast<const float4*>(sm.q);
+      const int ql16 = tid & 15;
+      const float4 qa0 = q4[2 * ql16], qa1 = q4[2 * ql16 + 1], qb0 = q4[32 + 2 * ql16], qb1 = q4[32 + 2 * ql16 + 1];
       auto score_k = [&](const uint4* kslot, int rr, bool valid, float& a0, float& a1) {
-        const int l16 = tid & 15;
-        const float4* q4 = reinterpret_cast<const float4*>(sm.q);
         a0 = a1 = 0.f;
         if (valid) {
-          const uint4 kw = kslot[rr * 16 + l16];
-          a0 = dot8_bf16(kw, q4[2 * l16], q4[2 * l16 + 1], 0.f);
-          a1 = dot8_bf16(kw, q4[32 + 2 * l16], q4[32 + 2 * l16 + 1], 0.f);
+          const uint4 kw = kslot[rr * 16 + ql16];
+          if constexpr (kAttnQSmem) {
+            a0 = dot8_bf16(kw, q4[2 * ql16], q4[2 * ql16 + 1], 0.f);
+            a1 = dot8_bf16(kw, q4[32 + 2 * ql16], q4[32 + 2 * ql16 + 1], 0.f);
+          } else {
+            a0 = dot8_bf16(kw, qa0, qa1, 0.f);
+            a1 = dot8_bf16(kw, qb0, qb1, 0.f);
+          }
         }
 #pragma unroll
         for (int o = 8; o > 0; o >>= 1) {  // within each half-warp, fixed order
@@ -1245,12 +1267,19 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           o1[i] = fmaf(p1, v4[i], o1[i]);
         }
       };
+      // one 16-byte store per head (8 scalar stores at a 16-byte stride were 4-way bank conflicts)
       auto store_vpart = [&](const float (&o0)[4], const float (&o1)[4]) {
+        if constexpr (kAttnQSmem) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          sm.vpart[warp * kGroupCols + 4 * lane + i] = o0[i];
-          sm.vpart[warp * kGroupCols + kHeadDim + 4 * lane + i] = o1[i];
+          for (int i = 0; i < 4; ++i) {
+            sm.vpart[warp * kGroupCols + 4 * lane + i] = o0[i];
+            sm.vpart[warp * kGroupCols + kHeadDim + 4 * lane + i] = o1[i];
+          }
+          return;
         }
+        float4* p4 = reinterpret_cast<float4*>(sm.vpart + warp * kGroupCols);
+        p4[lane] = make_float4(o0[0], o0[1], o0[2], o0[3]);
+        p4[kHeadDim / 4 + lane] = make_float4(o1[0], o1[1], o1[2], o1[3]);
       };
       for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
         int t0, t1;
