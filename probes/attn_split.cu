@@ -22,7 +22,15 @@
 //       barrier; warp w turns its four scores into exp(s - m) itself, accumulates V and its own sum
 //       l_w; one barrier; 256 threads add the 16 warps' o and l in fixed order. K and V acquired
 //       together: 3 barriers per split, no step where one or two warps work and 14 wait.
-// Stage stamps (thread 0, clock64 after each step of A0 and A2) give where a split's cycles go.
+//   A3  (seventh session) A0 with q in registers and float4 V partials (the kernel since 7c3d3a9).
+//   A4  (seventh session, NOT YET RUN on a GPU: the eighth session's first probe) A3 with a shorter
+//       score loop: a quarter-warp per position (4 positions per warp, all 64 in one pass), each
+//       lane 16 dims in two conflict-free 16-byte loads, q of both heads in 32 registers, and both
+//       heads reduced over the 8 lanes in 3 shuffles (the first level exchanges the heads: lanes
+//       0-3 keep head 0, lanes 4-7 head 1); this position is one more quarter-warp position (its K
+//       from kc), so warp 0's separate step and its barrier go. Another summation order than A0:
+//       checked against the CPU reference only.
+// Stage stamps (thread 0, clock64 after each step of A0, A2, A3 and A4) give where a split's cycles go.
 // Both end with (m, l, o) per head as the kernel's split partials (the cross-block merge's input)
 // and are checked against a CPU reference in double (o / l and m; the two shapes sum in
 // different orders, so they agree to rounding, not bit for bit).
@@ -419,6 +427,107 @@ __device__ void split_a2(Smem& sm, int nh, bool cur, float scale, float* out) {
   bsync();  // part, sc and mx are reused by the next split (the kernel: the merge's barrier)
 }
 
+// A4: see the header. out as A0's.
+__device__ void split_a4(Smem& sm, int nh, bool cur, float scale, float* out) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, l8 = lane & 7;
+  const int n = nh + (cur ? 1 : 0);
+  bsync();  // the K slot's acquire
+  stamp(sm, 0);
+  {
+    // lane l8's dims: 8 l8 .. 8 l8 + 7 and 64 + 8 l8 .. 64 + 8 l8 + 7, both heads
+    const float4* q4 = reinterpret_cast<const float4*>(sm.q);
+    const float4 h0a = q4[2 * l8], h0b = q4[2 * l8 + 1], h0c = q4[16 + 2 * l8], h0d = q4[16 + 2 * l8 + 1];
+    const float4 h1a = q4[32 + 2 * l8], h1b = q4[32 + 2 * l8 + 1], h1c = q4[48 + 2 * l8], h1d = q4[48 + 2 * l8 + 1];
+    const int rr = 4 * warp + (lane >> 3);  // this quarter-warp's position
+    float a0 = 0.f, a1 = 0.f;
+    if (rr < n) {
+      uint4 klo, khi;
+      if (rr < nh) {
+        klo = sm.k[rr * 16 + l8];      // bytes 16 l8 .. : dims 8 l8 .. 8 l8 + 7
+        khi = sm.k[rr * 16 + 8 + l8];  // dims 64 + 8 l8 ..
+      } else {  // this position: its K (bf16-exact fp32) repacked as the cache's bf16
+        auto pack = [&](const float* k) {
+          return make_uint4((__float_as_uint(k[0]) >> 16) | (__float_as_uint(k[1]) & 0xffff0000u),
+                            (__float_as_uint(k[2]) >> 16) | (__float_as_uint(k[3]) & 0xffff0000u),
+                            (__float_as_uint(k[4]) >> 16) | (__float_as_uint(k[5]) & 0xffff0000u),
+                            (__float_as_uint(k[6]) >> 16) | (__float_as_uint(k[7]) & 0xffff0000u));
+        };
+        klo = pack(sm.kc + 8 * l8);
+        khi = pack(sm.kc + 64 + 8 * l8);
+      }
+      a0 = dot8(khi, h0c, h0d, dot8(klo, h0a, h0b, 0.f));
+      a1 = dot8(khi, h1c, h1d, dot8(klo, h1a, h1b, 0.f));
+    }
+    // 8 lanes, both heads, 3 shuffles: lanes 0-3 end with head 0's sum, lanes 4-7 with head 1's
+    const bool hi = (l8 & 4) != 0;
+    float v = (hi ? a1 : a0) + __shfl_xor_sync(0xffffffffu, hi ? a0 : a1, 4);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    if ((l8 & 3) == 0 && rr < n) sm.sc[(hi ? kSplit : 0) + rr] = v * scale;
+  }
+  stamp(sm, 1);
+  bsync();  // the K slot's hand-back (scores published)
+  stamp(sm, 2);
+  stamp(sm, 3);  // (A0's warp-0 step for this position is gone)
+  if (warp < kHeads) {
+    float* sc = sm.sc + warp * kSplit;
+    const float x0 = lane < n ? sc[lane] : -INFINITY, x1 = lane + 32 < n ? sc[lane + 32] : -INFINITY;
+    const float m = warp_max(fmaxf(x0, x1));
+    const float e0 = lane < n ? __expf(x0 - m) : 0.f, e1 = lane + 32 < n ? __expf(x1 - m) : 0.f;
+    if (lane < n) sc[lane] = e0;
+    if (lane + 32 < n) sc[lane + 32] = e1;
+    const float l = warp_sum(e0 + e1);
+    if (lane == 0) {
+      sm.ml[2 * warp] = m;
+      sm.ml[2 * warp + 1] = l;
+    }
+  }
+  bsync();
+  stamp(sm, 4);
+  bsync();  // the V slot's acquire
+  stamp(sm, 5);
+  float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < kSplit / kWarps + 1; ++j) {  // j = 4: only position 64 (this one, when nh = 63 ... 64)
+    const int rr = warp + kWarps * j;
+    if (rr < n) {
+      float v4[4];
+      if (rr < nh) {
+        const uint2 vv = sm.v[rr * 32 + lane];
+        v4[0] = bf_lo(vv.x), v4[1] = bf_hi(vv.x), v4[2] = bf_lo(vv.y), v4[3] = bf_hi(vv.y);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v4[i] = sm.vc[4 * lane + i];
+      }
+      const float p0 = sm.sc[rr], p1 = sm.sc[kSplit + rr];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        o0[i] = fmaf(p0, v4[i], o0[i]);
+        o1[i] = fmaf(p1, v4[i], o1[i]);
+      }
+    }
+  }
+  float4* p4 = reinterpret_cast<float4*>(sm.part + warp * kCols);
+  p4[lane] = make_float4(o0[0], o0[1], o0[2], o0[3]);
+  p4[kHeadDim / 4 + lane] = make_float4(o1[0], o1[1], o1[2], o1[3]);
+  stamp(sm, 6);
+  bsync();
+  stamp(sm, 7);
+  if (tid < kCols) {
+    const int h = tid / kHeadDim, d = tid % kHeadDim;
+    float a = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) a += sm.part[w * kCols + tid];
+    out[h * (kHeadDim + 2) + 2 + d] = a;
+    if (d == 0) {
+      out[h * (kHeadDim + 2)] = sm.ml[2 * h];
+      out[h * (kHeadDim + 2) + 1] = sm.ml[2 * h + 1];
+    }
+  }
+  stamp(sm, 8);
+  bsync();  // part and sc are reused by the next split
+}
+
 struct Params {
   const uint16_t *k, *v, *kc, *vc;  // bf16: K and V rows [kSplit][kHeadDim], this position's
   const float* q;                   // [kCols]
@@ -453,7 +562,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_kernel(Params p) {
     if (p.shape == 0) split_a0<false>(sm, p.nh, p.cur != 0, p.scale, out);
     else if (p.shape == 1) split_a1(sm, p.nh, p.cur != 0, p.scale, out);
     else if (p.shape == 2) split_a2(sm, p.nh, p.cur != 0, p.scale, out);
-    else split_a0<true>(sm, p.nh, p.cur != 0, p.scale, out);
+    else if (p.shape == 3) split_a0<true>(sm, p.nh, p.cur != 0, p.scale, out);
+    else split_a4(sm, p.nh, p.cur != 0, p.scale, out);
     if (tid == 0) {
       const size_t at = size_t(blockIdx.x) * p.rounds + r;
       p.cycles[at] = clock64() - t0;
@@ -540,10 +650,11 @@ int main(int argc, char** argv) {
   p.out = dout;
   p.rounds = rounds;
   p.scale = scale;
-  const char* names[4] = {"A0 kernel shape (7 barriers)", "A1 warp-local flash (3 barriers)",
-                          "A2 shared max, warp exps (3 barriers)", "A3 A0 + q in registers, float4 partials"};
-  const char* shapes[4] = {"A0", "A1", "A2", "A3"};
-  const int nstamps[4] = {9, 0, 6, 9};  // stamps a shape records (A1: none)
+  const char* names[5] = {"A0 kernel shape (7 barriers)", "A1 warp-local flash (3 barriers)",
+                          "A2 shared max, warp exps (3 barriers)", "A3 A0 + q in registers, float4 partials",
+                          "A4 A3 + quarter-warp scores (6 barriers)"};
+  const char* shapes[5] = {"A0", "A1", "A2", "A3", "A4"};
+  const int nstamps[5] = {9, 0, 6, 9, 9};  // stamps a shape records (A1: none)
   if (!g_json) printf("device: %s (%d SMs), %d blocks x %d threads, %d rounds\n", prop.name, G, G, kThreads, rounds);
   if (!g_json) printf("%-34s %4s %4s | %10s %10s %8s | %s\n", "shape", "nh", "cur", "median cyc", "us", "p90 us", "check (max rel err of o/l, m)");
   bool all_ok = true;
@@ -554,7 +665,7 @@ int main(int argc, char** argv) {
   const int cfgs[3][2] = {{64, 0}, {63, 1}, {16, 1}};
   std::vector<float> a0_out;  // A0's output of the current configuration (A3 must match it bit for bit)
   for (const auto& cfg : cfgs)
-    for (int shape = 0; shape < 4; ++shape) {
+    for (int shape = 0; shape < 5; ++shape) {
       const int nh = cfg[0], cur = cfg[1];
       p.nh = nh;
       p.cur = cur;
