@@ -144,6 +144,23 @@ __device__ __forceinline__ void score_cur(const Smem& sm, int lane, float& a0, f
   a1 = warp_sum(a1);
 }
 
+// A0 / A3 / A4: softmax statistics of the split's n scores, one warp per head; the scores become
+// exp(s - m) in place, (m, l) per head go to sm.ml
+__device__ __forceinline__ void split_softmax(Smem& sm, int n, int warp, int lane) {
+  if (warp >= kHeads) return;
+  float* sc = sm.sc + warp * kSplit;
+  const float x0 = lane < n ? sc[lane] : -INFINITY, x1 = lane + 32 < n ? sc[lane + 32] : -INFINITY;
+  const float m = warp_max(fmaxf(x0, x1));
+  const float e0 = lane < n ? __expf(x0 - m) : 0.f, e1 = lane + 32 < n ? __expf(x1 - m) : 0.f;
+  if (lane < n) sc[lane] = e0;
+  if (lane + 32 < n) sc[lane + 32] = e1;
+  const float l = warp_sum(e0 + e1);
+  if (lane == 0) {
+    sm.ml[2 * warp] = m;
+    sm.ml[2 * warp + 1] = l;
+  }
+}
+
 // A0: the kernel's shape. out[h * 130 + {0: m, 1: l, 2 + d: o[d]}]
 // A3 (kQReg, seventh session): A0 with each lane's q in registers for the whole split and the
 // per-warp V partials stored as float4: the stage stamps put A0's scores at ~1,800 cycles and its
@@ -178,19 +195,7 @@ __device__ void split_a0(Smem& sm, int nh, bool cur, float scale, float* out) {
   bsync();
   stamp(sm, 3);
   const int n = nh + (cur ? 1 : 0);
-  if (warp < kHeads) {
-    float* sc = sm.sc + warp * kSplit;
-    const float x0 = lane < n ? sc[lane] : -INFINITY, x1 = lane + 32 < n ? sc[lane + 32] : -INFINITY;
-    const float m = warp_max(fmaxf(x0, x1));
-    const float e0 = lane < n ? __expf(x0 - m) : 0.f, e1 = lane + 32 < n ? __expf(x1 - m) : 0.f;
-    if (lane < n) sc[lane] = e0;
-    if (lane + 32 < n) sc[lane + 32] = e1;
-    const float l = warp_sum(e0 + e1);
-    if (lane == 0) {
-      sm.ml[2 * warp] = m;
-      sm.ml[2 * warp + 1] = l;
-    }
-  }
+  split_softmax(sm, n, warp, lane);
   bsync();
   stamp(sm, 4);
   bsync();  // the V slot's acquire
@@ -469,19 +474,7 @@ __device__ void split_a4(Smem& sm, int nh, bool cur, float scale, float* out) {
   bsync();  // the K slot's hand-back (scores published)
   stamp(sm, 2);
   stamp(sm, 3);  // (A0's warp-0 step for this position is gone)
-  if (warp < kHeads) {
-    float* sc = sm.sc + warp * kSplit;
-    const float x0 = lane < n ? sc[lane] : -INFINITY, x1 = lane + 32 < n ? sc[lane + 32] : -INFINITY;
-    const float m = warp_max(fmaxf(x0, x1));
-    const float e0 = lane < n ? __expf(x0 - m) : 0.f, e1 = lane + 32 < n ? __expf(x1 - m) : 0.f;
-    if (lane < n) sc[lane] = e0;
-    if (lane + 32 < n) sc[lane + 32] = e1;
-    const float l = warp_sum(e0 + e1);
-    if (lane == 0) {
-      sm.ml[2 * warp] = m;
-      sm.ml[2 * warp + 1] = l;
-    }
-  }
+  split_softmax(sm, n, warp, lane);
   bsync();
   stamp(sm, 4);
   bsync();  // the V slot's acquire
