@@ -105,3 +105,14 @@ def kernel_gemv(codes: torch.Tensor, bscales: torch.Tensor, g: float, x: torch.T
     gt = torch.tensor(g, dtype=torch.float32) * (1.0 if half2 else L.KERNEL_UNBIAS)
     out = y[0] * gt
     return out.view(-1) if single else out
+
+
+def shared_scalar(pre: torch.Tensor, got: torch.Tensor, approx: float, ulps: int = 8) -> list[float]:
+    """The fp32 values s within +-ulps of `approx` for which fp32 `pre * s` equals `got` bit for bit
+    in every element. For a factor the kernel computes on the GPU in a way the CPU cannot repeat
+    bit for bit (the qkv rows' 1/rms: rsqrtf), but that is one scalar shared by every row: a wrong
+    candidate misses most rows, so a hit pins the kernel's products without knowing its rsqrtf."""
+    base = int(torch.tensor(approx, dtype=torch.float32).view(torch.int32))
+    cands = torch.arange(base - ulps, base + ulps + 1, dtype=torch.int32).view(torch.float32)
+    pre32 = pre.float()
+    return [float(c) for c in cands if torch.equal(pre32 * c, got)]

@@ -388,6 +388,39 @@ def test_nvfp4_qkv_rows_are_the_cpu_model_for_every_code(engines):
         torch.cuda.empty_cache()
 
 
+def test_nvfp4_qkv_rows_bit_exact_on_the_kernels_input(engines):
+    """Every q/k/v row of layer 0 bit for bit quant/nvfp4_kernel_model.py's kernel_gemv, given what
+    the kernel multiplies (seventh session). The kernel's dot products run over s_x = v * w (the
+    residual times the RMSNorm weight, before 1/rms); the row sum is scaled by the tensor scale,
+    then by inv = rsqrtf(mean v^2 + eps). The test above feeds the model the debug vector
+    normed_in = (v * inv) * w instead, another vector, which is why only ~18 % of its rows were
+    bit-equal on the H200 (a CPU emulation of both gives 717 / 4,096, the H200 722). Here v is
+    rebuilt from the token's E4M3 embedding row (one fp32 multiply, WeightsE4M3::value) and inv is
+    an fp32 value within 8 ulp of 1/rms that makes every row equal (KM.shared_scalar: rsqrtf's
+    last bit cannot be repeated on the CPU, but it is one scalar shared by all 4,096 rows)."""
+    from monolith.quant import nvfp4_kernel_model as KM
+    from monolith.quant import nvfp4_layout as NL
+
+    mk, _ = engines
+    _nvfp4_only(mk)
+    t = mk.test_ckpt.packed.tensors
+    tok = 42
+    mk.reset()
+    got = mk.step_until(tok, 0, 0)["qkv"].cpu()
+    v = t[NL.T_EMBED_CODES][tok].view(torch.float8_e4m3fn).float() * t[NL.T_EMBED_SCALES][tok].float()
+    off, k = NL.NORM_FIELDS["input_layernorm.weight"]
+    x = v * t[NL.T_NORMS][0, off:off + k].float()
+    qkv = t[NL.T_LAYER_CODES][0, NL.CODE_OFFSETS["qkv"]:NL.CODE_OFFSETS["o"]].view(-1, NL.CODE_ROW_BYTES["qkv"])
+    bs = t[NL.T_LAYER_BSCALES][0, NL.BSCALE_OFFSETS["qkv"]:NL.BSCALE_OFFSETS["o"]].view(-1, NL.BSCALE_ROW_BYTES["qkv"])
+    pre = torch.cat([KM.kernel_gemv(qkv[r0:r1], bs[r0:r1], float(t[NL.T_LAYER_TSCALES][0, NL.TSCALE_ORDER.index(kind)]), x)
+                     for kind, (r0, r1) in (("q", (0, C.Q_DIM)), ("k", (C.Q_DIM, C.Q_DIM + C.KV_DIM)),
+                                            ("v", (C.Q_DIM + C.KV_DIM, C.Q_DIM + 2 * C.KV_DIM)))])
+    hits = KM.shared_scalar(pre, got, 1.0 / float((v.double().square().mean() + C.RMS_EPS).sqrt()))
+    assert hits, ("no fp32 1/rms within 8 ulp makes the kernel's qkv rows the model's; bit-equal rows at the "
+                  f"nearest: {int((pre * (got / pre).median() == got).sum())}/{len(got)}")
+    print(f"qkv rows bit-equal to the nvfp4 CPU model on the kernel's input: {len(got)}/{len(got)} (1/rms {hits})")
+
+
 def test_nvfp4_engine_refuses_a_mixed_pack(engines):
     from monolith.megakernel import MegakernelEngine
     from monolith.quant.pack_nvfp4 import PackedNVFP4

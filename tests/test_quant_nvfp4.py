@@ -11,7 +11,7 @@ import torch
 from monolith.errors import MonolithError
 from monolith.quant import fp8_layout as F8
 from monolith.quant import nvfp4_layout as L
-from monolith.quant.nvfp4_kernel_model import e2m1_to_f16_bits, kernel_gemv, kernel_weight_values
+from monolith.quant.nvfp4_kernel_model import e2m1_to_f16_bits, kernel_gemv, kernel_weight_values, shared_scalar
 from monolith.quant.pack_fp8 import quantize_rows as fp8_quantize_rows
 from monolith.quant.pack_nvfp4 import (
     dequantize_matrix,
@@ -222,6 +222,29 @@ def test_kernel_model_dot_products(ckpt2):
     assert rel2 < 2e-3   # f16 rounding of x (2^-11) dominates
     assert torch.equal(kernel_gemv(m.codes, m.bscales, m.g, x[:, 0]), y[:, 0])
     print(f"\nnvfp4 kernel model, K=3072: fp32 path max rel err {float((err / scale).max()):.2e}, half2 path {rel2:.2e}")
+
+
+def test_shared_scalar_pins_the_kernels_1_over_rms(ckpt2):
+    """What the GPU test test_nvfp4_qkv_rows_bit_exact_on_the_kernels_input relies on (seventh
+    session): (a) multiplying W (v w) by 1/rms after the sum, as the kernel does, differs in most
+    rows from W ((v / rms) w), the vector the older GPU test fed the model (its 722 / 4,096
+    bit-equal rows); (b) shared_scalar finds the one fp32 factor that turns the model's row sums
+    into the kernel's, here 3 ulp off the double-precision value as rsqrtf may be, and (c) finds
+    none when a single row is off by one ulp."""
+    m = quantize_matrix(ckpt2.tensors["model.layers.0.self_attn.q_proj.weight"][:256])
+    gen = torch.Generator().manual_seed(7)
+    v = torch.randn(1024, generator=gen) * 0.05
+    w = ckpt2.tensors["model.layers.0.input_layernorm.weight"].float()
+    approx = 1.0 / float((v.double().square().mean() + 1e-6).sqrt())
+    inv = float((torch.tensor(approx, dtype=torch.float32).view(torch.int32) + 3).view(torch.float32))
+    pre = kernel_gemv(m.codes, m.bscales, m.g, v * w)
+    got = pre * torch.tensor(inv)
+    normed_first = kernel_gemv(m.codes, m.bscales, m.g, (v * torch.tensor(inv)) * w)
+    assert int((normed_first == got).sum()) < len(got) // 2           # (a): not the kernel's order
+    assert shared_scalar(pre, got, approx) == [inv]                     # (b)
+    bad = got.clone()
+    bad[17] = torch.nextafter(bad[17], torch.tensor(float("inf")))
+    assert shared_scalar(pre, bad, approx) == []                        # (c)
 
 
 # ---- layout -------------------------------------------------------------------------------------
