@@ -528,14 +528,15 @@ static_assert(kRingInflight >= 0 && kRingInflight < kStages, "0 (off) or fewer c
 #define MONOLITH_ATTN_FLASH 0
 #endif
 constexpr bool kAttnFlash = MONOLITH_ATTN_FLASH != 0;
-// MONOLITH_ATTN_TIGHT=1 (seventh session, off until measured): the shipped split shape with 3
+// MONOLITH_ATTN_TIGHT=1 (seventh session; measured neutral, off, NOTES.md): the shipped split shape with 3
 // barriers after its opening instead of 6. The split's K and V slots are acquired together (at
 // the opening barrier, or at the loop's top for a block's later split) and handed back together
 // at its end; so the barrier that handed K back and the one that opened V go, and so does the
 // barrier after a block's last split (nothing reuses sc / vpart before the merge's barrier). Same
-// arithmetic in the same order: bitwise the shipped kernel's output. Why: the ncu samples of one
-// decode step (NOTES.md, seventh session) put 20 % of every warp's time at the merge's wait for
-// the group's splits (the barrier after it and the polls), a chain of ~7 barriers per split.
+// arithmetic in the same order: bitwise the shipped kernel's output. Why it was tried: the ncu
+// samples of one decode step put 20 % of every warp's time at the merge's wait for the group's
+// splits, a chain of ~7 barriers per split. Dev tok/s did not move, nor did the X-ray's split
+// time: the split's cost was shared-memory wavefronts (MONOLITH_ATTN_QSMEM below), not barriers.
 // MONOLITH_ATTN_QSMEM=1 (seventh session, diagnostic, off): a split's scores read the lane's q from
 // shared memory at every cached position and the V partials are stored as scalars, as through
 // the sixth session; the default reads q once into registers and stores float4s (bitwise the
