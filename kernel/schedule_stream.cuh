@@ -497,9 +497,19 @@ constexpr bool kScrGuard = MONOLITH_SCR_GUARD != 0;
 //   thread 0 waits for it as before (bounded, the X-ray's `ring` interval).
 // MONOLITH_PRODUCER_BACKOFF_NS=N (sixth session, 0 = off): the producer sleeps N ns between two
 //   tests of a slot it waits to refill; the mbarrier unit also serves the consumers' tests.
+// MONOLITH_SLOT_TEST_BATCH=1 (seventh session, compiled, NOT YET MEASURED: the next session's A/B):
+//   thread 0 issues the tests of a round's n <= 8 slots back to back, the slot index and parity
+//   stepped instead of divided by kStages per slot, and branches only on the combined result. Why:
+//   the ncu samples of one decode step put ~1.1 us per layer of thread 0's time in the serial test
+//   loop (a 12-modulo, a test, a branch on its long-scoreboard result, per slot), while the other
+//   warps wait at the opening barrier (NOTES.md, seventh session).
 #ifndef MONOLITH_SLOT_TEST_LANES
 #define MONOLITH_SLOT_TEST_LANES 0
 #endif
+#ifndef MONOLITH_SLOT_TEST_BATCH
+#define MONOLITH_SLOT_TEST_BATCH 0
+#endif
+constexpr bool kSlotTestBatch = MONOLITH_SLOT_TEST_BATCH != 0;
 #ifndef MONOLITH_PRODUCER_BACKOFF_NS
 #define MONOLITH_PRODUCER_BACKOFF_NS 0
 #endif
@@ -835,6 +845,17 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int i = 0; i < n && ok; ++i)
             if ((miss >> i) & 1u) wait_slot(i);
       }
+    } else if (kSlotTestBatch && tid == 0 && ok && n <= 2 * kRoundSlots) {
+      // every test issued before the first branch on a result; slot and parity stepped, not divided
+      uint32_t slot = kc % kStages, par = (kc / kStages) & 1u, miss = 0u;
+#pragma unroll
+      for (int i = 0; i < 2 * kRoundSlots; ++i) {
+        const bool landed = i >= n || mbar_test_wait(&r.full[slot], par);
+        miss |= landed ? 0u : 1u << i;
+        if (++slot == uint32_t(kStages)) slot = 0u, par ^= 1u;
+      }
+      for (int i = 0; miss != 0u && i < n && ok; ++i)
+        if ((miss >> i) & 1u) wait_slot(i);
     } else if (tid == 0 && ok) {
       for (int i = 0; i < n && ok; ++i)
         if (!mbar_test_wait(&r.full[(kc + i) % kStages], ((kc + i) / kStages) & 1u)) wait_slot(i);
