@@ -68,7 +68,10 @@ def num(v: str) -> float:
         return 0.0
 
 
-def summarize(rows: list[dict], lines: dict, top: int = 30) -> dict:
+def summarize(rows: list[dict], lines: dict, top: int = 30, warp_us: float | None = None) -> dict:
+    """warp_us: warps x duration (us) of the profiled launch; with it each site also gets its samples
+    as microseconds of one warp per block (`us_per_block`, `one_thread_us_per_block`: e.g. thread 0's
+    serial work, which the block's other warps wait for)."""
     reasons = [h for h in rows[0] if h.startswith("stall_") and "Not Issued" not in h]
     base = int(rows[0]["Address"], 16)
     total = sum(num(r[SAMPLES]) for r in rows)
@@ -99,6 +102,9 @@ def summarize(rows: list[dict], lines: dict, top: int = 30) -> dict:
         raise SystemExit(f"{mismatched} of {len(rows)} instructions differ from the dump: not the same build")
     def rank(c):
         return {k: int(v) for k, v in c.most_common() if not k.startswith("_") and v}
+
+    def us(n):  # samples -> us of one warp: samples / (samples per warp-us)
+        return round(n * warp_us / total, 3) if warp_us else None
     return {
         "samples": int(total),
         "instructions": len(rows),
@@ -106,7 +112,8 @@ def summarize(rows: list[dict], lines: dict, top: int = 30) -> dict:
         "one_thread_samples": int(sum(thread0.values())),
         "sites": [
             {"site": k, "samples": int(c["_samples"]), "share": round(c["_samples"] / total, 4),
-             "one_thread_samples": int(c["_one_thread"]), "reasons": dict(list(rank(c).items())[:4])}
+             "one_thread_samples": int(c["_one_thread"]), "reasons": dict(list(rank(c).items())[:4]),
+             **({"us_per_block": us(c["_samples"]), "one_thread_us_per_block": us(c["_one_thread"])} if warp_us else {})}
             for k, c in sorted(sites.items(), key=lambda kv: -kv[1]["_samples"])[:top]
         ],
     }
@@ -118,6 +125,10 @@ def main(argv=None) -> int:
     ap.add_argument("--lines", type=Path, required=True, help="nvdisasm -gi dump of the same build")
     ap.add_argument("--json", type=Path, help="write the summary here")
     ap.add_argument("--top", type=int, default=30, help="sites listed")
+    ap.add_argument("--duration-us", type=float, help="the launch's duration (the details page's Duration): "
+                    "each site's samples also as microseconds of one warp per block (every block's warps are "
+                    "sampled alike, so a site's share of all samples times warps per block times the duration)")
+    ap.add_argument("--warps-per-block", type=int, default=17, help="warps per block (the stream kernel: 16 + 1)")
     ap.add_argument("--source", type=Path, default=Path("kernel/schedule_stream.cuh"),
                     help="the build's copy of schedule_stream.cuh: each site's line text")
     a = ap.parse_args(argv)
@@ -129,7 +140,8 @@ def main(argv=None) -> int:
     lines = read_dump(a.lines, mangled or kernel_name)
     if not lines:
         raise SystemExit(f"{a.lines}: no .text section for {mangled or kernel_name}")
-    res = {"kernel": kernel_name, **summarize(rows, lines, a.top)}
+    warp_us = a.duration_us * a.warps_per_block if a.duration_us else None  # one block's warp-us
+    res = {"kernel": kernel_name, **summarize(rows, lines, a.top, warp_us=warp_us)}
     src = a.source.read_text().splitlines() if a.source.exists() else []
     for s in res["sites"]:
         f, n = s["site"].split(":")[0], int(s["site"].split(":")[-1])
@@ -140,7 +152,8 @@ def main(argv=None) -> int:
     for s in res["sites"]:
         text = s["text"][:60]
         why = ", ".join(f"{k} {v}" for k, v in s["reasons"].items())
-        print(f"  {s['share']:6.1%} {s['site']:26s} {text:60s} | {why}")
+        t = f" {s['us_per_block']:7.2f} us/block" if "us_per_block" in s else ""
+        print(f"  {s['share']:6.1%}{t} {s['site']:26s} {text:60s} | {why}")
     if a.json:
         a.json.write_text(json.dumps(res, indent=1) + "\n")
     return 0

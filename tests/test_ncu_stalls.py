@@ -72,3 +72,17 @@ def test_refuses_another_build_and_other_csv(tmp_path):
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(SystemExit, match="not an ncu SASS source page"):
         ncu.main([str(bad), "--lines", str(tmp_path / "d.sass")])
+
+
+def test_microseconds_per_block(tmp_path):
+    """With the launch's duration, a site's samples become one warp's microseconds per block:
+    share x warps per block x duration (60 % of 2 warps x 10 us = 12 us)."""
+    (tmp_path / "d.sass").write_text(DUMP)
+    out = tmp_path / "o.json"
+    ncu.main([str(write(tmp_path, ROWS)), "--lines", str(tmp_path / "d.sass"), "--json", str(out),
+              "--duration-us", "10", "--warps-per-block", "2"])
+    sites = {s["site"]: s for s in json.loads(out.read_text())["sites"]}
+    assert sites["schedule_stream.cuh:1441"]["us_per_block"] == 12.0
+    assert sites["schedule_stream.cuh:1441"]["one_thread_us_per_block"] == 12.0
+    assert sites["schedule_stream.cuh:1467"]["us_per_block"] == 8.0
+    assert sites["schedule_stream.cuh:1467"]["one_thread_us_per_block"] == 0.0
