@@ -69,9 +69,10 @@ def num(v: str) -> float:
 
 
 def summarize(rows: list[dict], lines: dict, top: int = 30, warp_us: float | None = None) -> dict:
-    """warp_us: warps x duration (us) of the profiled launch; with it each site also gets its samples
-    as microseconds of one warp per block (`us_per_block`, `one_thread_us_per_block`: e.g. thread 0's
-    serial work, which the block's other warps wait for)."""
+    """warp_us: one block's warps x the launch's duration (us); with it each site also gets its
+    samples as warp-microseconds per block (`us_per_block`: summed over the block's warps) and
+    `one_thread_us_per_block` (instructions one thread runs, e.g. thread 0's serial work that the
+    block's other warps wait for: that thread's own time)."""
     reasons = [h for h in rows[0] if h.startswith("stall_") and "Not Issued" not in h]
     base = int(rows[0]["Address"], 16)
     total = sum(num(r[SAMPLES]) for r in rows)
@@ -126,8 +127,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="write the summary here")
     ap.add_argument("--top", type=int, default=30, help="sites listed")
     ap.add_argument("--duration-us", type=float, help="the launch's duration (the details page's Duration): "
-                    "each site's samples also as microseconds of one warp per block (every block's warps are "
-                    "sampled alike, so a site's share of all samples times warps per block times the duration)")
+                    "each site's samples also as warp-microseconds per block, summed over the block's warps "
+                    "(a site's share of all samples x warps per block x the duration)")
     ap.add_argument("--warps-per-block", type=int, default=17, help="warps per block (the stream kernel: 16 + 1)")
     ap.add_argument("--source", type=Path, default=Path("kernel/schedule_stream.cuh"),
                     help="the build's copy of schedule_stream.cuh: each site's line text")
@@ -152,7 +153,7 @@ def main(argv=None) -> int:
     for s in res["sites"]:
         text = s["text"][:60]
         why = ", ".join(f"{k} {v}" for k, v in s["reasons"].items())
-        t = f" {s['us_per_block']:7.2f} us/block" if "us_per_block" in s else ""
+        t = f" {s['us_per_block']:8.2f} warp-us/block" if "us_per_block" in s else ""
         print(f"  {s['share']:6.1%}{t} {s['site']:26s} {text:60s} | {why}")
     if a.json:
         a.json.write_text(json.dumps(res, indent=1) + "\n")

@@ -75,7 +75,7 @@ def test_refuses_another_build_and_other_csv(tmp_path):
 
 
 def test_microseconds_per_block(tmp_path):
-    """With the launch's duration, a site's samples become one warp's microseconds per block:
+    """With the launch's duration, a site's samples become warp-microseconds per block:
     share x warps per block x duration (60 % of 2 warps x 10 us = 12 us)."""
     (tmp_path / "d.sass").write_text(DUMP)
     out = tmp_path / "o.json"
