@@ -345,6 +345,18 @@ def _nvfp4_only(mk):
         pytest.skip("nvfp4 weight format only")
 
 
+def _nvfp4_qkv_matrices(t: dict, codes: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, float]]:
+    """Layer 0's q, k and v as (codes, block scales, tensor scale) from a packed nvfp4 dict t, the
+    codes taken from `codes` (t's own, or a modified copy)."""
+    from monolith.quant import nvfp4_layout as NL
+
+    qkv = codes[0, NL.CODE_OFFSETS["qkv"]:NL.CODE_OFFSETS["o"]].view(-1, NL.CODE_ROW_BYTES["qkv"])
+    bs = t[NL.T_LAYER_BSCALES][0, NL.BSCALE_OFFSETS["qkv"]:NL.BSCALE_OFFSETS["o"]].view(-1, NL.BSCALE_ROW_BYTES["qkv"])
+    rows = {"q": (0, C.Q_DIM), "k": (C.Q_DIM, C.Q_DIM + C.KV_DIM), "v": (C.Q_DIM + C.KV_DIM, C.Q_DIM + 2 * C.KV_DIM)}
+    return [(qkv[r0:r1], bs[r0:r1], float(t[NL.T_LAYER_TSCALES][0, NL.TSCALE_ORDER.index(kind)]))
+            for kind, (r0, r1) in rows.items()]
+
+
 def test_nvfp4_qkv_rows_are_the_cpu_model_for_every_code(engines):
     """Layer 0's q row 0 holds every pair of E2M1 codes (bytes 0..255 twice), and every q/k/v row
     of the kernel must equal quant/nvfp4_kernel_model.py's kernel_gemv (per-block fp32 sums, the
@@ -370,15 +382,9 @@ def test_nvfp4_qkv_rows_are_the_cpu_model_for_every_code(engines):
         bufs = mod.step_until(42, 0, 0)
         x = bufs["normed_in"].cpu()
         got = bufs["qkv"].cpu()
-        want, bound = [], []
-        qkv = codes[0, NL.CODE_OFFSETS["qkv"]:NL.CODE_OFFSETS["o"]].view(-1, NL.CODE_ROW_BYTES["qkv"])
-        bs = t[NL.T_LAYER_BSCALES][0, NL.BSCALE_OFFSETS["qkv"]:NL.BSCALE_OFFSETS["o"]].view(-1, NL.BSCALE_ROW_BYTES["qkv"])
-        for kind, (r0, r1) in (("q", (0, C.Q_DIM)), ("k", (C.Q_DIM, C.Q_DIM + C.KV_DIM)),
-                               ("v", (C.Q_DIM + C.KV_DIM, C.Q_DIM + 2 * C.KV_DIM))):
-            g = float(t[NL.T_LAYER_TSCALES][0, NL.TSCALE_ORDER.index(kind)])
-            want.append(KM.kernel_gemv(qkv[r0:r1], bs[r0:r1], g, x))
-            bound.append(dequantize_matrix(qkv[r0:r1], bs[r0:r1], g).abs() @ x.abs())
-        want, bound = torch.cat(want), torch.cat(bound)
+        mats = _nvfp4_qkv_matrices(t, codes)
+        want = torch.cat([KM.kernel_gemv(c, b, g, x) for c, b, g in mats])
+        bound = torch.cat([dequantize_matrix(c, b, g).abs() @ x.abs() for c, b, g in mats])
         err = ((got - want).abs() / bound.clamp_min(1e-30)).max().item()
         assert err < 1e-6, err
         print(f"qkv rows vs the nvfp4 CPU model: max error {err:.2e} of sum|w||x|; "
@@ -410,11 +416,7 @@ def test_nvfp4_qkv_rows_bit_exact_on_the_kernels_input(engines):
     v = t[NL.T_EMBED_CODES][tok].view(torch.float8_e4m3fn).float() * t[NL.T_EMBED_SCALES][tok].float()
     off, k = NL.NORM_FIELDS["input_layernorm.weight"]
     x = v * t[NL.T_NORMS][0, off:off + k].float()
-    qkv = t[NL.T_LAYER_CODES][0, NL.CODE_OFFSETS["qkv"]:NL.CODE_OFFSETS["o"]].view(-1, NL.CODE_ROW_BYTES["qkv"])
-    bs = t[NL.T_LAYER_BSCALES][0, NL.BSCALE_OFFSETS["qkv"]:NL.BSCALE_OFFSETS["o"]].view(-1, NL.BSCALE_ROW_BYTES["qkv"])
-    pre = torch.cat([KM.kernel_gemv(qkv[r0:r1], bs[r0:r1], float(t[NL.T_LAYER_TSCALES][0, NL.TSCALE_ORDER.index(kind)]), x)
-                     for kind, (r0, r1) in (("q", (0, C.Q_DIM)), ("k", (C.Q_DIM, C.Q_DIM + C.KV_DIM)),
-                                            ("v", (C.Q_DIM + C.KV_DIM, C.Q_DIM + 2 * C.KV_DIM)))])
+    pre = torch.cat([KM.kernel_gemv(c, b, g, x) for c, b, g in _nvfp4_qkv_matrices(t, t[NL.T_LAYER_CODES])])
     approx = 1.0 / float((v.double().square().mean() + C.RMS_EPS).sqrt())
     hits = KM.shared_scalar(pre, got, approx)
     near = int((pre * torch.tensor(approx, dtype=torch.float32) == got).sum())
