@@ -161,6 +161,29 @@ __device__ __forceinline__ void split_softmax(Smem& sm, int n, int warp, int lan
   }
 }
 
+// A3 / A4: the warp's V partials of both heads, one 16-byte store each
+__device__ __forceinline__ void store_part4(Smem& sm, int warp, int lane, const float (&o0)[4], const float (&o1)[4]) {
+  float4* p4 = reinterpret_cast<float4*>(sm.part + warp * kCols);
+  p4[lane] = make_float4(o0[0], o0[1], o0[2], o0[3]);
+  p4[kHeadDim / 4 + lane] = make_float4(o1[0], o1[1], o1[2], o1[3]);
+}
+// A0 / A3 / A4: 256 threads add the 16 warps' partials in fixed order (A0 / A3: this position's V
+// last, add_cur; A4 has it among the warps' positions) and write (m, l, o) per head
+__device__ __forceinline__ void split_out(const Smem& sm, int nh, bool add_cur, float* out) {
+  const int tid = threadIdx.x;
+  if (tid >= kCols) return;
+  const int h = tid / kHeadDim, d = tid % kHeadDim;
+  float a = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) a += sm.part[w * kCols + tid];
+  if (add_cur) a = fmaf(sm.sc[h * kSplit + nh], sm.vc[d], a);
+  out[h * (kHeadDim + 2) + 2 + d] = a;
+  if (d == 0) {
+    out[h * (kHeadDim + 2)] = sm.ml[2 * h];
+    out[h * (kHeadDim + 2) + 1] = sm.ml[2 * h + 1];
+  }
+}
+
 // A0: the kernel's shape. out[h * 130 + {0: m, 1: l, 2 + d: o[d]}]
 // A3 (kQReg, seventh session): A0 with each lane's q in registers for the whole split and the
 // per-warp V partials stored as float4: the stage stamps put A0's scores at ~1,800 cycles and its
@@ -216,9 +239,7 @@ __device__ void split_a0(Smem& sm, int nh, bool cur, float scale, float* out) {
     }
   }
   if constexpr (kQReg) {
-    float4* p4 = reinterpret_cast<float4*>(sm.part + warp * kCols);
-    p4[lane] = make_float4(o0[0], o0[1], o0[2], o0[3]);
-    p4[kHeadDim / 4 + lane] = make_float4(o1[0], o1[1], o1[2], o1[3]);
+    store_part4(sm, warp, lane, o0, o1);
   } else {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -229,18 +250,7 @@ __device__ void split_a0(Smem& sm, int nh, bool cur, float scale, float* out) {
   stamp(sm, 6);
   bsync();
   stamp(sm, 7);
-  if (tid < kCols) {
-    const int h = tid / kHeadDim, d = tid % kHeadDim;
-    float a = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) a += sm.part[w * kCols + tid];
-    if (cur) a = fmaf(sm.sc[h * kSplit + nh], sm.vc[d], a);
-    out[h * (kHeadDim + 2) + 2 + d] = a;
-    if (d == 0) {
-      out[h * (kHeadDim + 2)] = sm.ml[2 * h];
-      out[h * (kHeadDim + 2) + 1] = sm.ml[2 * h + 1];
-    }
-  }
+  split_out(sm, nh, cur, out);
   stamp(sm, 8);
   bsync();  // part and sc are reused by the next split
 }
@@ -500,23 +510,11 @@ __device__ void split_a4(Smem& sm, int nh, bool cur, float scale, float* out) {
       }
     }
   }
-  float4* p4 = reinterpret_cast<float4*>(sm.part + warp * kCols);
-  p4[lane] = make_float4(o0[0], o0[1], o0[2], o0[3]);
-  p4[kHeadDim / 4 + lane] = make_float4(o1[0], o1[1], o1[2], o1[3]);
+  store_part4(sm, warp, lane, o0, o1);
   stamp(sm, 6);
   bsync();
   stamp(sm, 7);
-  if (tid < kCols) {
-    const int h = tid / kHeadDim, d = tid % kHeadDim;
-    float a = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) a += sm.part[w * kCols + tid];
-    out[h * (kHeadDim + 2) + 2 + d] = a;
-    if (d == 0) {
-      out[h * (kHeadDim + 2)] = sm.ml[2 * h];
-      out[h * (kHeadDim + 2) + 1] = sm.ml[2 * h + 1];
-    }
-  }
+  split_out(sm, nh, false, out);
   stamp(sm, 8);
   bsync();  // part and sc are reused by the next split
 }
