@@ -13,3 +13,13 @@ def synth2(tmp_path_factory):
 def ckpt2(synth2):
     from monolith.checkpoint import load_checkpoint
     return load_checkpoint(synth2, allow_reduced_depth=True)
+
+
+@pytest.fixture(scope="session")
+def fp8pack2(synth2, tmp_path_factory):
+    """synth2 packed as fp8 (`monolith pack --format fp8`'s code), shared by the quality and oracle
+    tests; read-only (a test that needs a changed pack writes its own)."""
+    from monolith.quant.pack_fp8 import pack_fp8
+    out = tmp_path_factory.mktemp("fp8pack2") / "pack"
+    pack_fp8(synth2, out, progress=False)
+    return out

@@ -13,21 +13,14 @@ from monolith.errors import MonolithError
 from monolith.eval import correctness
 from monolith.eval import quality as Q
 from monolith.quant.fp8_quality import fp8_quality
-from monolith.quant.pack_fp8 import dequantized_checkpoint, load_packed_fp8, pack_fp8
+from monolith.quant.pack_fp8 import dequantized_checkpoint, load_packed_fp8
 
 PROMPTS = [[9707, 1879, 374], [785, 6722, 315, 9625], [750, 75698]]
 
 
 @pytest.fixture(scope="module")
-def pack2(synth2, tmp_path_factory):
-    out = tmp_path_factory.mktemp("fp8eval") / "pack"
-    pack_fp8(synth2, out, progress=False)
-    return out
-
-
-@pytest.fixture(scope="module")
-def dq2(pack2, ckpt2):
-    return dequantized_checkpoint(pack2, ckpt2)
+def dq2(fp8pack2, ckpt2):
+    return dequantized_checkpoint(fp8pack2, ckpt2)
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +28,8 @@ def fp8_oracle_runs(dq2):
     return correctness.oracle_runs(registry.oracle(dq2, "cpu"), PROMPTS[:2], 8)
 
 
-def test_dequantized_checkpoint_is_the_packed_numbers(dq2, pack2, ckpt2):
-    p = load_packed_fp8(pack2)
+def test_dequantized_checkpoint_is_the_packed_numbers(dq2, fp8pack2, ckpt2):
+    p = load_packed_fp8(fp8pack2)
     assert set(dq2.tensors) == set(ckpt2.tensors)
     for name in ("model.layers.1.self_attn.v_proj.weight", "model.embed_tokens.weight", "model.norm.weight"):
         assert dq2.tensors[name].dtype == torch.float32
@@ -47,12 +40,12 @@ def test_dequantized_checkpoint_is_the_packed_numbers(dq2, pack2, ckpt2):
     assert dq2.tokenizer_path == ckpt2.tokenizer_path and dq2.shape == ckpt2.shape
 
 
-def test_dequantized_checkpoint_refuses_other_weights(pack2, ckpt2):
+def test_dequantized_checkpoint_refuses_other_weights(fp8pack2, ckpt2):
     other = dataclasses.replace(ckpt2, _sha256="0" * 64)
     with pytest.raises(MonolithError, match="packed from a different checkpoint"):
-        dequantized_checkpoint(pack2, other)
+        dequantized_checkpoint(fp8pack2, other)
     with pytest.raises(MonolithError, match="packed from a different checkpoint"):
-        dequantized_checkpoint(load_packed_fp8(pack2), other)
+        dequantized_checkpoint(load_packed_fp8(fp8pack2), other)
 
 
 def test_oracle_keeps_the_dequantized_weights_in_fp32(dq2, ckpt2):
@@ -102,11 +95,11 @@ def test_quantized_gates_verdicts():
     assert not g["floor_gate_pass"]                                     # +2.5 % over the floor's perplexity
 
 
-def test_fp8_quality_cpu_path(ckpt2, pack2):
+def test_fp8_quality_cpu_path(ckpt2, fp8pack2):
     from monolith.tokenizer import load_tokenizer
     tok = load_tokenizer(ckpt2.path)
     text = tok.encode("The history of the city begins with a small settlement on the river. " * 3)
-    res = fp8_quality(ckpt2, tok, pack2, "cpu", text_tokens=text, positions=16, context=8, stride=8,
+    res = fp8_quality(ckpt2, tok, fp8pack2, "cpu", text_tokens=text, positions=16, context=8, stride=8,
                       prompts=2, agree_tokens=4, free_running=False, quality_prompts=PROMPTS)
     e, f = res["engine"], res["floor"]
     assert res["roles"]["floor"] == "reference on the original bf16 weights"     # CPU default floor
@@ -126,7 +119,7 @@ def test_fp8_quality_cpu_path(ckpt2, pack2):
     assert g["floor_gate_pass"] == (g["floor_agreement_pass"] and g["floor_ppl_pass"])
     assert g["floor"]["ppl"] == f["ppl"] and g["ppl_over_floor"] == pytest.approx(e["ppl_ratio"] / f["ppl_ratio"])
     with pytest.raises(MonolithError, match="computes in bf16"):
-        fp8_quality(ckpt2, tok, pack2, "cpu", engine="reference", text_tokens=text, quality_prompts=PROMPTS)
+        fp8_quality(ckpt2, tok, fp8pack2, "cpu", engine="reference", text_tokens=text, quality_prompts=PROMPTS)
 
 
 @pytest.mark.parametrize("engine,floor,device,match", [
@@ -154,7 +147,7 @@ def test_fp8_kernel_variant_is_accepted_for_the_quality_run():
     assert registry.weights_of("megakernel-bf16-upstream") == "bf16"
 
 
-def test_pack_and_eval_quality_cli(synth2, pack2, tmp_path):
+def test_pack_and_eval_quality_cli(synth2, fp8pack2, tmp_path):
     r = CliRunner().invoke(app, ["pack", "--help"])
     assert r.exit_code == 0 and "--format" in r.output and "--head" in r.output
     r = CliRunner().invoke(app, ["pack", "--format", "int3", "--model", str(synth2), "--out", str(tmp_path / "x")])
@@ -166,12 +159,12 @@ def test_pack_and_eval_quality_cli(synth2, pack2, tmp_path):
     r = CliRunner().invoke(app, ["pack", "--format", "fp8", "--model", str(synth2), "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert "rowmajor-v1" in r.output
-    a, b = load_packed_fp8(out, model=synth2), load_packed_fp8(pack2)
+    a, b = load_packed_fp8(out, model=synth2), load_packed_fp8(fp8pack2)
     assert all(torch.equal(a.tensors[k], b.tensors[k]) for k in b.tensors)  # same bytes as the library call
     txt = tmp_path / "t.txt"
     txt.write_text("The river rises in the hills and runs to the sea past the old town. " * 2)
     res = tmp_path / "q.json"
-    r = CliRunner().invoke(app, ["eval", "quality", "--fp8", str(pack2), "--model", str(synth2), "--device", "cpu",
+    r = CliRunner().invoke(app, ["eval", "quality", "--fp8", str(fp8pack2), "--model", str(synth2), "--device", "cpu",
                                  "--floor", "none", "--text", str(txt), "--positions", "8", "--context", "8",
                                  "--stride", "8", "--prompts", "1", "--agree-tokens", "2", "--no-free-running",
                                  "--out", str(res)])
@@ -181,7 +174,7 @@ def test_pack_and_eval_quality_cli(synth2, pack2, tmp_path):
     assert doc["engine"]["positions"] == 8 and doc["fp8_weights"]["source"]["sha256"] == doc["weights"]["sha256"]
 
 
-def test_fp8_quality_gives_the_engine_the_dequantized_weights_and_the_floor_the_original(ckpt2, pack2, monkeypatch):
+def test_fp8_quality_gives_the_engine_the_dequantized_weights_and_the_floor_the_original(ckpt2, fp8pack2, monkeypatch):
     """Who runs on what: the reference and the floor on the original bf16 checkpoint, the engine on
     the dequantized one (a megakernel fp8 variant takes that checkpoint's own pack)."""
     from harness_fakes import FakeEngine
@@ -194,13 +187,13 @@ def test_fp8_quality_gives_the_engine_the_dequantized_weights_and_the_floor_the_
 
     monkeypatch.setattr(registry, "build", fake_build)
     monkeypatch.setattr(registry, "spec", lambda name: registry.Spec(name, name))  # no CUDA needed here
-    res = fp8_quality(ckpt2, None, pack2, "cuda", engine="megakernel-fp8-upstream", ref="reference-fp32",
+    res = fp8_quality(ckpt2, None, fp8pack2, "cuda", engine="megakernel-fp8-upstream", ref="reference-fp32",
                       floor="megakernel-bf16-upstream", text_tokens=[5, 6, 7, 8, 9, 10], positions=4, context=3,
                       stride=3, prompts=2, agree_tokens=3, free_running=False, quality_prompts=[[1, 2], [3]])
     assert built["reference-fp32"] is ckpt2 and built["megakernel-bf16-upstream"] is ckpt2
     dq = built["megakernel-fp8-upstream"]
     assert dq.weight_dtype == torch.float32 and dq.packed.source_sha256 == ckpt2.sha256()
-    assert str(dq.packed.path).startswith(str(pack2))
+    assert str(dq.packed.path).startswith(str(fp8pack2))
     assert set(res) >= {"engine", "floor", "gates", "protocol", "roles"}
     assert res["roles"]["floor"] == "megakernel-bf16-upstream on the original bf16 weights"
 
@@ -224,7 +217,7 @@ def _counting(monkeypatch, build=None):
     return builds, passes
 
 
-def test_fp8_quality_several_pairs_share_one_reference_pass(ckpt2, pack2, monkeypatch):
+def test_fp8_quality_several_pairs_share_one_reference_pass(ckpt2, fp8pack2, monkeypatch):
     """Pairs (engine i, floor i) measured in one reference pass (scripts/gpu.sh m3quality: both
     schedules' fp8 engines); each distinct engine and floor built and measured once; the top level
     is the first pair, as a one-pair run writes it."""
@@ -232,7 +225,7 @@ def test_fp8_quality_several_pairs_share_one_reference_pass(ckpt2, pack2, monkey
     tok = load_tokenizer(ckpt2.path)
     text = tok.encode("The history of the city begins with a small settlement on the river. " * 3)
     builds, passes = _counting(monkeypatch)
-    res = fp8_quality(ckpt2, tok, pack2, "cpu", engine=["reference-fp32", "reference-fp32"],
+    res = fp8_quality(ckpt2, tok, fp8pack2, "cpu", engine=["reference-fp32", "reference-fp32"],
                       floor=["reference", "none"], text_tokens=text, positions=16, context=8, stride=8, prompts=2,
                       agree_tokens=4, free_running=False, quality_prompts=PROMPTS)
     assert len(passes) == 1 and len(passes[0]) == 2             # one pass: the fp8 engine and the floor, once each
@@ -250,7 +243,7 @@ def test_fp8_quality_several_pairs_share_one_reference_pass(ckpt2, pack2, monkey
     assert set(res) >= {"protocol", "weights", "fp8_weights", "seconds"} and res["protocol"]["positions"] == 16
 
 
-def test_fp8_quality_pairs_of_both_schedules_on_one_reference(ckpt2, pack2, monkeypatch):
+def test_fp8_quality_pairs_of_both_schedules_on_one_reference(ckpt2, fp8pack2, monkeypatch):
     """The m3quality pairs, cuda path faked: the reference built and run once, each fp8 schedule on
     the dequantized weights, each bf16 floor on the original; a floor shared by two engines once."""
     from harness_fakes import FakeEngine
@@ -259,7 +252,7 @@ def test_fp8_quality_pairs_of_both_schedules_on_one_reference(ckpt2, pack2, monk
     monkeypatch.setattr(registry, "spec", lambda name: registry.Spec(name, name))  # no CUDA needed here
     kw = dict(text_tokens=[5, 6, 7, 8, 9, 10], positions=4, context=3, stride=3, prompts=2, agree_tokens=3,
               free_running=False, quality_prompts=[[1, 2], [3]])
-    res = fp8_quality(ckpt2, None, pack2, "cuda", engine="megakernel-fp8-upstream,megakernel-fp8-stream",
+    res = fp8_quality(ckpt2, None, fp8pack2, "cuda", engine="megakernel-fp8-upstream,megakernel-fp8-stream",
                       floor="megakernel-bf16-upstream,megakernel-bf16-stream", **kw)
     assert [n for n, _ in built] == ["reference-fp32", "megakernel-fp8-upstream", "megakernel-bf16-upstream",
                                      "megakernel-fp8-stream", "megakernel-bf16-stream"]
@@ -271,7 +264,7 @@ def test_fp8_quality_pairs_of_both_schedules_on_one_reference(ckpt2, pack2, monk
     assert res["roles"] == res["pairs"][0]["roles"] and res["gates"] == res["pairs"][0]["gates"]
     built.clear()
     passes.clear()
-    res = fp8_quality(ckpt2, None, pack2, "cuda", engine=["megakernel-fp8-upstream", "megakernel-fp8-stream"],
+    res = fp8_quality(ckpt2, None, fp8pack2, "cuda", engine=["megakernel-fp8-upstream", "megakernel-fp8-stream"],
                       floor="megakernel-bf16-upstream", **kw)               # one floor for both engines
     assert [n for n, _ in built].count("megakernel-bf16-upstream") == 1 and len(passes[0]) == 3
     assert [p["roles"]["floor"] for p in res["pairs"]] == ["megakernel-bf16-upstream on the original bf16 weights"] * 2

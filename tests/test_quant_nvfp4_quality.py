@@ -14,7 +14,6 @@ from monolith.cli import app
 from monolith.errors import MonolithError
 from monolith.quant import nvfp4_layout
 from monolith.quant.fp8_quality import check_roles, pack_format, packed_quality, quality_pairs
-from monolith.quant.pack_fp8 import pack_fp8
 from monolith.quant.pack_nvfp4 import load_packed_nvfp4, pack_nvfp4
 from monolith.quant.packfile import sha256_file
 
@@ -26,13 +25,6 @@ SMALL = dict(positions=16, context=8, stride=8, prompts=2, agree_tokens=4, free_
 def nvpack(synth2, tmp_path_factory):
     out = tmp_path_factory.mktemp("nvfp4q") / "pack"
     pack_nvfp4(synth2, out, progress=False)
-    return out
-
-
-@pytest.fixture(scope="module")
-def f8pack(synth2, tmp_path_factory):
-    out = tmp_path_factory.mktemp("fp8q") / "pack"
-    pack_fp8(synth2, out, progress=False)
     return out
 
 
@@ -51,7 +43,7 @@ def no_builds(monkeypatch):
     monkeypatch.setattr(registry, "build", refuse)
 
 
-def test_nvfp4_quality_cpu_path_names_the_format(ckpt2, nvpack, f8pack, tok_text):
+def test_nvfp4_quality_cpu_path_names_the_format(ckpt2, nvpack, fp8pack2, tok_text):
     """The format from the pack's metadata (no fmt given); the engine on the dequantized nvfp4
     weights, which move the distribution far more than fp8 on the same protocol."""
     tok, text = tok_text
@@ -69,23 +61,23 @@ def test_nvfp4_quality_cpu_path_names_the_format(ckpt2, nvpack, f8pack, tok_text
     assert res["pairs"][0]["roles"] == res["roles"] and res["protocol"]["positions"] == 16
     # the same protocol on the fp8 pack: fp8 keeps its M3 key; NVFP4's 4-bit elements cost far more KL
     # (measured: 1.42 against 0.086 nats), so the nvfp4 run did measure other weights
-    r8 = packed_quality(ckpt2, tok, f8pack, "cpu", text_tokens=text, **SMALL)
+    r8 = packed_quality(ckpt2, tok, fp8pack2, "cpu", text_tokens=text, **SMALL)
     assert r8["format"] == "fp8" and r8["fp8_weights"] == r8["packed_weights"]
     assert r8["packed_weights"]["kind"] == "fp8-dequantized" and "on fp8 weights" in r8["roles"]["engine"]
     assert e["kl"] > 5 * r8["engine"]["kl"] > 0 and r8["floor"]["kl"] == pytest.approx(f["kl"])
 
 
-def test_pack_format_reads_the_metadata(nvpack, f8pack, tmp_path):
+def test_pack_format_reads_the_metadata(nvpack, fp8pack2, tmp_path):
     import torch
     from safetensors.torch import save_file
 
     assert pack_format(nvpack) == "nvfp4" and pack_format(nvpack / nvfp4_layout.FILE) == "nvfp4"
-    assert pack_format(f8pack) == "fp8" and pack_format(load_packed_nvfp4(nvpack)) == "nvfp4"
+    assert pack_format(fp8pack2) == "fp8" and pack_format(load_packed_nvfp4(nvpack)) == "nvfp4"
     with pytest.raises(MonolithError, match="packed weights not found"):
         pack_format(tmp_path)
     both = tmp_path / "both"
     both.mkdir()
-    for p in (nvpack, f8pack):
+    for p in (nvpack, fp8pack2):
         f = next(p.glob("*.safetensors"))
         (both / f.name).symlink_to(f)
     with pytest.raises(MonolithError, match="holds both model.fp8.safetensors and model.nvfp4.safetensors"):
@@ -101,7 +93,7 @@ def test_pack_format_reads_the_metadata(nvpack, f8pack, tmp_path):
      r"fp8, kernel/variants.json\); use reference-fp32 \(the quantizer alone\) or an nvfp4 kernel variant "
      r"\(megakernel-nvfp4-stream\)"),
     ("nvpack", "megakernel-fp8-stream", "does not read nvfp4 weights"),
-    ("f8pack", "megakernel-nvfp4-stream", r"--engine megakernel-nvfp4-stream does not read fp8 weights \(it reads "
+    ("fp8pack2", "megakernel-nvfp4-stream", r"--engine megakernel-nvfp4-stream does not read fp8 weights \(it reads "
      r"nvfp4, .*an fp8 kernel variant \(megakernel-fp8-upstream, megakernel-fp8-stream\)"),
     ("nvpack", "megakernel-bf16-stream", "does not read nvfp4 weights .it reads bf16"),
     ("nvpack", "reference", "would round the dequantized nvfp4 weights to bf16"),
@@ -115,9 +107,9 @@ def test_roles_refuse_an_engine_of_another_format(ckpt2, pack, engine, match, re
                        quality_prompts=PROMPTS)
 
 
-def test_a_pack_of_the_other_format_is_refused(ckpt2, nvpack, f8pack, no_builds):
+def test_a_pack_of_the_other_format_is_refused(ckpt2, nvpack, fp8pack2, no_builds):
     with pytest.raises(MonolithError, match=r"holds fp8 weights, not nvfp4: measure it with `eval quality --fp8`"):
-        packed_quality(ckpt2, None, f8pack, "cpu", fmt="nvfp4", text_tokens=[1, 2], quality_prompts=PROMPTS)
+        packed_quality(ckpt2, None, fp8pack2, "cpu", fmt="nvfp4", text_tokens=[1, 2], quality_prompts=PROMPTS)
     with pytest.raises(MonolithError, match=r"holds nvfp4 weights, not fp8: .*megakernel-nvfp4-stream"):
         packed_quality(ckpt2, None, load_packed_nvfp4(nvpack), "cpu", fmt="fp8", text_tokens=[1, 2],
                        quality_prompts=PROMPTS)
@@ -158,7 +150,7 @@ def test_the_nvfp4_kernel_gets_the_dequantized_pack_and_the_floor_the_original(c
     assert res["roles"]["floor"] == "megakernel-bf16-stream on the original bf16 weights"
 
 
-def test_eval_quality_cli_nvfp4(synth2, nvpack, f8pack, tmp_path):
+def test_eval_quality_cli_nvfp4(synth2, nvpack, fp8pack2, tmp_path):
     run = CliRunner().invoke
     r = run(app, ["eval", "quality", "--help"])
     assert r.exit_code == 0 and "--nvfp4" in r.output and "--fp8" in r.output
@@ -167,7 +159,7 @@ def test_eval_quality_cli_nvfp4(synth2, nvpack, f8pack, tmp_path):
                   "--model", str(tmp_path / "no-model"), "--device", "cpu"])
     assert isinstance(r.exception, MonolithError) and "--fp8 and --nvfp4 are exclusive" in str(r.exception)
     # the pack's format checked before the checkpoint is loaded (its error would differ)
-    r = run(app, ["eval", "quality", "--nvfp4", str(f8pack), "--model", str(tmp_path / "no-model"), "--device", "cpu"])
+    r = run(app, ["eval", "quality", "--nvfp4", str(fp8pack2), "--model", str(tmp_path / "no-model"), "--device", "cpu"])
     assert isinstance(r.exception, MonolithError) and "holds fp8 weights, not nvfp4" in str(r.exception)
     r = run(app, ["eval", "quality", "--fp8", str(nvpack), "--model", str(tmp_path / "no-model"), "--device", "cpu"])
     assert isinstance(r.exception, MonolithError) and "holds nvfp4 weights, not fp8" in str(r.exception)
