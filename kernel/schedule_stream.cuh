@@ -497,19 +497,36 @@ constexpr bool kScrGuard = MONOLITH_SCR_GUARD != 0;
 //   thread 0 waits for it as before (bounded, the X-ray's `ring` interval).
 // MONOLITH_PRODUCER_BACKOFF_NS=N (sixth session, 0 = off): the producer sleeps N ns between two
 //   tests of a slot it waits to refill; the mbarrier unit also serves the consumers' tests.
-// MONOLITH_SLOT_TEST_BATCH=1 (seventh session, compiled, NOT YET MEASURED: the next session's A/B):
+// MONOLITH_SLOT_TEST_BATCH (seventh session; measured and made a per-format default in the eighth):
 //   thread 0 issues the tests of a round's n <= 8 slots back to back, the slot index and parity
 //   stepped instead of divided by kStages per slot, and branches only on the combined result. Why:
 //   the ncu samples of one decode step put ~1.1 us per layer of thread 0's time in the serial test
 //   loop (a 12-modulo, a test, a branch on its long-scoreboard result, per slot), while the other
-//   warps wait at the opening barrier (NOTES.md, seventh session).
+//   warps wait at the opening barrier (NOTES.md, seventh session). Dev timings (eighth session,
+//   128 blocks, tokens bitwise equal): bf16 1,965 -> 2,051 tok/s (+4.4 %), E4M3 2,032 -> 2,023,
+//   NVFP4 2,001 -> 1,887 (the X-ray: NVFP4's hops and gathers got slower, NOTES.md). So the default
+//   is on for bf16 only (kSlotTestBatch<W>); 1 / 0 force it for every format.
 #ifndef MONOLITH_SLOT_TEST_LANES
 #define MONOLITH_SLOT_TEST_LANES 0
 #endif
 #ifndef MONOLITH_SLOT_TEST_BATCH
-#define MONOLITH_SLOT_TEST_BATCH 0
+#define MONOLITH_SLOT_TEST_BATCH -1
 #endif
-constexpr bool kSlotTestBatch = MONOLITH_SLOT_TEST_BATCH != 0;
+static_assert(MONOLITH_SLOT_TEST_BATCH >= -1 && MONOLITH_SLOT_TEST_BATCH <= 1, "-1 (the format's default), 0 or 1");
+template <class W>
+constexpr bool kSlotTestBatch = MONOLITH_SLOT_TEST_BATCH >= 0 ? MONOLITH_SLOT_TEST_BATCH != 0 : !W::kRowScale;
+// MONOLITH_SLOT_PRETEST=1 (eighth session, A/B): thread 0 tests the next phase's first-round slots
+//   (batched as above) before it polls that phase's input words, i.e. in the hop's shadow, and the
+//   phase's opening acquire tests again only the slots that had not landed. Where the input wait
+//   ends in a barrier of its own (O after the merge, down after the activations), the opening
+//   barrier is skipped when every slot had landed: that barrier already orders thread 0's acquire
+//   before every thread's reads (bar.sync is cumulative). Why: with the ring full, a phase's slots
+//   have landed long before its inputs arrive, yet their tests ran after the inputs, on the
+//   critical path (NOTES.md, seventh session: ~1.1 us of thread 0's time per layer).
+#ifndef MONOLITH_SLOT_PRETEST
+#define MONOLITH_SLOT_PRETEST 0
+#endif
+constexpr bool kSlotPretest = MONOLITH_SLOT_PRETEST != 0;
 #ifndef MONOLITH_PRODUCER_BACKOFF_NS
 #define MONOLITH_PRODUCER_BACKOFF_NS 0
 #endif
@@ -765,6 +782,9 @@ struct StreamSmem {
   float red[kStreamConsumerWarps];                  // per-warp sums (attention's QK-norm)
   float ssq[kStreamConsumerWarps];                  // per-warp sums of squares (stream_prenorm)
   int flag;
+  uint32_t pre_kc;      // MONOLITH_SLOT_PRETEST: the ring position of thread 0's last pretest,
+  uint32_t pre_landed;  // the slots from there it found landed (bit i: slot pre_kc + i),
+  int pre_ready;        // and n when all n had landed, else 0
 #if defined(MONOLITH_XRAY) && MONOLITH_XRAY_SUB == 1
   unsigned long long xwords;  // MONOLITH_XRAY_SUB: the latest cycle at which a thread had its words (xray.cuh)
 #endif
@@ -826,8 +846,48 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     if constexpr (kHopHold<W> > 0)
       if (tid == 0 && (hword & 1)) atomicExch(r.hold, ++hword);
   };
+  // Thread 0's tests of slots kc .. kc + n - 1 (n <= 2 kRoundSlots) issued back to back, slot and
+  // parity stepped, not divided; bit i of the result: slot i had not landed. Bits set in `known`
+  // (landed at an earlier test: a landed slot stays landed until this block hands it back) are not
+  // tested again.
+  auto test_slots = [&](int n, uint32_t known) -> uint32_t {
+    uint32_t slot = kc % kStages, par = (kc / kStages) & 1u, miss = 0u;
+#pragma unroll
+    for (int i = 0; i < 2 * kRoundSlots; ++i) {
+      const bool landed = i >= n || ((known >> i) & 1u) || mbar_test_wait(&r.full[slot], par);
+      miss |= landed ? 0u : 1u << i;
+      if (++slot == uint32_t(kStages)) slot = 0u, par ^= 1u;
+    }
+    return miss;
+  };
+  // Before a phase's input wait: thread 0 tests the first n slots the phase's opening acquire_n
+  // will take, and leaves what it found in sm.pre_* (in shared memory, not registers: NVFP4 spilled).
+  // An acquire_n at the same kc reuses it; a stale record never matches (kc only grows, and every
+  // acquire at a kc that consumes nothing is preceded by its own pretest or none). Written only
+  // here, by thread 0, always after a barrier that follows every other thread's last read of it.
+  auto pretest = [&](int n) {
+    if constexpr (kSlotPretest) {
+      if (tid == 0 && n > 0 && n <= 2 * kRoundSlots) {
+        const uint32_t miss = test_slots(n, 0u);
+        sm.pre_kc = kc;
+        sm.pre_landed = ~miss & ((1u << n) - 1u);
+        sm.pre_ready = miss == 0u ? n : 0;
+      }
+    }
+  };
   // sub: MONOLITH_XRAY_SUB's x_slots stamp after thread 0's slot tests (the first round of a phase)
-  auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true, bool sub = false) -> bool {
+  // may_skip: the caller's input wait ended in a barrier after its pretest, and `ok` is true (the
+  // opening barrier would carry nothing else): when the pretest found all n slots landed, no
+  // barrier (every thread reads sm.pre_* after that barrier: a uniform decision).
+  auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true, bool sub = false,
+                       bool may_skip = false) -> bool {
+    if constexpr (kSlotPretest) {
+      if (may_skip && sm.pre_kc == kc && sm.pre_ready >= n) {
+        if (sub) XRAY_SUB2(x_slots, layer);
+        hop_unmark();
+        return true;
+      }
+    }
     // thread 0: slot i of the round has not landed yet: wait for it (bounded; the X-ray's `ring`)
     auto wait_slot = [&](int i) {
       const uint32_t slot = (kc + i) % kStages, par = ((kc + i) / kStages) & 1u;
@@ -845,15 +905,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int i = 0; i < n && ok; ++i)
             if ((miss >> i) & 1u) wait_slot(i);
       }
-    } else if (kSlotTestBatch && tid == 0 && ok && n <= 2 * kRoundSlots) {
-      // every test issued before the first branch on a result; slot and parity stepped, not divided
-      uint32_t slot = kc % kStages, par = (kc / kStages) & 1u, miss = 0u;
-#pragma unroll
-      for (int i = 0; i < 2 * kRoundSlots; ++i) {
-        const bool landed = i >= n || mbar_test_wait(&r.full[slot], par);
-        miss |= landed ? 0u : 1u << i;
-        if (++slot == uint32_t(kStages)) slot = 0u, par ^= 1u;
-      }
+    } else if ((kSlotTestBatch<W> || kSlotPretest) && tid == 0 && ok && n <= 2 * kRoundSlots) {
+      // every test issued before the first branch on a result (a pretest's landed slots skipped)
+      const uint32_t known = kSlotPretest && sm.pre_kc == kc ? sm.pre_landed : 0u;
+      const uint32_t miss = test_slots(n, known);
       for (int i = 0; miss != 0u && i < n && ok; ++i)
         if ((miss >> i) & 1u) wait_slot(i);
     } else if (tid == 0 && ok) {
@@ -1125,6 +1180,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int e = 0; e < 2; ++e) v[e] = bf16_as_float(p.embed[int64_t(token) * kHidden + tid + e * kStreamConsumerThreads]);
         }
       } else {
+        pretest(kNv ? min(kRoundSlots, (s.q1 - s.q0 + NF::kRows1024 - 1) / NF::kRows1024)
+                    : min(kRoundSlots, (s.q1 - s.q0 + HF::kRows1024 - 1) / HF::kRows1024));
         const long long* rp = acc + kTagResid + tid;
         tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, L - 1), v, S, tmo,
                          uint32_t(L) * 16u + 7u, ok);
@@ -1201,6 +1258,11 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         };
         bool ok = true;
         float v[2] = {0.f, 0.f};
+        if constexpr (kSlotPretest) {  // the first split's K slot (K and V: flash, tight)
+          int h0, h1;
+          split_range(s.gi, s.nsplit, pos, h0, h1);
+          pretest(h1 > h0 ? (kAttnFlash || kAttnTight ? 2 : 1) : 0);
+        }
         if (mine)
           tagged_gather<2>([&](int e) { return acc + kTagQKV + qkv_std_row(g, seg * kHeadDim + d + 64 * e); }, tag, v, S,
                            tmo, uint32_t(L) * 16u + 8u, ok);
@@ -1497,6 +1559,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (s.o0 + r0 + 2 < s.o1) sco[1] = __ldg(SC + kScO + s.o0 + r0 + 2);
       }
     }
+    // O's first round: one slot (E4M3, NVFP4) or up to kRoundSlots of 32 rows (bf16)
+    pretest(F::kRb == 2 || kNv ? 1 : (min(32 * kRoundSlots, s.o1 - s.o0) + 31) / 32);
     {
       bool ok = true;
       float num = 0.f, den = 0.f;
@@ -1565,7 +1629,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           b0 = r0 < nr ? __ldg(bs + r0 * (F::kBsRowO / 2)) : 0u;
           b1 = r1 < nr ? __ldg(bs + r1 * (F::kBsRowO / 2)) : 0u;
         }
-        if (!acquire_n(1, kPhase_s_oproj, L)) return;
+        if (!acquire_n(1, kPhase_s_oproj, L, true, false, i == 0)) return;  // i = 0: after the barrier above
         const uint4* slot = slot_at(0);
         float a0 = r0 < nr ? WeightsNvfp4::dot16B(slot[r0 * (F::kRowBytesO / 16) + l8], at.v, b0, 0.f) : 0.f;
         float a1 = r1 < nr ? WeightsNvfp4::dot16B(slot[r1 * (F::kRowBytesO / 16) + l8], at.v, b1, 0.f) : 0.f;
@@ -1593,7 +1657,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         // the two rows' scales (issued before the slot wait; the first slot's before the merge's)
         const float s0 = (l16 == 0 && r0 < nr) ? (i == 0 ? sco[0] : __ldg(SC + kScO + o + r0)) : 0.f;
         const float s1 = (l16 == 0 && r1 < nr) ? (i == 0 ? sco[1] : __ldg(SC + kScO + o + r1)) : 0.f;
-        if (!acquire_n(1, kPhase_s_oproj, L)) return;
+        if (!acquire_n(1, kPhase_s_oproj, L, true, false, i == 0)) return;  // i = 0: after the barrier above
         const uint4* slot = slot_at(0);
         float a0 = r0 < nr ? dot16_e4m3(slot[r0 * 16 + l16], at, 0.f) : 0.f;
         float a1 = r1 < nr ? dot16_e4m3(slot[r1 * 16 + l16], at, 0.f) : 0.f;
@@ -1615,7 +1679,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       const float4 at1 = reinterpret_cast<const float4*>(sm.attn)[2 * lane + 1];
       for (int o = s.o0; o < s.o1; o += 32 * kRoundSlots) {
         const int nr = min(32 * kRoundSlots, s.o1 - o), n = (nr + 31) / 32;
-        if (!acquire_n(n, kPhase_s_oproj, L)) return;
+        if (!acquire_n(n, kPhase_s_oproj, L, true, false, o == s.o0)) return;  // the first: after the barrier above
         float a[2 * kRoundSlots];
 #pragma unroll
         for (int i = 0; i < kRoundSlots; ++i) {  // slot i, rows 2 w and 2 w + 1
@@ -1667,6 +1731,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         tsg = W::row_scale(__ldg(TS + kTsGate));
         tsu = W::row_scale(__ldg(TS + kTsUp));
       }
+      pretest(kNv ? min(kRoundSlots, (ngu + NF::kRows1024 - 1) / NF::kRows1024)
+                  : F::kSlotsPerUnit * min(kMlpRoundUnits, s.u1 - s.u0));
       const bool ok = resid_poll(acc_o, kGroups + 1, rh, fix, S, tmo, uint32_t(L) * 16u + 10u);
       XRAY_WORDS_NOTE(&sm.xwords);
       XRAY_END(s_wait_o, L);  // thread 0's words (the first round's barrier is the block's)
@@ -1759,6 +1825,11 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       bool ok = true;
       constexpr int kPer = kIntermediate / kStreamConsumerThreads;
       float av[kPer];
+      {
+        const int nseg = 3 * (s.h1 - s.h0);
+        pretest(kNv ? min(kRoundSlots, (nseg + NF::kRows1024 - 1) / NF::kRows1024)
+                    : (min(kRowsRound, nseg) + F::kRows1024 - 1) / F::kRows1024);
+      }
       const long long* ap = acc + kTagAct + tid;
       tagged_gather<kPer>([&](int k) { return ap + k * kStreamConsumerThreads; }, tag, av, S, tmo,
                           uint32_t(L) * 16u + 11u, ok);
@@ -1787,7 +1858,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         for (int q0 = 0, rd = 0; q0 < nseg; q0 += kRowsRound, ++rd) {
           const int nq = min(kRowsRound, nseg - q0), n = (nq + F::kRows1024 - 1) / F::kRows1024;
           float* part = sm.part[rd & 1];
-          if (!acquire_n(n, kPhase_s_down, L, true, rd == 0)) return;
+          if (!acquire_n(n, kPhase_s_down, L, true, rd == 0, rd == 0)) return;  // round 0: after the gather's barrier
           if (rd == 0) XRAY_SUB(x_open, L);
 #pragma unroll
           for (int k = 0; k < F::kRb; ++k) {
@@ -1921,6 +1992,11 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
     }
     quit = 0;
     if constexpr (kHopHold<typename Cfg::Weights> > 0) hold = 0;
+    if constexpr (kSlotPretest) {
+      sm.pre_kc = ~0u;  // no pretest yet (a ring position never reached)
+      sm.pre_landed = 0u;
+      sm.pre_ready = 0;
+    }
 #if defined(MONOLITH_XRAY) && MONOLITH_XRAY_SUB == 1
     sm.xwords = 0ull;
 #endif

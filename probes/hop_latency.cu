@@ -18,6 +18,18 @@
 //                S2  counter: producers store, bar.sync, then thread 0 adds 1 with
 //                    red.release.gpu; consumers: thread 0 polls ld.acquire.gpu until G arrivals,
 //                    bar.sync, then every thread loads its words once (tags checked);
+//                S3  (eighth session) a split-K reduction in one hop: every block adds its
+//                    contribution to ALL N elements with red.global.add.u64 on fixed-point words
+//                    (value << 12 | a count of 1: the kernel's counted words, order-independent,
+//                    nothing cleared between rounds), block b into partition b % P of each
+//                    element; a consumer thread polls the P words of each of its elements until
+//                    every count is complete (r x the partition's blocks, mod 4096). P = 1 is one
+//                    word per element (the fourth session's 133 atomics per word, ~6 us in the
+//                    kernel); larger P trades serialized atomics per word for more words polled.
+//                    The question it answers: can MLP-1 -> down be fused into one split-K hop
+//                    (down's columns multiplied where the activations are made) at a lower cost
+//                    than today's activation hop plus down's own phase (NOTES.md, eighth session).
+//                    Values are checked on the host after the last round.
 //   --delay NS   every configuration runs twice: all blocks store together after a grid barrier,
 //                and each block first waiting a pseudo-random 0..NS (the producers' spread; the
 //                kernel's producers end within 1.0-1.7 us of each other; default 1500).
@@ -49,7 +61,7 @@ constexpr int kMaxWordsPerThread = 6;         // N <= 3,072
 constexpr int kStamps = 3;                    // stores out, thread 0's words in, block's words in
 
 struct Params {
-  unsigned long long* words;   // N tagged words
+  unsigned long long* words;   // N tagged words (S3: kMaxParts x N counted words)
   unsigned int* counter;       // S2 arrivals (monotonic over rounds)
   unsigned int* bar;           // grid barrier between rounds (monotonic)
   unsigned int* abort;         // set by a timed-out wait: every block stops
@@ -57,9 +69,17 @@ struct Params {
   unsigned long long* stamps;  // [round][block][kStamps] globaltimer ns
   unsigned long long* loaded;  // bytes the loaders copied
   const uint8_t* load_buf;
-  int n, rounds, strategy, load, delay_ns, offset_cycles;
+  int n, rounds, strategy, load, delay_ns, offset_cycles, parts;
   unsigned long long timeout_ns;
 };
+constexpr int kMaxParts = 32;  // S3's largest P
+
+// S3: block b's contribution to element i in round r (raw fixed-point units, small: the host can
+// sum them), and the count a partition's word holds after round r (12 bits, as the kernel's)
+__device__ __host__ __forceinline__ unsigned long long s3_value(int i, int b, int r) {
+  return (unsigned long long)((i + 3 * b + 7 * r) & 0xff);
+}
+__device__ __host__ __forceinline__ int s3_blocks(int part, int parts, int G) { return G / parts + (part < G % parts ? 1 : 0); }
 
 __device__ __forceinline__ unsigned long long ld_relaxed(const unsigned long long* p) {
   unsigned long long v;
@@ -166,6 +186,31 @@ __device__ bool gather_s2(const Params& p, int r, unsigned long long out[K], uin
   return *s_ok != 0;
 }
 
+// S3: this thread's elements t + i * 512, all P partition words of each, re-polling the words
+// whose count is not complete yet.
+template <int K>
+__device__ bool gather_s3(const Params& p, int r, uint64_t deadline) {
+  const int t = threadIdx.x, P = p.parts, G = gridDim.x;
+  for (int i = 0; i < K; ++i) {
+    const int e = t + i * kConsumers;
+    if (e >= p.n) break;
+    uint32_t want = 0;  // bit q: partition q still missing
+    for (int q = 0; q < P; ++q) want |= 1u << q;
+    for (uint32_t it = 0; want != 0u; ++it) {
+      unsigned long long w[kMaxParts];  // fully unrolled with predicates: registers, not a stack frame
+#pragma unroll
+      for (int q = 0; q < kMaxParts; ++q)
+        if (q < P && ((want >> q) & 1u)) w[q] = ld_relaxed(p.words + size_t(q) * p.n + e);
+#pragma unroll
+      for (int q = 0; q < kMaxParts; ++q)
+        if (q < P && ((want >> q) & 1u) && uint32_t(w[q] & 0xfffu) == (uint32_t(r) * uint32_t(s3_blocks(q, P, G)) & 0xfffu))
+          want &= ~(1u << q);
+      if ((it & 15u) == 15u && want != 0u && (*(volatile unsigned int*)p.abort || globaltimer() > deadline)) return false;
+    }
+  }
+  return true;
+}
+
 template <int K>
 __device__ void consumer(const Params& p, int* s_ok, int* s_stop) {
   const int t = threadIdx.x, b = blockIdx.x, G = gridDim.x;
@@ -184,7 +229,12 @@ __device__ void consumer(const Params& p, int* s_ok, int* s_stop) {
     }
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory");
     if (*(volatile int*)s_ok == 0) break;
-    for (int i = w0 + t; i < w1; i += kConsumers) st_relaxed(p.words + i, make_word(i, r));
+    if (p.strategy == 3) {
+      unsigned long long* part = p.words + size_t(b % p.parts) * p.n;
+      for (int i = t; i < p.n; i += kConsumers) atomicAdd(part + i, (s3_value(i, b, r) << 12) | 1ull);
+    } else {
+      for (int i = w0 + t; i < w1; i += kConsumers) st_relaxed(p.words + i, make_word(i, r));
+    }
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory");
     unsigned long long* st = p.stamps + (size_t(r - 1) * G + b) * kStamps;
     if (t == 0) {
@@ -195,13 +245,14 @@ __device__ void consumer(const Params& p, int* s_ok, int* s_stop) {
     unsigned long long got[K];
     bool ok = p.strategy == 0 ? gather_s0<K>(p, r, got, deadline)
               : p.strategy == 1 ? gather_s1<K>(p, r, got, deadline)
-                                : gather_s2<K>(p, r, got, deadline, s_ok);
+              : p.strategy == 2 ? gather_s2<K>(p, r, got, deadline, s_ok)
+                                : gather_s3<K>(p, r, deadline);
     if (t == 0) st[1] = globaltimer();
     int bad = 0;
 #pragma unroll
     for (int i = 0; i < K; ++i) {
       const int idx = t + i * kConsumers;
-      if (ok && got[i] != make_word(idx, r)) ++bad;
+      if (ok && p.strategy != 3 && got[i] != make_word(idx, r)) ++bad;  // S3: checked on the host
     }
     if (bad) atomicAdd(p.bad, unsigned(bad));
     if (!ok) atomicExch(p.abort, 1u);
@@ -265,6 +316,7 @@ struct Row {
   double ready_first, ready_last, ready_last_p90, t0_first, t0_last, spread, load_tbs;
   unsigned bad;
   bool ok;
+  int parts;  // S3's P (1 otherwise)
 };
 
 static double median(const std::vector<double>& v) { return probe_quantile(v, 0.5); }
@@ -308,7 +360,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   Params p{};
-  CUDA_CHECK(cudaMalloc(&p.words, kConsumers * kMaxWordsPerThread * sizeof(unsigned long long)));
+  const size_t word_bytes = size_t(kMaxParts) * 1024 * sizeof(unsigned long long);  // >= 3,072 tagged words
+  static_assert(kMaxParts * 1024 >= kConsumers * kMaxWordsPerThread, "S3's buffer holds the tagged words too");
+  CUDA_CHECK(cudaMalloc(&p.words, word_bytes));
   CUDA_CHECK(cudaMalloc(&p.counter, 4 * sizeof(unsigned int)));
   p.bar = p.counter + 1;
   p.abort = p.counter + 2;
@@ -323,24 +377,30 @@ int main(int argc, char** argv) {
   p.offset_cycles = offset;
   p.timeout_ns = (unsigned long long)(timeout_ms * 1e6);
 
-  const char* names[3] = {"S0 every thread polls", "S1 two polls in flight", "S2 counter + release"};
+  const char* names[4] = {"S0 every thread polls", "S1 two polls in flight", "S2 counter + release",
+                          "S3 split-K atomics, P words"};
   std::vector<Row> rows;
   std::vector<unsigned long long> st(size_t(rounds) * G * kStamps);
   bool all_ok = true;
   std::vector<int> delays{0};
   if (delay > 0) delays.push_back(delay);
   struct Config {
-    int delay_ns, n, load, strategy;
+    int delay_ns, n, load, strategy, parts;
   };
   std::vector<Config> configs;
   for (int dly : delays)
     for (int n : {1024, 3072})
-      for (int load : {0, 1})
-        for (int s = 0; s < 3; ++s) configs.push_back({dly, n, load, s});
+      for (int load : {0, 1}) {
+        for (int s = 0; s < 3; ++s) configs.push_back({dly, n, load, s, 1});
+        if (n == 1024)  // S3: the residual's 1,024 elements (down's outputs)
+          for (int parts : {1, 4, 8, 16, 32}) configs.push_back({dly, n, load, 3, parts});
+      }
+  std::vector<unsigned long long> words_host;
   for (const Config& c : configs) {
     const int dly = c.delay_ns, n = c.n, load = c.load, s = c.strategy;
     p.delay_ns = dly;
-    CUDA_CHECK(cudaMemset(p.words, 0, kConsumers * kMaxWordsPerThread * sizeof(unsigned long long)));
+    p.parts = c.parts;
+    CUDA_CHECK(cudaMemset(p.words, 0, word_bytes));
     CUDA_CHECK(cudaMemset(p.counter, 0, 4 * sizeof(unsigned int)));
     CUDA_CHECK(cudaMemset(p.loaded, 0, sizeof(unsigned long long)));
     p.n = n;
@@ -382,8 +442,19 @@ int main(int argc, char** argv) {
       tl.push_back((double(t0max) - double(smax)) / 1e3);
       sp.push_back((double(smax) - double(smin)) / 1e3);
     }
+    if (s == 3 && flags[2] == 0) {  // S3: every word's value and count after the last round
+      words_host.resize(size_t(c.parts) * n);
+      CUDA_CHECK(cudaMemcpy(words_host.data(), p.words, words_host.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+      for (int q = 0; q < c.parts; ++q)
+        for (int i = 0; i < n; ++i) {
+          unsigned long long want = 0;
+          for (int r = 1; r <= rounds; ++r)
+            for (int b = q; b < G; b += c.parts) want += (s3_value(i, b, r) << 12) | 1ull;
+          if (words_host[size_t(q) * n + i] != want) ++flags[3];
+        }
+    }
     Row row{names[s], n, load, dly, median(rf), median(rl), probe_quantile(rl, 0.9), median(tf), median(tl), median(sp),
-            load ? double(loaded) / (ms * 1e-3) / 1e12 : 0.0, flags[3], flags[2] == 0 && flags[3] == 0};
+            load ? double(loaded) / (ms * 1e-3) / 1e12 : 0.0, flags[3], flags[2] == 0 && flags[3] == 0, c.parts};
     all_ok = all_ok && row.ok;
     rows.push_back(row);
     CUDA_CHECK(cudaEventDestroy(e0));
@@ -395,10 +466,10 @@ int main(int argc, char** argv) {
            all_ok ? "true" : "false", prop.name, prop.multiProcessorCount, G, rounds, offset);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      printf("%s{\"strategy\": \"%s\", \"words\": %d, \"load\": %s, \"delay_ns\": %d, \"ready_first_us\": %.3f, \"ready_last_us\": %.3f, "
+      printf("%s{\"strategy\": \"%s\", \"parts\": %d, \"words\": %d, \"load\": %s, \"delay_ns\": %d, \"ready_first_us\": %.3f, \"ready_last_us\": %.3f, "
              "\"ready_last_p90_us\": %.3f, \"thread0_first_us\": %.3f, \"thread0_last_us\": %.3f, "
              "\"producer_spread_us\": %.3f, \"load_tbs\": %.2f, \"bad_words\": %u, \"ok\": %s}",
-             i ? ", " : "", r.strategy, r.n, r.load ? "true" : "false", r.delay_ns, r.ready_first, r.ready_last, r.ready_last_p90,
+             i ? ", " : "", r.strategy, r.parts, r.n, r.load ? "true" : "false", r.delay_ns, r.ready_first, r.ready_last, r.ready_last_p90,
              r.t0_first, r.t0_last, r.spread, r.load_tbs, r.bad, r.ok ? "true" : "false");
     }
     printf("]}\n");
@@ -406,11 +477,11 @@ int main(int argc, char** argv) {
     printf("device: %s (%d SMs), %d blocks x %d threads, %d rounds, S1 offset %d cycles\n", prop.name,
            prop.multiProcessorCount, G, kThreads, rounds, offset);
     printf("µs after the last block's stores, median over rounds (p90 of the last block)\n");
-    printf("%-24s %5s %5s %6s | %12s %12s %8s | %13s %13s | %7s %7s %s\n", "strategy", "words", "load", "delay",
+    printf("%-28s %3s %5s %5s %6s | %12s %12s %8s | %13s %13s | %7s %7s %s\n", "strategy", "P", "words", "load", "delay",
            "ready first",
            "ready last", "p90", "thread0 first", "thread0 last", "spread", "TB/s", "check");
     for (const Row& r : rows)
-      printf("%-24s %5d %5s %6d | %12.3f %12.3f %8.3f | %13.3f %13.3f | %7.3f %7.2f %s\n", r.strategy, r.n,
+      printf("%-28s %3d %5d %5s %6d | %12.3f %12.3f %8.3f | %13.3f %13.3f | %7.3f %7.2f %s\n", r.strategy, r.parts, r.n,
              r.load ? "on" : "off", r.delay_ns, r.ready_first, r.ready_last, r.ready_last_p90, r.t0_first, r.t0_last, r.spread,
              r.load_tbs, r.ok ? "OK" : "FAIL");
   }
