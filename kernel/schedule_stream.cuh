@@ -763,6 +763,26 @@ constexpr int kRoundRbMax = kMlpRoundSlots > 2 * kHeadRoundSlotsMax ? kMlpRoundS
 
 static_assert(kIntermediate == 3 * kHidden, "a down row is three 1024-wide segments");
 
+// MONOLITH_SLOT_TEST_NOINLINE=1 (eighth session, A/B): the batched slot tests as one out-of-line
+// function instead of an 8x unrolled copy inlined at every acquire. Why: ncu on the batch build
+// (NOTES.md, eighth session) put ~65 % of thread 0's samples in those tests on `no_inst`
+// (instruction fetch): thread 0 runs each copy once per phase, cold, and the bf16 kernel is ~9,300
+// instructions. One shared copy stays warm in the instruction cache.
+#ifndef MONOLITH_SLOT_TEST_NOINLINE
+#define MONOLITH_SLOT_TEST_NOINLINE 0
+#endif
+constexpr bool kSlotTestNoinline = MONOLITH_SLOT_TEST_NOINLINE != 0;
+// slots kc .. kc + n - 1 of the ring whose full barriers are `full`: bit i of the result = slot i had
+// not landed (bits of `known` are not tested); n <= 2 kRoundSlots
+__device__ __noinline__ uint32_t slot_tests_outlined(uint64_t* full, uint32_t kc, int n, uint32_t known) {
+  uint32_t slot = kc % kStages, par = (kc / kStages) & 1u, miss = 0u;
+  for (int i = 0; i < n; ++i) {
+    if (!((known >> i) & 1u) && !mbar_test_wait(&full[slot], par)) miss |= 1u << i;
+    if (++slot == uint32_t(kStages)) slot = 0u, par ^= 1u;
+  }
+  return miss;
+}
+
 struct StreamSmem {
   float x[kHidden];                                 // normed residual (qkv, MLP, LM head input)
   float hval[kHidden];                              // the residual after attention + O (MLP's seed)
@@ -851,6 +871,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // (landed at an earlier test: a landed slot stays landed until this block hands it back) are not
   // tested again.
   auto test_slots = [&](int n, uint32_t known) -> uint32_t {
+    if constexpr (kSlotTestNoinline) return slot_tests_outlined(r.full, kc, n, known);
     uint32_t slot = kc % kStages, par = (kc / kStages) & 1u, miss = 0u;
 #pragma unroll
     for (int i = 0; i < 2 * kRoundSlots; ++i) {
