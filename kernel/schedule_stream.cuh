@@ -522,7 +522,9 @@ constexpr bool kSlotTestBatch = MONOLITH_SLOT_TEST_BATCH >= 0 ? MONOLITH_SLOT_TE
 //   barrier is skipped when every slot had landed: that barrier already orders thread 0's acquire
 //   before every thread's reads (bar.sync is cumulative). Why: with the ring full, a phase's slots
 //   have landed long before its inputs arrive, yet their tests ran after the inputs, on the
-//   critical path (NOTES.md, seventh session: ~1.1 us of thread 0's time per layer).
+//   critical path (NOTES.md, seventh session: ~1.1 us of thread 0's time per layer). Measured
+//   (eighth session, dev, tokens bitwise equal): bf16 2,052 vs 2,051 batched, E4M3 -1.5 %, NVFP4
+//   -8.5 %: off, kept as an A/B handle.
 #ifndef MONOLITH_SLOT_PRETEST
 #define MONOLITH_SLOT_PRETEST 0
 #endif
@@ -767,7 +769,8 @@ static_assert(kIntermediate == 3 * kHidden, "a down row is three 1024-wide segme
 // function instead of an 8x unrolled copy inlined at every acquire. Why: ncu on the batch build
 // (NOTES.md, eighth session) put ~65 % of thread 0's samples in those tests on `no_inst`
 // (instruction fetch): thread 0 runs each copy once per phase, cold, and the bf16 kernel is ~9,300
-// instructions. One shared copy stays warm in the instruction cache.
+// instructions. One shared copy stays warm in the instruction cache. Measured (eighth session,
+// dev): bf16 -2.0 %, E4M3 with batching -4.5 % (the call costs more than it saves): off.
 #ifndef MONOLITH_SLOT_TEST_NOINLINE
 #define MONOLITH_SLOT_TEST_NOINLINE 0
 #endif
