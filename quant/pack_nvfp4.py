@@ -20,6 +20,7 @@ layout `nvfp4-rowmajor-v1` of quant/nvfp4_layout.py (read its docstring: the ker
 """
 from __future__ import annotations
 
+import collections
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -251,6 +252,18 @@ def mixed_summary(fp8: tuple[str, ...], num_layers: int) -> dict:
     return {"fp8": list(fp8), "fp8_kinds": [k for k in KINDS if all(k in s for s in by_layer)],
             "per_kind": len(set(by_layer)) <= 1, "fp8_layout": P8.L.LAYOUT, "fp8_scheme": P8.L.SCHEME,
             "fp8_tensors": [L.T_FP8_CODES, L.T_FP8_SCALES]}
+
+
+def format_summary(meta: dict) -> dict:
+    """The pack's format map, one line per projection kind (what results files and NOTES quote):
+    kind -> "nvfp4", "fp8" or "mixed" (FP8 in some layers only), plus the embedding / LM head
+    (always FP8) and the norms (bf16). Read from the metadata's `mixed` section (layout_version 2);
+    layout_version 1 is every projection NVFP4."""
+    fp8 = tuple((meta.get("mixed") or {}).get("fp8", ()))
+    n = meta["num_layers"]
+    per_kind = collections.Counter(kind_of(name) for name in fp8)
+    kinds = {k: "nvfp4" if per_kind[k] == 0 else "fp8" if per_kind[k] == n else "mixed" for k in KINDS}
+    return {"layers": kinds, "embedding_lm_head": P8.L.SCHEME, "norms": "bf16", "fp8_projections": len(fp8)}
 
 
 # ---- packing ----------------------------------------------------------------------------------
@@ -522,7 +535,7 @@ class DequantizedNVFP4Checkpoint(DequantizedPacked):
 
     def describe(self) -> dict:
         m = self.packed.meta
-        extra = {"layout_version": m["layout_version"]}
+        extra = {"layout_version": m["layout_version"], "format_map": format_summary(m)}
         if m.get("mixed"):
             extra["fp8_projections"] = len(m["mixed"]["fp8"])
             extra["fp8_kinds"] = m["mixed"]["fp8_kinds"]

@@ -379,3 +379,17 @@ def test_cli_refusals(synth2, tmp_path, args, msg):
     r = CliRunner().invoke(app, ["pack", "--model", str(synth2), "--out", str(tmp_path / "o"), *args])
     assert isinstance(r.exception, MonolithError) and msg in str(r.exception), r.output + repr(r.exception)
     assert not (tmp_path / "o").exists()
+
+
+
+def test_format_summary_names_each_kinds_format(mixed2, nv2, ckpt2):
+    """The one-line-per-kind map that results files quote (describe()'s format_map): every kind
+    NVFP4 in an all-NVFP4 pack; in MIXED (q in both layers, up in layer 1 only) q is fp8, up mixed."""
+    full = NV.format_summary(nv2.meta)
+    assert full == {"layers": {k: "nvfp4" for k in NV.KINDS}, "embedding_lm_head": F8.SCHEME, "norms": "bf16",
+                    "fp8_projections": 0}
+    _, meta = mixed2
+    got = NV.format_summary(meta)
+    assert got["layers"] == {**{k: "nvfp4" for k in NV.KINDS}, "q": "fp8", "up": "mixed"}
+    assert got["fp8_projections"] == 3
+    assert NV.dequantized_checkpoint(nv2, ckpt2).describe()["format_map"] == full
