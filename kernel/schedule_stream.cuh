@@ -579,6 +579,21 @@ constexpr bool kAttnQSmem = MONOLITH_ATTN_QSMEM != 0;
 #endif
 constexpr bool kAttnTight = MONOLITH_ATTN_TIGHT != 0;
 static_assert(!(kAttnTight && kAttnFlash), "MONOLITH_ATTN_TIGHT reshapes the shipped split, MONOLITH_ATTN_FLASH replaces it");
+// MONOLITH_ATTN_LOCAL_MERGE=1 (eighth session; compiled, NOT YET RUN on a GPU: an A/B for the next
+// session): a block that owns several splits of its group (positions >= 64 x the group's blocks,
+// i.e. >= 1,024 at 128 blocks) merges them itself, online, in split order, and publishes one
+// (m, l, o) partial per block; the group's merge then reads min(blocks, splits) partials in block
+// order instead of every split's. Why: the merge gathers 4 splits per L2 round trip, so 33 splits
+// (position 2,048) cost 9 dependent rounds in every block of the group, and the position sweep's
+// 2,048 / 16 ratio (0.68) is the issue's third target (0.85). Prediction (NOTES.md, eighth
+// session): nothing below position 1,024 changes (one split per block at most: the same partials,
+// bitwise); at 2,048 the merge goes from 9 rounds to 4, ~2 us per layer, ~1,440 tok/s instead of
+// ~1,330. Another summation order at long positions: deterministic, not bitwise the default's.
+#ifndef MONOLITH_ATTN_LOCAL_MERGE
+#define MONOLITH_ATTN_LOCAL_MERGE 0
+#endif
+constexpr bool kAttnLocalMerge = MONOLITH_ATTN_LOCAL_MERGE != 0;
+static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merges the shipped split's partials");
 
 // ---- producer -------------------------------------------------------------------------------
 struct Ring {
@@ -1389,6 +1404,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         p4[lane] = make_float4(o0[0], o0[1], o0[2], o0[3]);
         p4[kHeadDim / 4 + lane] = make_float4(o1[0], o1[1], o1[2], o1[3]);
       };
+      // MONOLITH_ATTN_LOCAL_MERGE: this thread's (head, dim) running merge of the block's splits
+      float lm = -INFINITY, ll = 0.f, lo = 0.f;
       for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
         int t0, t1;
         split_range(sp, s.nsplit, pos, t0, t1);
@@ -1546,11 +1563,27 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 #pragma unroll
           for (int w = 0; w < kStreamConsumerWarps; ++w) a += sm.vpart[w * kGroupCols + tid];
           if (cur) a = fmaf(sm.sc[h * kSplitPositions + nh], sm.vc[d], a);
-          long long* part = acc + kTagAttnPart + ((g * kMaxSplits + sp) * kHeadsPerKV + h) * kPartStride;
-          tagged_store(part + 2 + d, a, tag);
-          if (d == 0) {
-            tagged_store(part, sm.ml[2 * h], tag);
-            tagged_store(part + 1, sm.ml[2 * h + 1], tag);
+          if constexpr (kAttnLocalMerge) {  // fold this split in (lm = -inf before the first: ca = 0)
+            const float ms = sm.ml[2 * h], ls = sm.ml[2 * h + 1];
+            const float mn = fmaxf(lm, ms), ca = __expf(lm - mn), cb = __expf(ms - mn);
+            lo = sp == s.gi ? a : lo * ca + a * cb;
+            ll = sp == s.gi ? ls : ll * ca + ls * cb;
+            lm = mn;
+            if (sp + s.ng >= s.nsplit) {  // the block's last split: its one partial, at index gi
+              long long* part = acc + kTagAttnPart + ((g * kMaxSplits + s.gi) * kHeadsPerKV + h) * kPartStride;
+              tagged_store(part + 2 + d, lo, tag);
+              if (d == 0) {
+                tagged_store(part, lm, tag);
+                tagged_store(part + 1, ll, tag);
+              }
+            }
+          } else {
+            long long* part = acc + kTagAttnPart + ((g * kMaxSplits + sp) * kHeadsPerKV + h) * kPartStride;
+            tagged_store(part + 2 + d, a, tag);
+            if (d == 0) {
+              tagged_store(part, sm.ml[2 * h], tag);
+              tagged_store(part + 1, sm.ml[2 * h + 1], tag);
+            }
           }
         }
         if (sp + s.ng >= s.nsplit) hop_mark();  // the block's last split: the merge's hop follows
@@ -1594,11 +1627,14 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const int h = tid / kHeadDim, d = tid & (kHeadDim - 1);
         const long long* part0 = acc + kTagAttnPart + (g * kMaxSplits * kHeadsPerKV + h) * kPartStride;
         constexpr int kSplitStride = kHeadsPerKV * kPartStride, kBatch = 4;
+        // partials to merge: one per split, or (MONOLITH_ATTN_LOCAL_MERGE) one per block that owns a
+        // split (read where the loop reads it, so that the default build's code stays the same)
+        auto np = [&] { return kAttnLocalMerge ? min(s.ng, s.nsplit) : s.nsplit; };
         float m = -INFINITY;
-        for (int sp0 = 0; sp0 < s.nsplit && ok; sp0 += kBatch) {
+        for (int sp0 = 0; sp0 < np() && ok; sp0 += kBatch) {
           float ms[kBatch], ls[kBatch], os[kBatch];
           float got[3 * kBatch];
-          const int nb = min(kBatch, s.nsplit - sp0);
+          const int nb = min(kBatch, np() - sp0);
           // words past the last split are read as split 0's (always written): same tag, unused
           tagged_gather<3 * kBatch>(
               [&](int i) {
@@ -1616,7 +1652,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           }
 #pragma unroll
           for (int j = 0; j < kBatch; ++j) {
-            if (sp0 + j < s.nsplit) {
+            if (sp0 + j < np()) {
               const float mn = fmaxf(m, ms[j]);
               const float ca = __expf(m - mn), cb = __expf(ms[j] - mn);
               num = num * ca + os[j] * cb;

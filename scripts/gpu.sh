@@ -131,15 +131,19 @@ want xraydev && run xray-dev python3 scripts/xray_raw.py --variant "${XRAY_VARIA
 # tokens become the reference every other build must match bitwise, since the knobs move timing
 # only). Each build: dev timings of AB_VARIANTS at 128 blocks (median of 3), then its X-ray raw
 # traces at position 128 in results/ab/xray-<i>/ (inside results.tgz; analyzed off the GPU).
+# AB_DEV_ARGS: more dev_bench arguments for every set (e.g. "--prompt-len 2040 --tokens 32" for long
+# positions); AB_TOKENS_REF=0 skips the bitwise token check (a knob that sums in another order).
 if want abdev; then
   IFS=';' read -ra ab_sets <<< "${AB_DEFINES:-base}"
   ab_ref=results/ab/tokens-ref.json; rm -rf results/ab; mkdir -p results/ab
+  ref_args=(--tokens-ref "$ab_ref"); [ "${AB_TOKENS_REF:-1}" = 0 ] && ref_args=()
+  read -ra dev_args <<< "${AB_DEV_ARGS:-}"
   i=0
   for d in "${ab_sets[@]}"; do
     if [ "$d" = base ]; then defs=(env -u MONOLITH_NVCC_DEFINES); else defs=(env MONOLITH_NVCC_DEFINES="$d"); fi
     echo "ab$i: ${d}" >> results/ab/sets.txt
     run "ab$i-dev" "${defs[@]}" python3 scripts/dev_bench.py --variant "${AB_VARIANTS:-bf16-stream,fp8-stream}" \
-      --blocks 128 --runs 3 --tokens-ref "$ab_ref" --out "results/ab/dev-$i.json"
+      --blocks 128 --runs 3 ${ref_args[@]+"${ref_args[@]}"} ${dev_args[@]+"${dev_args[@]}"} --out "results/ab/dev-$i.json"
     run "ab$i-xray" "${defs[@]}" python3 scripts/xray_raw.py --variant "${AB_VARIANTS:-bf16-stream,fp8-stream}" \
       --position 128 --out "results/ab/xray-$i"
     i=$((i + 1))

@@ -111,6 +111,26 @@ def test_phase_diff_layer0_each_phase(engines, phase, keys):
         assert e < tol, (phase, k, e)
 
 
+@pytest.mark.parametrize("n_prompt", [1100, 2100])
+def test_attention_over_more_splits_than_a_groups_blocks(engines, n_prompt):
+    """Long positions: at 1,100 / 2,100 cached positions a KV group has 18 / 33 attention splits of
+    64 positions over its 16 blocks (128-block grid), so blocks own 2-3 splits and the merge reads
+    more than one round of 4 partials. The gate's prompts never get there; the position sweep
+    times it without checking it. Layer 0's attention and the whole step's logits against the
+    reference (eighth session; written for MONOLITH_ATTN_LOCAL_MERGE's A/B, which changes only this
+    regime, and not yet run on a GPU when committed)."""
+    mk, ref = engines
+    _, nxt, _ = _prefilled(engines, n_prompt=n_prompt, seed=n_prompt)
+    assert mk.position == ref.position == n_prompt
+    bufs = mk.step_until(nxt, 0, 1)  # does not advance the position
+    lk = mk.logits([nxt])[0]         # the same token at the same position, the whole step
+    lr, cap = ref.step(nxt, capture=True)
+    errs = {k: rel(bufs[k], cap["L0." + k]) for k in ("q", "k", "attn_out")}
+    assert errs["q"] < TOL_PRE_ATTN and errs["k"] < TOL_PRE_ATTN, errs
+    assert errs["attn_out"] < TOL_POST_ATTN_L0, errs
+    assert rel(lk, lr) < TOL_DEEP
+
+
 def test_full_step_logits_and_token(engines):
     mk, ref = engines
     _, nxt, nxt_ref = _prefilled(engines, seed=3)

@@ -256,3 +256,20 @@ def test_gpu_sh_lists_the_stage_and_passes_shellcheck():
     assert sc, "shellcheck is not installed: run `make deps` (apt-get install shellcheck)"
     r = subprocess.run([sc, "-x", str(REPO_ROOT / "scripts" / "gpu.sh")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
+
+
+def test_gpu_sh_abdev_passes_extra_dev_args_and_can_skip_the_token_check(tmp_path):
+    """AB_DEV_ARGS reaches every set's dev_bench (long positions: --prompt-len); AB_TOKENS_REF=0
+    drops --tokens-ref (a knob that sums in another order decodes other tokens by design); by
+    default every set is checked against the first set's tokens."""
+    r, calls, _ = _gpu_sh(tmp_path, "abdev", AB_DEFINES="base;MONOLITH_ATTN_LOCAL_MERGE=1", AB_VARIANTS="bf16-stream",
+                          AB_DEV_ARGS="--prompt-len 2040 --tokens 32", AB_TOKENS_REF="0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    dev = [c for c in calls if "dev_bench.py" in c]
+    assert len(dev) == 2 and all("--prompt-len 2040 --tokens 32 --out" in c and "--tokens-ref" not in c for c in dev)
+    assert dev[0].endswith("DEFINES=unset VARIANT=unset BLOCKS=unset FULL=unset")
+    assert dev[1].endswith("DEFINES=MONOLITH_ATTN_LOCAL_MERGE=1 VARIANT=unset BLOCKS=unset FULL=unset")
+    r, calls, _ = _gpu_sh(tmp_path / "again", "abdev")
+    dev = [c for c in calls if "dev_bench.py" in c]
+    assert r.returncode == 0 and len(dev) == 1
+    assert "--runs 3 --tokens-ref results/ab/tokens-ref.json --out results/ab/dev-0.json" in dev[0]
