@@ -381,7 +381,6 @@ def test_cli_refusals(synth2, tmp_path, args, msg):
     assert not (tmp_path / "o").exists()
 
 
-
 def test_format_summary_names_each_kinds_format(mixed2, nv2, ckpt2):
     """The one-line-per-kind map that results files quote (describe()'s format_map): every kind
     NVFP4 in an all-NVFP4 pack; in MIXED (q in both layers, up in layer 1 only) q is fp8, up mixed."""
