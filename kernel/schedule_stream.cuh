@@ -790,15 +790,23 @@ static_assert(kIntermediate == 3 * kHidden, "a down row is three 1024-wide segme
 #define MONOLITH_SLOT_TEST_NOINLINE 0
 #endif
 constexpr bool kSlotTestNoinline = MONOLITH_SLOT_TEST_NOINLINE != 0;
-// slots kc .. kc + n - 1 of the ring whose full barriers are `full`: bit i of the result = slot i had
-// not landed (bits of `known` are not tested); n <= 2 kRoundSlots
-__device__ __noinline__ uint32_t slot_tests_outlined(uint64_t* full, uint32_t kc, int n, uint32_t known) {
+// Thread 0's tests of slots kc .. kc + n - 1 (n <= 2 kRoundSlots) of the ring whose full barriers
+// are `full`, issued back to back, slot and parity stepped, not divided; bit i of the result: slot
+// i had not landed. Bits set in `known` (landed at an earlier test: a landed slot stays landed
+// until this block hands it back) are not tested again.
+__device__ __forceinline__ uint32_t slot_tests_batched(uint64_t* full, uint32_t kc, int n, uint32_t known) {
   uint32_t slot = kc % kStages, par = (kc / kStages) & 1u, miss = 0u;
-  for (int i = 0; i < n; ++i) {
-    if (!((known >> i) & 1u) && !mbar_test_wait(&full[slot], par)) miss |= 1u << i;
+#pragma unroll
+  for (int i = 0; i < 2 * kRoundSlots; ++i) {
+    const bool landed = i >= n || ((known >> i) & 1u) || mbar_test_wait(&full[slot], par);
+    miss |= landed ? 0u : 1u << i;
     if (++slot == uint32_t(kStages)) slot = 0u, par ^= 1u;
   }
   return miss;
+}
+// the same, one out-of-line copy (MONOLITH_SLOT_TEST_NOINLINE; measured with a plain loop to n)
+__device__ __noinline__ uint32_t slot_tests_outlined(uint64_t* full, uint32_t kc, int n, uint32_t known) {
+  return slot_tests_batched(full, kc, n, known);
 }
 
 struct StreamSmem {
@@ -884,20 +892,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     if constexpr (kHopHold<W> > 0)
       if (tid == 0 && (hword & 1)) atomicExch(r.hold, ++hword);
   };
-  // Thread 0's tests of slots kc .. kc + n - 1 (n <= 2 kRoundSlots) issued back to back, slot and
-  // parity stepped, not divided; bit i of the result: slot i had not landed. Bits set in `known`
-  // (landed at an earlier test: a landed slot stays landed until this block hands it back) are not
-  // tested again.
+  // thread 0's batched tests of this round's slots (slot_tests_batched above)
   auto test_slots = [&](int n, uint32_t known) -> uint32_t {
-    if constexpr (kSlotTestNoinline) return slot_tests_outlined(r.full, kc, n, known);
-    uint32_t slot = kc % kStages, par = (kc / kStages) & 1u, miss = 0u;
-#pragma unroll
-    for (int i = 0; i < 2 * kRoundSlots; ++i) {
-      const bool landed = i >= n || ((known >> i) & 1u) || mbar_test_wait(&r.full[slot], par);
-      miss |= landed ? 0u : 1u << i;
-      if (++slot == uint32_t(kStages)) slot = 0u, par ^= 1u;
-    }
-    return miss;
+    return kSlotTestNoinline ? slot_tests_outlined(r.full, kc, n, known) : slot_tests_batched(r.full, kc, n, known);
   };
   // Before a phase's input wait: thread 0 tests the first n slots the phase's opening acquire_n
   // will take, and leaves what it found in sm.pre_* (in shared memory, not registers: NVFP4 spilled).
@@ -918,6 +915,12 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // may_skip: the caller's input wait ended in a barrier after its pretest, and `ok` is true (the
   // opening barrier would carry nothing else): when the pretest found all n slots landed, no
   // barrier (every thread reads sm.pre_* after that barrier: a uniform decision).
+  // slots of a first round of `rows` rows: K = 1024 rows in the format RF (rows_1024, at most kSl
+  // slots), NVFP4 rows (rows_nv); the pretests ask for the same count as the acquires they precede
+  auto slots_1024 = [&](auto rf, int rows, int kSl) {
+    return min(kSl, (rows + decltype(rf)::kRows1024 - 1) / decltype(rf)::kRows1024);
+  };
+  auto slots_nv = [&](int rows) { return min(kRoundSlots, (rows + NF::kRows1024 - 1) / NF::kRows1024); };
   auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true, bool sub = false,
                        bool may_skip = false) -> bool {
     if constexpr (kSlotPretest) {
@@ -1023,7 +1026,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     static_assert(!RW::kBlockScaled, "NVFP4 rows go through rows_nv");
     constexpr int kSl = decltype(kSlotsC)::value, kRows = kSl * RF::kRows1024;
     static_assert(kSl <= 2 * kRoundSlots && kSl * RF::kRb <= kRoundRbMax, "two pieces at most; part[] holds the round");
-    if (!acquire_n(min(kSl, (r1 - r0 + RF::kRows1024 - 1) / RF::kRows1024), work_phase, layer, ok, layer < kNumLayers))
+    if (!acquire_n(slots_1024(RF{}, r1 - r0, kSl), work_phase, layer, ok, layer < kNumLayers))
       return false;
     opened();
     const XHalf x = load_xhalf<RW>(s_x);
@@ -1121,7 +1124,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // mark and hands back.
   auto rows_nv = [&](auto kSegC, int nrows, const uint8_t* bs0, const uint32_t(&bsf)[kRoundSlots], const float* s_x,
                      uint16_t work_phase, int layer, bool ok, auto&& opened, auto&& epi, bool keep_last, int& held) -> bool {
-    if (!acquire_n(min(kRoundSlots, (nrows + NF::kRows1024 - 1) / NF::kRows1024), work_phase, layer, ok)) return false;
+    if (!acquire_n(slots_nv(nrows), work_phase, layer, ok)) return false;
     opened();
     uint32_t bs[kRoundSlots];
 #pragma unroll
@@ -1219,8 +1222,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int e = 0; e < 2; ++e) v[e] = bf16_as_float(p.embed[int64_t(token) * kHidden + tid + e * kStreamConsumerThreads]);
         }
       } else {
-        pretest(kNv ? min(kRoundSlots, (s.q1 - s.q0 + NF::kRows1024 - 1) / NF::kRows1024)
-                    : min(kRoundSlots, (s.q1 - s.q0 + HF::kRows1024 - 1) / HF::kRows1024));
+        pretest(kNv ? slots_nv(s.q1 - s.q0) : slots_1024(HF{}, s.q1 - s.q0, kRoundSlots));
         const long long* rp = acc + kTagResid + tid;
         tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, L - 1), v, S, tmo,
                          uint32_t(L) * 16u + 7u, ok);
@@ -1271,6 +1273,12 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     if (s.gi < s.nsplit) {
       const bool owner = (s.nsplit - 1) % s.ng == s.gi;  // owns the last split: appends K/V
       bool held = false;  // the first split's K slot, acquired by the barrier below
+      // slots that barrier takes: the first split's K (K and V: flash, tight), when it has cached positions
+      auto first_split_slots = [&] {
+        int h0, h1;
+        split_range(s.gi, s.nsplit, pos, h0, h1);
+        return h1 > h0 ? (kAttnFlash || kAttnTight ? 2 : 1) : 0;
+      };
       {
         // two values per thread t < 256: elements d and d + 64 of segment seg (0/1: q of heads
         // 2g/2g+1, 2: k, 3: v), so RoPE's pairs are in one thread and a segment is two warps:
@@ -1297,11 +1305,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         };
         bool ok = true;
         float v[2] = {0.f, 0.f};
-        if constexpr (kSlotPretest) {  // the first split's K slot (K and V: flash, tight)
-          int h0, h1;
-          split_range(s.gi, s.nsplit, pos, h0, h1);
-          pretest(h1 > h0 ? (kAttnFlash || kAttnTight ? 2 : 1) : 0);
-        }
+        if constexpr (kSlotPretest) pretest(first_split_slots());
         if (mine)
           tagged_gather<2>([&](int e) { return acc + kTagQKV + qkv_std_row(g, seg * kHeadDim + d + 64 * e); }, tag, v, S,
                            tmo, uint32_t(L) * 16u + 8u, ok);
@@ -1333,12 +1337,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           keep_kv(1, v[0], v[1], sm.vc);
         }
         // this barrier publishes q, kc, vc and opens the first split's K round when it has one
-        {
-          int h0, h1;
-          split_range(s.gi, s.nsplit, pos, h0, h1);
-          held = h1 > h0;
-        }
-        if (!acquire_n(held ? (kAttnFlash || kAttnTight ? 2 : 1) : 0, kPhase_s_attn, L)) return;
+        const int n0 = first_split_slots();
+        held = n0 > 0;
+        if (!acquire_n(n0, kPhase_s_attn, L)) return;
       }
       // What both split shapes (the shipped one and MONOLITH_ATTN_FLASH) share:
       // cached position rr's scores of both heads by a half-warp (16 lanes x 16 B = one K row;
@@ -1791,8 +1792,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         tsg = W::row_scale(__ldg(TS + kTsGate));
         tsu = W::row_scale(__ldg(TS + kTsUp));
       }
-      pretest(kNv ? min(kRoundSlots, (ngu + NF::kRows1024 - 1) / NF::kRows1024)
-                  : F::kSlotsPerUnit * min(kMlpRoundUnits, s.u1 - s.u0));
+      auto mlp_slots0 = [&] { return F::kSlotsPerUnit * min(kMlpRoundUnits, s.u1 - s.u0); };  // bf16 / E4M3: round 0's
+      pretest(kNv ? slots_nv(ngu) : mlp_slots0());
       const bool ok = resid_poll(acc_o, kGroups + 1, rh, fix, S, tmo, uint32_t(L) * 16u + 10u);
       XRAY_WORDS_NOTE(&sm.xwords);
       XRAY_END(s_wait_o, L);  // thread 0's words (the first round's barrier is the block's)
@@ -1834,7 +1835,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         // hval, x and the sums of squares.
         constexpr int kSpu = F::kSlotsPerUnit;
         static_assert(kMlpRoundUnits * kSpu <= 2 * kRoundSlots, "an MLP round is at most two pieces");
-        if (!acquire_n(kSpu * min(kMlpRoundUnits, s.u1 - s.u0), kPhase_s_mlp, L, ok, true)) return;
+        if (!acquire_n(mlp_slots0(), kPhase_s_mlp, L, ok, true)) return;
         XRAY_WORDS_CUT(&sm.xwords, L);
         XRAY_END(s_gather, L);  // every thread's counted words are in
         const float inv = norm_inv(sm.ssq);
@@ -1887,8 +1888,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       float av[kPer];
       {
         const int nseg = 3 * (s.h1 - s.h0);
-        pretest(kNv ? min(kRoundSlots, (nseg + NF::kRows1024 - 1) / NF::kRows1024)
-                    : (min(kRowsRound, nseg) + F::kRows1024 - 1) / F::kRows1024);
+        pretest(kNv ? slots_nv(nseg) : slots_1024(F{}, nseg, kRoundSlots));
       }
       const long long* ap = acc + kTagAct + tid;
       tagged_gather<kPer>([&](int k) { return ap + k * kStreamConsumerThreads; }, tag, av, S, tmo,
