@@ -161,6 +161,16 @@ __device__ __forceinline__ void split_softmax(Smem& sm, int n, int warp, int lan
   }
 }
 
+// A2 / A4: this lane's 4 dims of V row rr: a cached row (bf16 pairs) for rr < nh, else this position's
+__device__ __forceinline__ void v_row4(const Smem& sm, int rr, int nh, int lane, float (&v4)[4]) {
+  if (rr < nh) {
+    const uint2 vv = sm.v[rr * 32 + lane];
+    v4[0] = bf_lo(vv.x), v4[1] = bf_hi(vv.x), v4[2] = bf_lo(vv.y), v4[3] = bf_hi(vv.y);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v4[i] = sm.vc[4 * lane + i];
+  }
+}
 // A3 / A4: the warp's V partials of both heads, one 16-byte store each
 __device__ __forceinline__ void store_part4(Smem& sm, int warp, int lane, const float (&o0)[4], const float (&o1)[4]) {
   float4* p4 = reinterpret_cast<float4*>(sm.part + warp * kCols);
@@ -398,13 +408,7 @@ __device__ void split_a2(Smem& sm, int nh, bool cur, float scale, float* out) {
       l0 += p0;
       l1 += p1;
       float v4[4];
-      if (rr < nh) {
-        const uint2 vv = sm.v[rr * 32 + lane];
-        v4[0] = bf_lo(vv.x), v4[1] = bf_hi(vv.x), v4[2] = bf_lo(vv.y), v4[3] = bf_hi(vv.y);
-      } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v4[i] = sm.vc[4 * lane + i];
-      }
+      v_row4(sm, rr, nh, lane, v4);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         o0[i] = fmaf(p0, v4[i], o0[i]);
@@ -495,13 +499,7 @@ __device__ void split_a4(Smem& sm, int nh, bool cur, float scale, float* out) {
     const int rr = warp + kWarps * j;
     if (rr < n) {
       float v4[4];
-      if (rr < nh) {
-        const uint2 vv = sm.v[rr * 32 + lane];
-        v4[0] = bf_lo(vv.x), v4[1] = bf_hi(vv.x), v4[2] = bf_lo(vv.y), v4[3] = bf_hi(vv.y);
-      } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v4[i] = sm.vc[4 * lane + i];
-      }
+      v_row4(sm, rr, nh, lane, v4);
       const float p0 = sm.sc[rr], p1 = sm.sc[kSplit + rr];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
