@@ -23,3 +23,21 @@ def fp8pack2(synth2, tmp_path_factory):
     out = tmp_path_factory.mktemp("fp8pack2") / "pack"
     pack_fp8(synth2, out, progress=False)
     return out
+
+
+@pytest.fixture
+def fake_registry(monkeypatch):
+    """registry.build returns a harness_fakes.FakeEngine and records the checkpoint each engine was
+    built on; every engine's spec runs without CUDA. Returns that {engine name: checkpoint} record."""
+    from harness_fakes import FakeEngine
+
+    from monolith.bench.baselines import registry
+    built = {}
+
+    def fake_build(name, ck, device):
+        built[name] = ck
+        return FakeEngine()
+
+    monkeypatch.setattr(registry, "build", fake_build)
+    monkeypatch.setattr(registry, "spec", lambda name: registry.Spec(name, name))  # no CUDA needed here
+    return built

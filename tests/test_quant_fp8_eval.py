@@ -174,19 +174,10 @@ def test_pack_and_eval_quality_cli(synth2, fp8pack2, tmp_path):
     assert doc["engine"]["positions"] == 8 and doc["fp8_weights"]["source"]["sha256"] == doc["weights"]["sha256"]
 
 
-def test_fp8_quality_gives_the_engine_the_dequantized_weights_and_the_floor_the_original(ckpt2, fp8pack2, monkeypatch):
+def test_fp8_quality_gives_the_engine_the_dequantized_weights_and_the_floor_the_original(ckpt2, fp8pack2, fake_registry):
     """Who runs on what: the reference and the floor on the original bf16 checkpoint, the engine on
     the dequantized one (a megakernel fp8 variant takes that checkpoint's own pack)."""
-    from harness_fakes import FakeEngine
-
-    built = {}
-
-    def fake_build(name, ck, device):
-        built[name] = ck
-        return FakeEngine()
-
-    monkeypatch.setattr(registry, "build", fake_build)
-    monkeypatch.setattr(registry, "spec", lambda name: registry.Spec(name, name))  # no CUDA needed here
+    built = fake_registry
     res = fp8_quality(ckpt2, None, fp8pack2, "cuda", engine="megakernel-fp8-upstream", ref="reference-fp32",
                       floor="megakernel-bf16-upstream", text_tokens=[5, 6, 7, 8, 9, 10], positions=4, context=3,
                       stride=3, prompts=2, agree_tokens=3, free_running=False, quality_prompts=[[1, 2], [3]])

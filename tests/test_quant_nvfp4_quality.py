@@ -117,12 +117,10 @@ def test_a_pack_of_the_other_format_is_refused(ckpt2, nvpack, fp8pack2, no_build
         check_roles("reference-fp32", "reference-fp32", "reference", "cpu", "int4")
 
 
-def test_the_nvfp4_kernel_gets_the_dequantized_pack_and_the_floor_the_original(ckpt2, nvpack, monkeypatch):
+def test_the_nvfp4_kernel_gets_the_dequantized_pack_and_the_floor_the_original(ckpt2, nvpack, fake_registry):
     """scripts/gpu.sh m5quality's roles, cuda path faked: nvfp4-stream built on the dequantized
     nvfp4 checkpoint (the megakernel then runs on its own pack, not an in-memory re-pack), the
     reference and the bf16-stream floor on the original; refused for an fp8 pack's format."""
-    from harness_fakes import FakeEngine
-
     from monolith.quant.pack_nvfp4 import PackedNVFP4
 
     sh = (REPO_ROOT / "scripts" / "gpu.sh").read_text()
@@ -131,14 +129,7 @@ def test_the_nvfp4_kernel_gets_the_dequantized_pack_and_the_floor_the_original(c
     assert quality_pairs(engine, floor, ref, "cuda", "nvfp4") == [("megakernel-nvfp4-stream", "megakernel-bf16-stream")]
     with pytest.raises(MonolithError, match="does not read fp8 weights"):
         quality_pairs(engine, floor, ref, "cuda", "fp8")
-    built = {}
-
-    def fake_build(name, ck, device):
-        built[name] = ck
-        return FakeEngine()
-
-    monkeypatch.setattr(registry, "build", fake_build)
-    monkeypatch.setattr(registry, "spec", lambda name: registry.Spec(name, name))  # no CUDA needed here
+    built = fake_registry
     res = packed_quality(ckpt2, None, nvpack, "cuda", fmt="nvfp4", engine=engine, ref=ref, floor=floor,
                          text_tokens=[5, 6, 7, 8, 9, 10], positions=4, context=3, stride=3, prompts=2, agree_tokens=3,
                          free_running=False, quality_prompts=[[1, 2], [3]])
