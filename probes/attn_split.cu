@@ -171,6 +171,14 @@ __device__ __forceinline__ void v_row4(const Smem& sm, int rr, int nh, int lane,
     for (int i = 0; i < 4; ++i) v4[i] = sm.vc[4 * lane + i];
   }
 }
+// every shape: o += p * v for this lane's 4 dims of one V row, both heads
+__device__ __forceinline__ void add_pv(float p0, float p1, const float (&v4)[4], float (&o0)[4], float (&o1)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    o0[i] = fmaf(p0, v4[i], o0[i]);
+    o1[i] = fmaf(p1, v4[i], o1[i]);
+  }
+}
 // A3 / A4: the warp's V partials of both heads, one 16-byte store each
 __device__ __forceinline__ void store_part4(Smem& sm, int warp, int lane, const float (&o0)[4], const float (&o1)[4]) {
   float4* p4 = reinterpret_cast<float4*>(sm.part + warp * kCols);
@@ -241,11 +249,7 @@ __device__ void split_a0(Smem& sm, int nh, bool cur, float scale, float* out) {
       const uint2 vv = sm.v[rr * 32 + lane];
       const float p0 = sm.sc[rr], p1 = sm.sc[kSplit + rr];
       const float v4[4] = {bf_lo(vv.x), bf_hi(vv.x), bf_lo(vv.y), bf_hi(vv.y)};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        o0[i] = fmaf(p0, v4[i], o0[i]);
-        o1[i] = fmaf(p1, v4[i], o1[i]);
-      }
+      add_pv(p0, p1, v4, o0, o1);
     }
   }
   if constexpr (kQReg) {
@@ -307,11 +311,7 @@ __device__ void split_a1(Smem& sm, int nh, bool cur, float scale, float* out) {
       l1 += p1;
       const uint2 vv = sm.v[rr * 32 + lane];
       const float v4[4] = {bf_lo(vv.x), bf_hi(vv.x), bf_lo(vv.y), bf_hi(vv.y)};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        o0[i] = fmaf(p0, v4[i], o0[i]);
-        o1[i] = fmaf(p1, v4[i], o1[i]);
-      }
+      add_pv(p0, p1, v4, o0, o1);
     }
   }
   if (cur && warp == 0) {
@@ -409,11 +409,7 @@ __device__ void split_a2(Smem& sm, int nh, bool cur, float scale, float* out) {
       l1 += p1;
       float v4[4];
       v_row4(sm, rr, nh, lane, v4);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        o0[i] = fmaf(p0, v4[i], o0[i]);
-        o1[i] = fmaf(p1, v4[i], o1[i]);
-      }
+      add_pv(p0, p1, v4, o0, o1);
     }
   }
 #pragma unroll
@@ -501,11 +497,7 @@ __device__ void split_a4(Smem& sm, int nh, bool cur, float scale, float* out) {
       float v4[4];
       v_row4(sm, rr, nh, lane, v4);
       const float p0 = sm.sc[rr], p1 = sm.sc[kSplit + rr];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        o0[i] = fmaf(p0, v4[i], o0[i]);
-        o1[i] = fmaf(p1, v4[i], o1[i]);
-      }
+      add_pv(p0, p1, v4, o0, o1);
     }
   }
   store_part4(sm, warp, lane, o0, o1);
