@@ -37,6 +37,7 @@
 #include "dequant.cuh"
 #include "loads.cuh"
 #include "megakernel.cuh"
+#include "mma.cuh"
 #include "ring.cuh"
 #include "sync.cuh"
 #include "xray.cuh"

@@ -579,21 +579,39 @@ constexpr bool kAttnQSmem = MONOLITH_ATTN_QSMEM != 0;
 #endif
 constexpr bool kAttnTight = MONOLITH_ATTN_TIGHT != 0;
 static_assert(!(kAttnTight && kAttnFlash), "MONOLITH_ATTN_TIGHT reshapes the shipped split, MONOLITH_ATTN_FLASH replaces it");
-// MONOLITH_ATTN_LOCAL_MERGE=1 (eighth session; compiled, NOT YET RUN on a GPU: an A/B for the next
-// session): a block that owns several splits of its group (positions >= 64 x the group's blocks,
+// MONOLITH_ATTN_LOCAL_MERGE (default on since the ninth session; =0 rebuilds the per-split partials
+// for A/B): a block that owns several splits of its group (positions >= 64 x the group's blocks,
 // i.e. >= 1,024 at 128 blocks) merges them itself, online, in split order, and publishes one
 // (m, l, o) partial per block; the group's merge then reads min(blocks, splits) partials in block
 // order instead of every split's. Why: the merge gathers 4 splits per L2 round trip, so 33 splits
-// (position 2,048) cost 9 dependent rounds in every block of the group, and the position sweep's
-// 2,048 / 16 ratio (0.68) is the issue's third target (0.85). Prediction (NOTES.md, eighth
-// session): nothing below position 1,024 changes (one split per block at most: the same partials,
-// bitwise); at 2,048 the merge goes from 9 rounds to 4, ~2 us per layer, ~1,440 tok/s instead of
-// ~1,330. Another summation order at long positions: deterministic, not bitwise the default's.
+// (position 2,048) cost 9 dependent rounds in every block of the group. Below position 1,024 (one
+// split per block at most) the partials are the same, bitwise. Measured (NOTES.md, ninth session,
+// dev at position 2,040, 128 blocks): bf16 1,370 -> 1,540 tok/s, fp8 1,360 -> 1,503 (predicted
+// ~1,330 -> ~1,440). Another summation order at long positions: deterministic, not bitwise =0's.
 #ifndef MONOLITH_ATTN_LOCAL_MERGE
-#define MONOLITH_ATTN_LOCAL_MERGE 0
+#define MONOLITH_ATTN_LOCAL_MERGE 1
 #endif
 constexpr bool kAttnLocalMerge = MONOLITH_ATTN_LOCAL_MERGE != 0;
 static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merges the shipped split's partials");
+
+// MONOLITH_ATTN_MMA=1 (ninth session, A/B): a split's scores on the tensor cores (probes/attn_split.cu
+// A5). Warp w takes the split's positions 16 (w % 4) .. + 15 against dims 32 (w / 4) .. + 31: two
+// mma.m16n8k16 k-steps per head, q of both heads as bf16 hi + lo (q - hi, rounded: q's error
+// ~2^-17 instead of bf16's 2^-9), fp32 accumulate. K rows are 256 B apart, so an A fragment's 8
+// rows would share banks: row r reads its dims rotated by 8 (r % 8) and B's column n holds q rotated
+// by 8 n, so C[r][r % 8] is row r's score, every fragment load is conflict-free, and one lane holds
+// each row pair's result (no shuffles). The four dim quarters' partials go to sm.vpart (free until
+// the V step) and the softmax warps add them in order. Why: the shipped score loop is ~1,330 of a
+// split's ~3,340 cycles, bound by the shared-memory queue (NOTES.md, eighth session). Another
+// summation order: deterministic, not bitwise the shipped kernel's.
+#ifndef MONOLITH_ATTN_MMA
+#define MONOLITH_ATTN_MMA 0
+#endif
+constexpr bool kAttnMma = MONOLITH_ATTN_MMA != 0;
+static_assert(!(kAttnMma && (kAttnFlash || kAttnQSmem)), "MONOLITH_ATTN_MMA replaces the shipped score loop");
+static_assert(!kAttnMma || kStreamConsumerWarps == 16, "MONOLITH_ATTN_MMA: 4 position tiles x 4 dim quarters");
+static_assert(!kAttnMma || (kSplitPositions == 64 && kHeadDim == 128 && kHeadsPerKV == 2),
+              "MONOLITH_ATTN_MMA: 64 positions = 4 tiles of 16, 128 dims = 8 k-steps of 16, two heads");
 
 // ---- producer -------------------------------------------------------------------------------
 struct Ring {
@@ -814,7 +832,7 @@ struct StreamSmem {
   float hval[kHidden];                              // the residual after attention + O (MLP's seed)
   float attn[kGroupCols];                           // merged attention of the group's two heads
   float q[kGroupCols];                              // q of both heads after QK-norm + RoPE
-  float tmp[kGroupRows];                            // q | k | v before RoPE
+  uint16_t qbf[2 * kGroupCols];                     // MONOLITH_ATTN_MMA: q as bf16, hi | lo [head][dim]
   float kc[kHeadDim], vc[kHeadDim];                 // this position's K and V (bf16-rounded)
   float sc[kHeadsPerKV * kSplitPositions];          // scores, then probabilities, of one split
   float ml[2 * kHeadsPerKV];                        // (max, sum) per head of one split
@@ -1322,6 +1340,15 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           if (seg < 2) {
             sm.q[seg * kHeadDim + d] = y0;
             sm.q[seg * kHeadDim + d + 64] = y1;
+            if constexpr (kAttnMma) {  // q = hi + lo in bf16 for the tensor-core scores
+              auto put = [&](int i, float y) {
+                const __nv_bfloat16 hi = __float2bfloat16_rn(y);
+                sm.qbf[i] = __bfloat16_as_ushort(hi);
+                sm.qbf[kGroupCols + i] = __bfloat16_as_ushort(__float2bfloat16_rn(y - __bfloat162float(hi)));
+              };
+              put(seg * kHeadDim + d, y0);
+              put(seg * kHeadDim + d + 64, y1);
+            }
             if (owner && scr_on) {
               scr[kScrQRot + g * kGroupCols + seg * kHeadDim + d] = y0;
               scr[kScrQRot + g * kGroupCols + seg * kHeadDim + d + 64] = y1;
@@ -1380,6 +1407,37 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
         a0 = warp_sum(a0);
         a1 = warp_sum(a1);
+      };
+      // MONOLITH_ATTN_MMA: the split's cached positions' scores (unscaled) by mma, as 4 dim-quarter
+      // partials per head and position into sm.vpart[quarter][head][position] (see the knob's note)
+      auto mma_scores = [&](const uint32_t* kw, int nh) {
+        const int mt = warp & 3, kq = warp >> 2, fg = lane >> 2, fc = lane & 3;  // fragment row / column
+        const uint32_t* qw = reinterpret_cast<const uint32_t*>(sm.qbf);        // [hi | lo][head][64 words]
+        const int r0 = 16 * mt + fg;
+        float d[4][4] = {};  // head 0 hi, head 0 lo, head 1 hi, head 1 lo
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int ks = 2 * kq + i;                        // k-step: logical dims 16 ks .. + 15
+          const int w0 = (8 * ks + fc + 4 * fg) & 63;       // row rotated by 8 fg dims: word of dims 2fc, +1
+          const int w1 = (8 * ks + 4 + fc + 4 * fg) & 63;   // and of dims 2fc + 8, + 9
+          const uint32_t a[4] = {kw[r0 * 64 + w0], kw[(r0 + 8) * 64 + w0], kw[r0 * 64 + w1], kw[(r0 + 8) * 64 + w1]};
+          mma_m16n8k16_bf16(d[0], a, qw[w0], qw[w1]);
+          mma_m16n8k16_bf16(d[1], a, qw[128 + w0], qw[128 + w1]);
+          mma_m16n8k16_bf16(d[2], a, qw[64 + w0], qw[64 + w1]);
+          mma_m16n8k16_bf16(d[3], a, qw[192 + w0], qw[192 + w1]);
+        }
+        if (fc == (fg >> 1)) {  // this lane holds C[fg][fg] and C[fg + 8][fg]: rows r0 and r0 + 8
+          const bool odd = fg & 1;
+          float* qp = sm.vpart + kq * kGroupCols;
+          if (r0 < nh) {
+            qp[r0] = (odd ? d[0][1] : d[0][0]) + (odd ? d[1][1] : d[1][0]);
+            qp[kSplitPositions + r0] = (odd ? d[2][1] : d[2][0]) + (odd ? d[3][1] : d[3][0]);
+          }
+          if (r0 + 8 < nh) {
+            qp[r0 + 8] = (odd ? d[0][3] : d[0][2]) + (odd ? d[1][3] : d[1][2]);
+            qp[kSplitPositions + r0 + 8] = (odd ? d[2][3] : d[2][2]) + (odd ? d[3][3] : d[3][2]);
+          }
+        }
       };
       // o += p * V for this lane's 4 dims of one V row (bf16 pairs), both heads
       auto add_v = [&](uint2 vv, float p0, float p1, float (&o0)[4], float (&o1)[4]) {
@@ -1510,13 +1568,17 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           if (!held && !acquire_n(kAttnTight ? 2 : 1, kPhase_s_attn, L)) return;  // tight: K and V
           held = false;
           const uint4* slot = slot_at(0);
-          const int hw = tid >> 4, l16 = tid & 15;
-          for (int rr = hw; rr < kSplitPositions; rr += kStreamConsumerThreads / 16) {
-            float a0, a1;
-            score_k(slot, rr, rr < nh, a0, a1);
-            if (l16 == 0 && rr < nh) {
-              sm.sc[rr] = a0 * scale;
-              sm.sc[kSplitPositions + rr] = a1 * scale;
+          if constexpr (kAttnMma) {
+            mma_scores(reinterpret_cast<const uint32_t*>(slot), nh);
+          } else {
+            const int hw = tid >> 4, l16 = tid & 15;
+            for (int rr = hw; rr < kSplitPositions; rr += kStreamConsumerThreads / 16) {
+              float a0, a1;
+              score_k(slot, rr, rr < nh, a0, a1);
+              if (l16 == 0 && rr < nh) {
+                sm.sc[rr] = a0 * scale;
+                sm.sc[kSplitPositions + rr] = a1 * scale;
+              }
             }
           }
           if constexpr (!kAttnTight) release_n(1);  // tight: K goes back with V, at the split's end
@@ -1524,7 +1586,12 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (cur && warp == 0) {
           float a0, a1;
           score_cur(a0, a1);
-          if (lane == 0) {
+          if constexpr (kAttnMma) {  // unscaled, as the mma partials: quarter 0 holds it, 1-3 are 0
+            if (lane < 4) {
+              sm.vpart[lane * kGroupCols + nh] = lane ? 0.f : a0;
+              sm.vpart[lane * kGroupCols + kSplitPositions + nh] = lane ? 0.f : a1;
+            }
+          } else if (lane == 0) {
             sm.sc[nh] = a0 * scale;
             sm.sc[kSplitPositions + nh] = a1 * scale;
           }
@@ -1533,7 +1600,15 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const int n = nh + (cur ? 1 : 0);
         if (warp < kHeadsPerKV) {  // softmax statistics of this split, one warp per head
           float* sc = sm.sc + warp * kSplitPositions;
-          const float x0 = lane < n ? sc[lane] : -INFINITY, x1 = lane + 32 < n ? sc[lane + 32] : -INFINITY;
+          auto score = [&](int r) {  // MONOLITH_ATTN_MMA: the four dim quarters' partials, in order
+            if constexpr (kAttnMma) {
+              const float* q4 = sm.vpart + warp * kSplitPositions + r;
+              return (((q4[0] + q4[kGroupCols]) + q4[2 * kGroupCols]) + q4[3 * kGroupCols]) * scale;
+            } else {
+              return sc[r];
+            }
+          };
+          const float x0 = lane < n ? score(lane) : -INFINITY, x1 = lane + 32 < n ? score(lane + 32) : -INFINITY;
           const float m = warp_max(fmaxf(x0, x1));
           const float e0 = lane < n ? __expf(x0 - m) : 0.f, e1 = lane + 32 < n ? __expf(x1 - m) : 0.f;
           if (lane < n) sc[lane] = e0;

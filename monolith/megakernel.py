@@ -566,6 +566,16 @@ class MegakernelEngine(Engine):
         self.sync[5] = pos
         self.position = pos
 
+    def seek(self, position: int) -> None:
+        """Jump to `position` without running the steps before it, for the sanitizer's long-position
+        run (tests/gpu/sanitize_step.py): a 16-block grid reaches several attention splits per block
+        only past position 128, and 300 prefill steps under a sanitizer take too long. The K/V cache
+        keeps what it holds (zeros after construction), so the outputs mean nothing; only the code
+        paths of that position run. A position outside [0, context cap) is refused."""
+        if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position < C.CONTEXT_CAP:
+            raise MonolithError(f"seek: position must be an int in [0, {C.CONTEXT_CAP}), got {position!r}")
+        self._set_position(position)
+
     def _forced(self, tokens: torch.Tensor, want_logits: bool = False):
         # tokens: int64, already range-checked by Engine.check_tokens, so the int32 cast is exact
         toks = tokens.to(self.device, torch.int32)

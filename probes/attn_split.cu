@@ -23,14 +23,24 @@
 //       l_w; one barrier; 256 threads add the 16 warps' o and l in fixed order. K and V acquired
 //       together: 3 barriers per split, no step where one or two warps work and 14 wait.
 //   A3  (seventh session) A0 with q in registers and float4 V partials (the kernel since 7c3d3a9).
-//   A4  (seventh session, NOT YET RUN on a GPU: the eighth session's first probe) A3 with a shorter
+//   A4  (seventh session; measured in the eighth: faster only below 64 positions) A3 with a shorter
 //       score loop: a quarter-warp per position (4 positions per warp, all 64 in one pass), each
 //       lane 16 dims in two conflict-free 16-byte loads, q of both heads in 32 registers, and both
 //       heads reduced over the 8 lanes in 3 shuffles (the first level exchanges the heads: lanes
 //       0-3 keep head 0, lanes 4-7 head 1); this position is one more quarter-warp position (its K
 //       from kc), so warp 0's separate step and its barrier go. Another summation order than A0:
 //       checked against the CPU reference only.
-// Stage stamps (thread 0, clock64 after each step of A0, A2, A3 and A4) give where a split's cycles go.
+//   A5  (ninth session) A3 with the scores on the tensor cores: mma.sync m16n8k16 (bf16 in, fp32
+//       accumulate). Warp w takes positions 16 (w % 4) .. + 15 and dims 32 (w / 4) .. + 31 (two
+//       k-steps), q of both heads split into bf16 hi + lo (two mmas each: q's rounding error
+//       ~2^-17 instead of bf16's 2^-9). K's rows are 256 B apart, so the 8 rows of an A fragment
+//       would sit in the same banks; each row r instead reads its dims rotated by 8 (r % 8) (a
+//       dot product does not care about the order of its terms), and B's column n holds q rotated
+//       the same way, so C[r][r % 8] is row r's score: every fragment load is conflict-free and
+//       one lane per row pair holds the result (no shuffles). The four dim quarters' partial
+//       scores are summed in order by the softmax warps. Another summation order: checked
+//       against the CPU reference only.
+// Stage stamps (thread 0, clock64 after each step of A0, A2, A3, A4 and A5) give where a split's cycles go.
 // Both end with (m, l, o) per head as the kernel's split partials (the cross-block merge's input)
 // and are checked against a CPU reference in double (o / l and m; the two shapes sum in
 // different orders, so they agree to rounding, not bit for bit).
@@ -58,6 +68,7 @@ constexpr int kCols = kHeads * kHeadDim;                 // 256: one partial per
 static_assert(kSplit % kWarps == 0 && kSplit / kWarps == 4, "A1: four positions per warp");
 static_assert(kThreads / 16 == 32 && kSplit == 2 * 32, "A0: 32 half-warps, two passes over the split");
 
+constexpr int kShapes = 6;      // A0 .. A5
 constexpr int kMaxStamps = 10;  // stage stamps per split (A0: 9, A2: 4)
 
 struct Smem {
@@ -71,6 +82,8 @@ struct Smem {
   float part[kWarps * kCols];     // per-warp partial sums
   float lw[kWarps * kHeads];      // A2: per-warp sums of exp(s - m)
   int mx[kHeads];                 // A2: the split's max score per head, as an ordered int
+  uint16_t qbf[2 * kCols];        // A5: q of both heads as bf16, hi then lo (q - hi, rounded)
+  float scp[4 * kHeads * kSplit]; // A5: partial scores per dim quarter [quarter][head][position]
 };
 __device__ __forceinline__ void stamp(Smem& sm, int k) {
   if (threadIdx.x == 0) sm.stamp[k] = clock64();
@@ -509,6 +522,111 @@ __device__ void split_a4(Smem& sm, int nh, bool cur, float scale, float* out) {
   bsync();  // part and sc are reused by the next split
 }
 
+// A5: see the header. One mma.sync.m16n8k16 (bf16 x bf16 -> fp32): a = 4 words of A (16 x 16),
+// b = 2 words of B (16 x 8), d += a b.
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint16_t bf16_bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+__device__ void split_a5(Smem& sm, int nh, bool cur, float scale, float* out) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int n = nh + (cur ? 1 : 0);
+  if (tid < kCols) {  // (the kernel: where q is published, once per layer)
+    const float y = sm.q[tid];
+    const uint16_t hi = bf16_bits(y);
+    sm.qbf[tid] = hi;
+    sm.qbf[kCols + tid] = bf16_bits(y - __uint_as_float(uint32_t(hi) << 16));
+  }
+  bsync();  // the K slot's acquire
+  stamp(sm, 0);
+  {
+    // fragment coordinates (PTX ISA, mma.m16n8k16): lane = 4 g + c; A rows g and g + 8, k columns
+    // 2c, 2c + 1 (+ 8); B column g, k rows 2c, 2c + 1 (+ 8); C rows g, g + 8, columns 2c, 2c + 1
+    const int mt = warp & 3, kq = warp >> 2, g = lane >> 2, c = lane & 3;
+    const uint32_t* kw = reinterpret_cast<const uint32_t*>(sm.k);   // 64 words per K row
+    const uint32_t* qw = reinterpret_cast<const uint32_t*>(sm.qbf); // [hi | lo][head][64 words]
+    const int r0 = 16 * mt + g;
+    float d[4][4] = {};  // head 0 hi, head 0 lo, head 1 hi, head 1 lo
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int s = 2 * kq + i;                       // k-step: logical dims 16 s .. 16 s + 15
+      const int w0 = (8 * s + c + 4 * g) & 63;        // rotated by 8 g dims: word of dims 2c, 2c + 1
+      const int w1 = (8 * s + 4 + c + 4 * g) & 63;    // and of dims 2c + 8, 2c + 9
+      const uint32_t a[4] = {kw[r0 * 64 + w0], kw[(r0 + 8) * 64 + w0], kw[r0 * 64 + w1], kw[(r0 + 8) * 64 + w1]};
+      mma16816(d[0], a, qw[w0], qw[w1]);
+      mma16816(d[1], a, qw[128 + w0], qw[128 + w1]);
+      mma16816(d[2], a, qw[64 + w0], qw[64 + w1]);
+      mma16816(d[3], a, qw[192 + w0], qw[192 + w1]);
+    }
+    if (c == (g >> 1)) {  // this lane holds C[g][g] and C[g + 8][g]: rows r0 and r0 + 8
+      const bool odd = g & 1;
+      float* scp = sm.scp + kq * kCols;
+      if (r0 < nh) {
+        scp[r0] = (odd ? d[0][1] : d[0][0]) + (odd ? d[1][1] : d[1][0]);
+        scp[kSplit + r0] = (odd ? d[2][1] : d[2][0]) + (odd ? d[3][1] : d[3][0]);
+      }
+      if (r0 + 8 < nh) {
+        scp[r0 + 8] = (odd ? d[0][3] : d[0][2]) + (odd ? d[1][3] : d[1][2]);
+        scp[kSplit + r0 + 8] = (odd ? d[2][3] : d[2][2]) + (odd ? d[3][3] : d[3][2]);
+      }
+    }
+  }
+  stamp(sm, 1);
+  bsync();  // the K slot's hand-back
+  stamp(sm, 2);
+  if (cur && warp == 0) {  // this position: a whole warp, as A3; its quarters 1-3 are 0
+    float a0, a1;
+    score_cur(sm, lane, a0, a1);
+    if (lane < 4) {
+      sm.scp[lane * kCols + nh] = lane ? 0.f : a0;
+      sm.scp[lane * kCols + kSplit + nh] = lane ? 0.f : a1;
+    }
+  }
+  bsync();
+  stamp(sm, 3);
+  if (warp < kHeads) {  // softmax statistics, one warp per head: the quarters summed in order
+    auto score = [&](int r) {
+      const float* p = sm.scp + warp * kSplit + r;
+      return (((p[0] + p[kCols]) + p[2 * kCols]) + p[3 * kCols]) * scale;
+    };
+    float* sc = sm.sc + warp * kSplit;
+    const float x0 = lane < n ? score(lane) : -INFINITY, x1 = lane + 32 < n ? score(lane + 32) : -INFINITY;
+    const float m = warp_max(fmaxf(x0, x1));
+    const float e0 = lane < n ? __expf(x0 - m) : 0.f, e1 = lane + 32 < n ? __expf(x1 - m) : 0.f;
+    if (lane < n) sc[lane] = e0;
+    if (lane + 32 < n) sc[lane + 32] = e1;
+    const float l = warp_sum(e0 + e1);
+    if (lane == 0) {
+      sm.ml[2 * warp] = m;
+      sm.ml[2 * warp + 1] = l;
+    }
+  }
+  bsync();
+  stamp(sm, 4);
+  bsync();  // the V slot's acquire
+  stamp(sm, 5);
+  float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < kSplit / kWarps; ++j) {
+    const int rr = warp + kWarps * j;
+    if (rr < nh) {
+      float v4[4];
+      v_row4(sm, rr, nh, lane, v4);
+      add_pv(sm.sc[rr], sm.sc[kSplit + rr], v4, o0, o1);
+    }
+  }
+  store_part4(sm, warp, lane, o0, o1);
+  stamp(sm, 6);
+  bsync();
+  stamp(sm, 7);
+  split_out(sm, nh, cur, out);
+  stamp(sm, 8);
+  bsync();  // part, sc and scp are reused by the next split
+}
+
 struct Params {
   const uint16_t *k, *v, *kc, *vc;  // bf16: K and V rows [kSplit][kHeadDim], this position's
   const float* q;                   // [kCols]
@@ -544,7 +662,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_kernel(Params p) {
     else if (p.shape == 1) split_a1(sm, p.nh, p.cur != 0, p.scale, out);
     else if (p.shape == 2) split_a2(sm, p.nh, p.cur != 0, p.scale, out);
     else if (p.shape == 3) split_a0<true>(sm, p.nh, p.cur != 0, p.scale, out);
-    else split_a4(sm, p.nh, p.cur != 0, p.scale, out);
+    else if (p.shape == 4) split_a4(sm, p.nh, p.cur != 0, p.scale, out);
+    else split_a5(sm, p.nh, p.cur != 0, p.scale, out);
     if (tid == 0) {
       const size_t at = size_t(blockIdx.x) * p.rounds + r;
       p.cycles[at] = clock64() - t0;
@@ -631,11 +750,11 @@ int main(int argc, char** argv) {
   p.out = dout;
   p.rounds = rounds;
   p.scale = scale;
-  const char* names[5] = {"A0 kernel shape (7 barriers)", "A1 warp-local flash (3 barriers)",
-                          "A2 shared max, warp exps (3 barriers)", "A3 A0 + q in registers, float4 partials",
-                          "A4 A3 + quarter-warp scores (6 barriers)"};
-  const char* shapes[5] = {"A0", "A1", "A2", "A3", "A4"};
-  const int nstamps[5] = {9, 0, 6, 9, 9};  // stamps a shape records (A1: none)
+  const char* names[kShapes] = {"A0 kernel shape (7 barriers)", "A1 warp-local flash (3 barriers)",
+                                "A2 shared max, warp exps (3 barriers)", "A3 A0 + q in registers, float4 partials",
+                                "A4 A3 + quarter-warp scores (6 barriers)", "A5 A3 + tensor-core scores"};
+  const char* shapes[kShapes] = {"A0", "A1", "A2", "A3", "A4", "A5"};
+  const int nstamps[kShapes] = {9, 0, 6, 9, 9, 9};  // stamps a shape records (A1: none)
   if (!g_json) printf("device: %s (%d SMs), %d blocks x %d threads, %d rounds\n", prop.name, G, G, kThreads, rounds);
   if (!g_json) printf("%-34s %4s %4s | %10s %10s %8s | %s\n", "shape", "nh", "cur", "median cyc", "us", "p90 us", "check (max rel err of o/l, m)");
   bool all_ok = true;
@@ -646,7 +765,7 @@ int main(int argc, char** argv) {
   const int cfgs[3][2] = {{64, 0}, {63, 1}, {16, 1}};
   std::vector<float> a0_out;  // A0's output of the current configuration (A3 must match it bit for bit)
   for (const auto& cfg : cfgs)
-    for (int shape = 0; shape < 5; ++shape) {
+    for (int shape = 0; shape < kShapes; ++shape) {
       const int nh = cfg[0], cur = cfg[1];
       p.nh = nh;
       p.cur = cur;

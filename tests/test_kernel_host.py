@@ -211,3 +211,17 @@ def test_balanced_attention_splits_cover_every_entry_once():
                 assert t1 - t0 <= split and (t1 < t1e) == (sp == nsplit - 1), (ng, pos, sp)
                 covered = t1e
             assert covered == e
+
+
+def test_seek_refuses_positions_outside_the_context_and_sets_valid_ones():
+    """MegakernelEngine.seek (the sanitizer's long-position run) range-checks before it touches the
+    engine's state; a valid position goes through _set_position (called here on a stand-in self)."""
+    seen = []
+    fake = type("Fake", (), {"_set_position": lambda self, p: seen.append(p)})()
+    for bad in (-1, C.CONTEXT_CAP, C.CONTEXT_CAP + 5, 3.0, True, "7"):
+        with pytest.raises(MonolithError, match="seek: position"):
+            mk.MegakernelEngine.seek(fake, bad)
+    assert seen == []
+    mk.MegakernelEngine.seek(fake, C.CONTEXT_CAP - 1)
+    mk.MegakernelEngine.seek(fake, 300)
+    assert seen == [C.CONTEXT_CAP - 1, 300]

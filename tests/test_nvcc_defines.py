@@ -143,6 +143,9 @@ def _sanitize_step(monkeypatch):
         def reset(self):
             calls.append(("reset",))
 
+        def seek(self, position):
+            calls.append(("seek", position))
+
         def prefill(self, tokens):
             calls.append(("prefill", list(tokens)))
             return 42
@@ -159,7 +162,8 @@ def _sanitize_step(monkeypatch):
     monkeypatch.setattr(mod, "load_checkpoint", lambda p: p)
     monkeypatch.setattr(mod, "MegakernelEngine", FakeEngine)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    for k in ("MONOLITH_SANITIZE_FULL", "MONOLITH_SANITIZE_PROMPT", "MONOLITH_SANITIZE_BLOCKS", "MONOLITH_VARIANT"):
+    for k in ("MONOLITH_SANITIZE_FULL", "MONOLITH_SANITIZE_PROMPT", "MONOLITH_SANITIZE_BLOCKS", "MONOLITH_VARIANT",
+              "MONOLITH_SANITIZE_START"):
         monkeypatch.delenv(k, raising=False)
     return mod, calls
 
@@ -181,6 +185,16 @@ def test_sanitize_step_default_keeps_the_full_steps(monkeypatch):
     assert mod.main() == 0
     assert calls == [("engine", "bf16-upstream", None), ("reset",), ("prefill", [9707, 1879]),
                      ("step_until", 42, 1, 4), ("decode", 42, 1)]
+
+
+def test_sanitize_step_starts_at_a_long_position(monkeypatch, capsys):
+    mod, calls = _sanitize_step(monkeypatch)
+    monkeypatch.setenv("MONOLITH_SANITIZE_START", "300")
+    monkeypatch.setenv("MONOLITH_SANITIZE_PROMPT", "2")
+    assert mod.main() == 0
+    assert calls == [("engine", "bf16-upstream", None), ("reset",), ("seek", 300), ("prefill", [9707, 1879]),
+                     ("step_until", 42, 1, 4), ("decode", 42, 1)]
+    assert "from position 300" in capsys.readouterr().out
 
 
 def test_sanitize_step_refuses_an_unknown_full_value(monkeypatch, capsys):

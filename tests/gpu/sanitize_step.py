@@ -7,6 +7,9 @@ Environment:
   MONOLITH_SANITIZE_BLOCKS  grid size (default: one block per SM; the streaming schedule runs with
                             as few as 16, which is its reduced configuration here)
   MONOLITH_SANITIZE_PROMPT  prompt length (default 3)
+  MONOLITH_SANITIZE_START   position the prompt starts at (default 0; engine.seek, the K/V rows
+                            before it stay zero): e.g. 300 with 16 blocks gives each block of a KV
+                            group 2-3 attention splits, the regime of MONOLITH_ATTN_LOCAL_MERGE
   MONOLITH_SANITIZE_FULL    1 (default): prompt, reduced step, full step. 0: the reduced step
                             only: no prefill, no full step; one step of the first prompt token at
                             position 0 on a freshly reset engine, stopped after layer 1's down
@@ -38,9 +41,12 @@ def main() -> int:
     blocks = int(os.environ.get("MONOLITH_SANITIZE_BLOCKS", "0")) or None
     mk = MegakernelEngine(ckpt, variant=os.environ.get("MONOLITH_VARIANT", "bf16-upstream"), timeout_s=600.0,
                           blocks=blocks)
+    start = int(os.environ.get("MONOLITH_SANITIZE_START", "0"))
     b = mk.ext.build_info
-    print(f"sanitize_step: build {b['tag']}, extra defines {b.get('extra_defines') or 'none'}, "
-          f"{'prompt + reduced step + full step' if full == '1' else 'reduced step only (layers 0-1)'}", flush=True)
+    what = "reduced step only (layers 0-1)" if full == "0" else "prompt + reduced step + full step"
+    if full == "1" and start:
+        what += f", from position {start}"
+    print(f"sanitize_step: build {b['tag']}, extra defines {b.get('extra_defines') or 'none'}, {what}", flush=True)
     mk.reset()
     if full == "0":
         mk.step_until(PROMPT[0], 1, 4)              # position 0, stop after layer 1's down projection
@@ -48,7 +54,9 @@ def main() -> int:
         print(f"sanitize_step ok ({mk.variant}, {mk.blocks} blocks), reduced step only")
         return 0
     n_prompt = int(os.environ.get("MONOLITH_SANITIZE_PROMPT", "3"))
-    nxt = mk.prefill(PROMPT[:n_prompt])             # steps at positions 0..n-1
+    if start:
+        mk.seek(start)                              # K/V rows before it stay zero
+    nxt = mk.prefill(PROMPT[:n_prompt])             # steps at positions start..start+n-1
     mk.step_until(nxt, 1, 4)                        # reduced: stop after layer 1
     out = mk.decode(nxt, 1)                         # one full step (28 layers + LM head)
     torch.cuda.synchronize()
