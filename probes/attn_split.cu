@@ -69,6 +69,7 @@ static_assert(kSplit % kWarps == 0 && kSplit / kWarps == 4, "A1: four positions 
 static_assert(kThreads / 16 == 32 && kSplit == 2 * 32, "A0: 32 half-warps, two passes over the split");
 
 constexpr int kShapes = 6;      // A0 .. A5
+constexpr int kQuarter = kHeads * kSplit;  // A5: one dim quarter's partial scores [head][position]
 constexpr int kMaxStamps = 10;  // stage stamps per split (A0: 9, A2: 4)
 
 struct Smem {
@@ -83,7 +84,7 @@ struct Smem {
   float lw[kWarps * kHeads];      // A2: per-warp sums of exp(s - m)
   int mx[kHeads];                 // A2: the split's max score per head, as an ordered int
   uint16_t qbf[2 * kCols];        // A5: q of both heads as bf16, hi then lo (q - hi, rounded)
-  float scp[4 * kHeads * kSplit]; // A5: partial scores per dim quarter [quarter][head][position]
+  float scp[4 * kQuarter]; // A5: partial scores per dim quarter [quarter][head][position]
 };
 __device__ __forceinline__ void stamp(Smem& sm, int k) {
   if (threadIdx.x == 0) sm.stamp[k] = clock64();
@@ -563,7 +564,7 @@ __device__ void split_a5(Smem& sm, int nh, bool cur, float scale, float* out) {
     }
     if (c == (g >> 1)) {  // this lane holds C[g][g] and C[g + 8][g]: rows r0 and r0 + 8
       const bool odd = g & 1;
-      float* scp = sm.scp + kq * kCols;
+      float* scp = sm.scp + kq * kQuarter;
       if (r0 < nh) {
         scp[r0] = (odd ? d[0][1] : d[0][0]) + (odd ? d[1][1] : d[1][0]);
         scp[kSplit + r0] = (odd ? d[2][1] : d[2][0]) + (odd ? d[3][1] : d[3][0]);
@@ -581,8 +582,8 @@ __device__ void split_a5(Smem& sm, int nh, bool cur, float scale, float* out) {
     float a0, a1;
     score_cur(sm, lane, a0, a1);
     if (lane < 4) {
-      sm.scp[lane * kCols + nh] = lane ? 0.f : a0;
-      sm.scp[lane * kCols + kSplit + nh] = lane ? 0.f : a1;
+      sm.scp[lane * kQuarter + nh] = lane ? 0.f : a0;
+      sm.scp[lane * kQuarter + kSplit + nh] = lane ? 0.f : a1;
     }
   }
   bsync();
@@ -590,7 +591,7 @@ __device__ void split_a5(Smem& sm, int nh, bool cur, float scale, float* out) {
   if (warp < kHeads) {  // softmax statistics, one warp per head: the quarters summed in order
     auto score = [&](int r) {
       const float* p = sm.scp + warp * kSplit + r;
-      return (((p[0] + p[kCols]) + p[2 * kCols]) + p[3 * kCols]) * scale;
+      return (((p[0] + p[kQuarter]) + p[2 * kQuarter]) + p[3 * kQuarter]) * scale;
     };
     float* sc = sm.sc + warp * kSplit;
     const float x0 = lane < n ? score(lane) : -INFINITY, x1 = lane + 32 < n ? score(lane + 32) : -INFINITY;
