@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [m4] [m3] [m3quality] [m5quality] [m5sens] [hop] [attn] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [m4] [m3] [m3quality] [m5quality] [m5sens] [hop] [attn] [tcclock] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -216,6 +216,11 @@ fi
 if want attn; then
   run attn-probe bash -c 'nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I probes \
     -o /tmp/attn_split probes/attn_split.cu && /tmp/attn_split --json > results/m4_attn_split.json; /tmp/attn_split'
+fi
+# Does issuing mma.sync lower the SM clock (probes/tc_clock.cu, ninth session)? seconds.
+if want tcclock; then
+  run tc-clock bash -c 'nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I probes \
+    -o /tmp/tc_clock probes/tc_clock.cu && /tmp/tc_clock --json > results/m4_tc_clock.json; /tmp/tc_clock'
 fi
 # mbarrier / store / load cost per operation with 0-12 bulk copies landing in the SM (probes/mbar_cost.cu,
 # sixth session: what the sub-interval X-ray's ~0.15 us per slot test is); seconds.

@@ -1,0 +1,316 @@
+// Probe: one GEMV round of the streaming schedule's consumers (kernel/schedule_stream.cuh,
+// round_1024 for bf16), measured alone, with the block's loader warp idle, streaming bulk copies,
+// or spinning as the kernel's producer does when the ring is full. The sub-interval X-ray
+// (NOTES.md, sixth session) put a qkv round's dot products (`x_dot`: 4 slots = 32 rows x 1024
+// bf16, already landed, from the opening barrier to the closing one) at ~0.97 us, ~1,900 cycles.
+// The round's instruction count says ~512 issue cycles per SM sub-partition (16 warps x ~170
+// instructions over 4 schedulers). This probe tells which it is: the round's own cost, or the
+// kernel around it.
+//   The round (the kernel's shape): 16 consumer warps; warp w takes row w / 2 of each of the 4
+//   slots, half h = w % 2 of it; each lane reads 2 x 16 B per slot (8 bf16 weights each) against
+//   its 16 x values held in registers (loaded from shared memory after the opening barrier, as
+//   the kernel does once per phase), two FMA chains of 8; warp_sum4 folds the 4 slots' sums in 6
+//   shuffles; lanes 0, 8, 16, 24 store them; barrier; 32 threads add each row's two halves in
+//   fixed order and store the row to global memory (64-bit {value, tag} words, as the kernel's
+//   tagged stores); barrier.
+//   Loader modes (warp 16, lane 0, into its own 8 x 16 KB ring: never the round's slots):
+//     idle    nothing
+//     stream  16 KB cp.async.bulk copies from a 1 GB buffer, 8 in flight (DRAM-bound, as the
+//             kernel's producer while it refills)
+//     spin    mbarrier try_wait on a barrier that never completes + a shared-memory atomicAdd per
+//             turn (the producer's loop while the ring is full and the consumers compute)
+// Stamps (thread 0, clock64): after the opening barrier, after the closing barrier (the X-ray's
+// x_dot), after the row stores and a barrier (x_out); medians over rounds and blocks; SM clock
+// from clock64 over %globaltimer. Check: every row against a CPU dot product (rel. err < 1e-4).
+//
+// Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I kernel -I probes \
+//          -o /tmp/round_gemv probes/round_gemv.cu
+// Run:   /tmp/round_gemv [--json] [--rounds 200]      (seconds on an H200)
+#define PROBE_NAME "round_gemv"
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "probe_common.cuh"
+#include "ring.cuh"
+
+using monolith::bulk_copy_g2s;
+using monolith::l2_evict_first_policy;
+using monolith::mbar_arrive_expect_tx;
+using monolith::mbar_init;
+using monolith::mbar_try_wait;
+
+constexpr int kConsumerWarps = 16, kConsumers = kConsumerWarps * 32, kThreads = kConsumers + 32;
+constexpr int kK = 1024, kSlotBytes = 16 * 1024, kRowsPerSlot = kSlotBytes / (kK * 2);  // 8
+constexpr int kSlots = 4, kRows = kSlots * kRowsPerSlot;                                  // 32 rows
+constexpr int kLoaderSlots = 8;
+constexpr size_t kLoadBufBytes = size_t(1) << 30;  // far larger than L2
+constexpr int kStamps = 3;
+constexpr int kModes = 3;
+constexpr const char* kModeNames[kModes] = {"idle", "stream", "spin"};
+static_assert(kRowsPerSlot == 8 && kConsumerWarps == 2 * kRowsPerSlot, "two warps per slot row");
+
+struct Smem {
+  uint4 slot[kSlots][kSlotBytes / 16];        // the round's weights (fixed)
+  uint4 ring[kLoaderSlots][kSlotBytes / 16];  // the loader's copies land here
+  float x[kK];
+  float part[kSlots * kConsumerWarps];
+  uint64_t full[kLoaderSlots];
+  uint64_t never;  // spin mode: a barrier no one completes
+  int stop, atom;
+};
+
+struct Params {
+  const uint16_t* w;          // [kRows][kK] bf16
+  const float* x;             // [kK]
+  const uint8_t* load_buf;
+  unsigned long long* out;    // [blocks][kRows] {value, tag} of the last round
+  long long* stamps;          // [blocks][rounds][kStamps]
+  unsigned long long* clk;    // block 0: globaltimer, clock64 at start and end
+  int rounds, mode;
+  long long timeout_cycles;
+};
+
+__device__ __forceinline__ float dot8_bf16(uint4 w, float4 a, float4 b, float acc) {
+  acc = fmaf(__uint_as_float(w.x << 16), a.x, acc);
+  acc = fmaf(__uint_as_float(w.x & 0xffff0000u), a.y, acc);
+  acc = fmaf(__uint_as_float(w.y << 16), a.z, acc);
+  acc = fmaf(__uint_as_float(w.y & 0xffff0000u), a.w, acc);
+  acc = fmaf(__uint_as_float(w.z << 16), b.x, acc);
+  acc = fmaf(__uint_as_float(w.z & 0xffff0000u), b.y, acc);
+  acc = fmaf(__uint_as_float(w.w << 16), b.z, acc);
+  return fmaf(__uint_as_float(w.w & 0xffff0000u), b.w, acc);
+}
+// four warp sums in 6 shuffles (the kernel's warp_sum4): lane 8 v ends with value v's sum
+__device__ __forceinline__ float warp_sum4(float a0, float a1, float a2, float a3) {
+  const int lane = threadIdx.x & 31;
+  const bool hi = (lane & 16) != 0, b3 = (lane & 8) != 0;
+  const float b0 = (hi ? a2 : a0) + __shfl_xor_sync(0xffffffffu, hi ? a0 : a2, 16);
+  const float b1 = (hi ? a3 : a1) + __shfl_xor_sync(0xffffffffu, hi ? a1 : a3, 16);
+  float c = (b3 ? b1 : b0) + __shfl_xor_sync(0xffffffffu, b3 ? b0 : b1, 8);
+  c += __shfl_xor_sync(0xffffffffu, c, 4);
+  c += __shfl_xor_sync(0xffffffffu, c, 2);
+  c += __shfl_xor_sync(0xffffffffu, c, 1);
+  return c;
+}
+__device__ __forceinline__ void csync() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
+
+__device__ void loader(const Params& p, Smem& sm) {
+  const long long t0 = clock64();
+  if (p.mode == 1) {
+    const uint64_t pol = l2_evict_first_policy();
+    const size_t chunks = kLoadBufBytes / kSlotBytes;
+    size_t c = size_t(blockIdx.x) * 997;
+    uint32_t k = 0;
+    for (; !*(volatile int*)&sm.stop; ++k) {
+      const int s = int(k % kLoaderSlots);
+      if (k >= uint32_t(kLoaderSlots)) {  // the copy that used this slot has landed: reuse it
+        const uint32_t par = ((k / kLoaderSlots) - 1u) & 1u;
+        while (!mbar_try_wait(&sm.full[s], par))
+          if (clock64() - t0 > p.timeout_cycles) return;
+      }
+      mbar_arrive_expect_tx(&sm.full[s], kSlotBytes);
+      bulk_copy_g2s(sm.ring[s], p.load_buf + (c++ % chunks) * kSlotBytes, kSlotBytes, &sm.full[s], pol);
+    }
+    for (uint32_t j = k > uint32_t(kLoaderSlots) ? k - kLoaderSlots : 0u; j < k; ++j)  // drain
+      while (!mbar_try_wait(&sm.full[j % kLoaderSlots], (j / kLoaderSlots) & 1u))
+        if (clock64() - t0 > p.timeout_cycles) break;
+  } else if (p.mode == 2) {
+    while (!mbar_try_wait(&sm.never, 0)) {
+      if (atomicAdd(&sm.atom, 0) != 0 || *(volatile int*)&sm.stop) break;
+      if (clock64() - t0 > p.timeout_cycles) break;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  for (int i = tid; i < kRows * kK / 8; i += kThreads)
+    sm.slot[i / (kSlotBytes / 16)][i % (kSlotBytes / 16)] = reinterpret_cast<const uint4*>(p.w)[i];
+  for (int i = tid; i < kK; i += kThreads) sm.x[i] = p.x[i];
+  if (tid == 0) {
+    for (int i = 0; i < kLoaderSlots; ++i) mbar_init(&sm.full[i], 1);
+    mbar_init(&sm.never, 1);
+    sm.stop = 0;
+    sm.atom = 0;
+    monolith::mbar_fence_init();
+  }
+  __syncthreads();
+  if (warp == kConsumerWarps) {
+    if (lane == 0) loader(p, sm);
+    return;
+  }
+  if (blockIdx.x == 0 && tid == 0) {
+    p.clk[0] = globaltimer();
+    p.clk[1] = clock64();
+  }
+  {  // let the loader reach its steady state (~20 us), as probes/mbar_cost.cu
+    const long long t0 = clock64();
+    while (clock64() - t0 < 40000) {
+    }
+  }
+  const int h = warp & 1, row = warp >> 1;
+  for (int r = 0; r < p.rounds; ++r) {
+    csync();  // the opening barrier (the kernel: the acquire's, after thread 0's slot tests)
+    const long long t0 = clock64();
+    // this lane's 16 x values of its half: words 64 h + lane and + 32 (the kernel's load_xhalf)
+    const float4* x4 = reinterpret_cast<const float4*>(sm.x);
+    float4 xv[4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int q = 64 * h + lane + 32 * j;
+      xv[2 * j] = x4[2 * q];
+      xv[2 * j + 1] = x4[2 * q + 1];
+    }
+    float a[kSlots];
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+      const uint4* rw = sm.slot[i] + row * (kK / 8) + 64 * h + lane;
+      a[i] = dot8_bf16(rw[0], xv[0], xv[1], 0.f) + dot8_bf16(rw[32], xv[2], xv[3], 0.f);
+    }
+    const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);  // lane 8 v: slot v's row `row`, half h
+    if ((lane & 7) == 0) sm.part[(lane >> 3) * kConsumerWarps + warp] = r4;
+    csync();  // publishes part
+    const long long t1 = clock64();
+    if (tid < kRows) {  // row t: slot t / 8, row t % 8; its halves are warps 2 (t % 8) and + 1
+      const float* pp = sm.part + (tid >> 3) * kConsumerWarps + 2 * (tid & 7);
+      const float v = pp[0] + pp[1];
+      const unsigned long long word = (unsigned long long)(uint32_t(r + 1)) << 32 | __float_as_uint(v);
+      asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p.out + size_t(blockIdx.x) * kRows + tid), "l"(word)
+                   : "memory");
+    }
+    csync();  // part is reused by the next round
+    const long long t2 = clock64();
+    if (tid == 0) {
+      long long* st = p.stamps + (size_t(blockIdx.x) * p.rounds + r) * kStamps;
+      st[0] = t1 - t0;
+      st[1] = t2 - t1;
+      st[2] = t2 - t0;
+    }
+  }
+  if (blockIdx.x == 0 && tid == 0) {
+    p.clk[2] = globaltimer();
+    p.clk[3] = clock64();
+  }
+  if (tid == 0) {
+    *(volatile int*)&sm.stop = 1;
+    atomicAdd(&sm.atom, 1);
+  }
+}
+
+int main(int argc, char** argv) {
+  int rounds = 200;
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--json")) g_json = true;
+    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
+    else {
+      fprintf(stderr, "usage: %s [--json] [--rounds N]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (rounds < 1 || rounds > 100000) {
+    fprintf(stderr, "round_gemv: --rounds 1..100000\n");
+    return 2;
+  }
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int G = prop.multiProcessorCount;
+  if (prop.sharedMemPerBlockOptin < sizeof(Smem)) {
+    fprintf(stderr, "round_gemv: needs %zu B of shared memory per block (has %zu)\n", sizeof(Smem),
+            size_t(prop.sharedMemPerBlockOptin));
+    return 1;
+  }
+  CUDA_CHECK(cudaFuncSetAttribute(round_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Smem))));
+  // inputs: bf16 weights in [-1, 1), x in [-1, 1)
+  std::vector<uint16_t> hw(size_t(kRows) * kK);
+  std::vector<float> hx(kK);
+  uint32_t seed = 2026u;
+  auto rnd = [&] {
+    seed = seed * 1664525u + 1013904223u;
+    return float(seed >> 8) / float(1u << 24) * 2.f - 1.f;
+  };
+  for (auto& v : hw) {
+    const __nv_bfloat16 b = __float2bfloat16_rn(rnd());
+    memcpy(&v, &b, 2);
+  }
+  for (auto& v : hx) v = rnd();
+  std::vector<double> ref(kRows, 0.0);
+  for (int r = 0; r < kRows; ++r)
+    for (int k = 0; k < kK; ++k) {
+      const uint32_t u = uint32_t(hw[size_t(r) * kK + k]) << 16;
+      float f;
+      memcpy(&f, &u, 4);
+      ref[r] += double(f) * hx[k];
+    }
+  Params p{};
+  uint16_t* dw;
+  float* dx;
+  uint8_t* buf;
+  CUDA_CHECK(cudaMalloc(&dw, hw.size() * 2));
+  CUDA_CHECK(cudaMalloc(&dx, kK * 4));
+  CUDA_CHECK(cudaMalloc(&buf, kLoadBufBytes));
+  CUDA_CHECK(cudaMemset(buf, 1, kLoadBufBytes));
+  CUDA_CHECK(cudaMalloc(&p.out, size_t(G) * kRows * 8));
+  CUDA_CHECK(cudaMalloc(&p.stamps, size_t(G) * rounds * kStamps * 8));
+  CUDA_CHECK(cudaMalloc(&p.clk, 4 * 8));
+  CUDA_CHECK(cudaMemcpy(dw, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(dx, hx.data(), kK * 4, cudaMemcpyHostToDevice));
+  p.w = dw;
+  p.x = dx;
+  p.load_buf = buf;
+  p.rounds = rounds;
+  p.timeout_cycles = 4000000000ll;  // ~2 s: nothing waits longer
+  if (!g_json) printf("device: %s (%d SMs), %d blocks x %d threads (16 consumer warps + loader), %d rounds of %d rows x %d bf16\n",
+                      prop.name, G, G, kThreads, rounds, kRows, kK);
+  if (!g_json) printf("%-7s | %22s | %22s | %8s | %s\n", "loader", "dots (x_dot) cyc / us", "stores (x_out) cyc / us", "SM GHz", "check");
+  if (g_json) printf("{\"probe\": \"round_gemv\", \"device\": \"%s\", \"rows\": [", prop.name);
+  bool all_ok = true;
+  for (int mode = 0; mode < kModes; ++mode) {
+    p.mode = mode;
+    CUDA_CHECK(cudaMemset(p.out, 0xff, size_t(G) * kRows * 8));  // poison
+    round_kernel<<<G, kThreads, sizeof(Smem)>>>(p);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<long long> st(size_t(G) * rounds * kStamps);
+    std::vector<unsigned long long> out(size_t(G) * kRows), clk(4);
+    CUDA_CHECK(cudaMemcpy(st.data(), p.stamps, st.size() * 8, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(out.data(), p.out, out.size() * 8, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(clk.data(), p.clk, 32, cudaMemcpyDeviceToHost));
+    const double ghz = double(clk[3] - clk[1]) / double(clk[2] - clk[0]);
+    double worst = 0.0;
+    for (int b = 0; b < G; ++b)
+      for (int r = 0; r < kRows; ++r) {
+        const unsigned long long w = out[size_t(b) * kRows + r];
+        float v;
+        const uint32_t lo = uint32_t(w);
+        memcpy(&v, &lo, 4);
+        const double err = (uint32_t(w >> 32) == uint32_t(rounds)) ? std::fabs(v - ref[r]) / std::max(1.0, std::fabs(ref[r]))
+                                                                  : INFINITY;
+        worst = std::isfinite(err) ? std::max(worst, err) : INFINITY;
+      }
+    const bool ok = worst < 1e-4;  // fp32 sums of 1,024 products: ~1e-6 expected
+    all_ok = all_ok && ok;
+    double med[kStamps], p90[kStamps];
+    for (int k = 0; k < kStamps; ++k) {
+      std::vector<double> v;
+      for (size_t i = 0; i < size_t(G) * rounds; ++i) v.push_back(double(st[i * kStamps + k]));
+      med[k] = probe_quantile(v, 0.5);
+      p90[k] = probe_quantile(v, 0.9);
+    }
+    if (g_json)
+      printf("%s{\"loader\": \"%s\", \"dots_cycles\": %.0f, \"dots_p90_cycles\": %.0f, \"stores_cycles\": %.0f, "
+             "\"stores_p90_cycles\": %.0f, \"round_cycles\": %.0f, \"sm_ghz\": %.4f, \"dots_us\": %.4f, \"max_rel_err\": %.3g, "
+             "\"ok\": %s}",
+             mode ? ", " : "", kModeNames[mode], med[0], p90[0], med[1], p90[1], med[2], ghz, med[0] / ghz / 1e3, worst,
+             ok ? "true" : "false");
+    else
+      printf("%-7s | %8.0f (p90 %5.0f) %5.3f | %8.0f (p90 %5.0f) %5.3f | %8.4f | %.2e %s\n", kModeNames[mode], med[0], p90[0],
+             med[0] / ghz / 1e3, med[1], p90[1], med[1] / ghz / 1e3, ghz, worst, ok ? "OK" : "FAIL");
+  }
+  if (g_json) printf("], \"ok\": %s}\n", all_ok ? "true" : "false");
+  return all_ok ? 0 : 1;
+}
