@@ -594,8 +594,8 @@ static_assert(!(kAttnTight && kAttnFlash), "MONOLITH_ATTN_TIGHT reshapes the shi
 constexpr bool kAttnLocalMerge = MONOLITH_ATTN_LOCAL_MERGE != 0;
 static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merges the shipped split's partials");
 
-// MONOLITH_ATTN_MMA=1 (ninth session, A/B): a split's scores on the tensor cores (probes/attn_split.cu
-// A5). Warp w takes the split's positions 16 (w % 4) .. + 15 against dims 32 (w / 4) .. + 31: two
+// MONOLITH_ATTN_MMA=1 (ninth session; measured slower, off): a split's scores on the tensor cores
+// (probes/attn_split.cu A5). Warp w takes the split's positions 16 (w % 4) .. + 15 against dims 32 (w / 4) .. + 31: two
 // mma.m16n8k16 k-steps per head, q of both heads as bf16 hi + lo (q - hi, rounded: q's error
 // ~2^-17 instead of bf16's 2^-9), fp32 accumulate. K rows are 256 B apart, so an A fragment's 8
 // rows would share banks: row r reads its dims rotated by 8 (r % 8) and B's column n holds q rotated
@@ -603,7 +603,13 @@ static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merge
 // each row pair's result (no shuffles). The four dim quarters' partials go to sm.vpart (free until
 // the V step) and the softmax warps add them in order. Why: the shipped score loop is ~1,330 of a
 // split's ~3,340 cycles, bound by the shared-memory queue (NOTES.md, eighth session). Another
-// summation order: deterministic, not bitwise the shipped kernel's.
+// summation order: deterministic, not bitwise the shipped kernel's. Measured (NOTES.md, ninth
+// session): the probe's split takes 12 % fewer cycles but runs at a lower SM clock (1.66-1.73 GHz
+// against 1.98 for the same process's other shapes), so it is 5 % slower in time; in the kernel
+// the X-ray's clock fit falls to 1.94 GHz with a residual of 170 ns rms (11 without: the clock
+// moves within the token), and dev timings are bf16 -0.1 % / fp8 -2.3 % at positions 2-258,
+// -2.9 % / -3.8 % at 2,040. Tensor cores pay here only if the clock does not drop
+// (probes/tc_clock.cu asks how few mma.sync are enough to lower it).
 #ifndef MONOLITH_ATTN_MMA
 #define MONOLITH_ATTN_MMA 0
 #endif

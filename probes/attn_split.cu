@@ -39,7 +39,10 @@
 //       the same way, so C[r][r % 8] is row r's score: every fragment load is conflict-free and
 //       one lane per row pair holds the result (no shuffles). The four dim quarters' partial
 //       scores are summed in order by the softmax warps. Another summation order: checked
-//       against the CPU reference only.
+//       against the CPU reference only. Measured (ninth session, call 3): 3,002 / 3,284 / 3,067
+//       cycles at 64 / 63+1 / 16+1 positions against A3's 3,405 / 3,676 / 3,298, but the SM clock
+//       of its runs was 1.66-1.73 GHz (every other shape: 1.98), so it is slower in time (1.80
+//       against 1.72 us at 64): the table prints each run's clock for this reason.
 // Stage stamps (thread 0, clock64 after each step of A0, A2, A3, A4 and A5) give where a split's cycles go.
 // Both end with (m, l, o) per head as the kernel's split partials (the cross-block merge's input)
 // and are checked against a CPU reference in double (o / l and m; the two shapes sum in
