@@ -231,3 +231,30 @@ def test_sub_intervals_of_a_diagnostic_trace():
     assert subs[("s_qkv", "x_out")]["parent_rest_median_us"] == pytest.approx(0.1)
     plain = ~np.isin(ph, [pid["x_words"], pid["x_dot"], pid["x_out"]])
     assert sub_intervals(s[plain], e[plain], ph[plain], blk[plain], phases) is None
+
+
+def test_steady_clock_gives_no_clock_warning_and_reports_the_sm_clock(trace, summ):
+    assert not any("clock fit residual" in w for w in summ["warnings"]), summ["warnings"]
+    g = summ["clock_alignment"]["sm_ghz"]
+    f = np.array(trace[0]["truth"]["sm_freq_ghz"])
+    assert g["sms"] > 0 and abs(g["median"] / np.median(f) - 1) < 1e-4
+    assert g["min"] <= g["median"] <= g["max"]
+
+
+def test_a_clock_that_drops_mid_token_is_flagged():
+    """The ninth session's tensor-core build: the SM clock moved within the token, so one line per
+    SM no longer fits clock64 to %globaltimer. Here every SM's clock64 runs 15 % slower after the
+    token's midpoint (the cycle counts of later stamps shrink); the rms residual must exceed a
+    tick and the warning must say the clock changed."""
+    meta, ev = generate(seed=2)
+    ev = ev.copy()
+    t0 = np.array(meta["truth"]["t0_ns"])
+    t1 = np.array(meta["truth"]["t1_ns"])
+    mid = 0.5 * (t0.min() + t1.max())
+    f = np.array(meta["truth"]["sm_freq_ghz"])[ev[:, 1]]
+    for col, t in ((6, t0), (7, t1)):  # c0, c1: cycles past the midpoint count at 0.85 x the rate
+        late = t > mid
+        ev[late, col] -= np.round((t[late] - mid) * f[late] * 0.15).astype(np.int64)
+    s = analyze(meta, ev)
+    assert s["clock_alignment"]["residual_ns"]["rms"] > meta["globaltimer_tick_ns"]
+    assert any("clock changed during the token" in w for w in s["warnings"]), s["warnings"]
