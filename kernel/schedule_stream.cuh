@@ -529,6 +529,25 @@ constexpr bool kSlotTestBatch = MONOLITH_SLOT_TEST_BATCH >= 0 ? MONOLITH_SLOT_TE
 #define MONOLITH_SLOT_PRETEST 0
 #endif
 constexpr bool kSlotPretest = MONOLITH_SLOT_PRETEST != 0;
+// MONOLITH_SLOT_LANDED=1 (ninth session; compiled, NOT YET RUN: an A/B for the next GPU session):
+// the producer keeps a shared count of the copies that have landed, in ring order, and thread 0's
+// acquire skips the mbarrier tests of every slot below it (one shared load instead of up to 8
+// tests). The producer learns landings where it waits anyway: in its loop for an empty slot, in
+// the hop hold, and in its final drain; a slot it is about to refill had landed
+// (its consumers handed it back), so the count never waits behind a lap it missed. Thread 0 falls
+// back to its own tests for slots above the count: the count only ever saves work. Why: the
+// slot tests are thread 0's serial path before every phase's opening barrier (seventh and eighth
+// sessions: ~1.1-1.3 us of thread 0's time per layer, 65 % of its samples `no_inst`, i.e. the
+// 8x-unrolled test code fetched cold in each inlined copy); the pretest (above) moved the tests
+// but still ran them. Ordering: the producer's test_wait (acquire) observed the copy, a CTA fence,
+// a shared atomic; thread 0's shared atomic read, a CTA fence, then the opening barrier (the same
+// chain as today's thread-0 test plus one release/acquire link). Prediction: +0-3 % bf16 (its
+// tests are batched already), +1-4 % E4M3 / NVFP4 (serial tests); tokens bitwise equal.
+#ifndef MONOLITH_SLOT_LANDED
+#define MONOLITH_SLOT_LANDED 0
+#endif
+constexpr bool kSlotLanded = MONOLITH_SLOT_LANDED != 0;
+static_assert(!(kSlotLanded && kSlotPretest), "MONOLITH_SLOT_LANDED replaces the pretest's purpose");
 #ifndef MONOLITH_PRODUCER_BACKOFF_NS
 #define MONOLITH_PRODUCER_BACKOFF_NS 0
 #endif
@@ -627,12 +646,32 @@ struct Ring {
   int* quit;  // set by the consumers when they leave (stop phase, error): the producer stops. Shared-
               // memory atomics on both sides: a flag, not data (racecheck reports plain accesses)
   int* hold;  // MONOLITH_HOP_HOLD_CYCLES: odd while the consumers are in a hop (a new value per hop)
+  uint32_t* landed;  // MONOLITH_SLOT_LANDED: copies 0 .. *landed - 1 have landed (producer-written)
 };
 
 // NVFP4 (WeightsNvfp4): StepParams::codes holds every layer's codes, then every layer's block
 // scales (one allocation, monolith/megakernel.py); row_scales holds the tensor scales.
 __device__ __forceinline__ const uint8_t* nv_block_scales(const StepParams& p) {
   return p.codes + int64_t(kNumLayers) * kNvLayerCodeBytes;
+}
+
+// MONOLITH_SLOT_LANDED (the knob's note above): the producer raises the shared count of landed
+// copies to L (a fence, then a shared atomic: thread 0 reads it with an atomic and a fence).
+// Only the producer writes it, so its own plain read is current.
+__device__ __forceinline__ void producer_publish_landed(uint32_t* landed, uint32_t L) {
+  if (L > *(volatile uint32_t*)landed) {
+    __threadfence_block();
+    atomicExch(landed, L);
+  }
+}
+// ... after testing, in ring order, the issued copies (< k) above it. Only copies k - kStages .. k - 1
+// are ever tested (issue() raises the count past a slot's previous copy before refilling it), so
+// a slot's barrier is never a lap ahead of the copy tested on it.
+__device__ __noinline__ void producer_land(uint64_t* full, uint32_t* landed, uint32_t k) {
+  const uint32_t L0 = *(volatile uint32_t*)landed;
+  uint32_t L = L0;
+  while (L < k && mbar_test_wait(&full[L % kStages], (L / kStages) & 1u)) ++L;
+  if (L != L0) producer_publish_landed(landed, L);
 }
 
 template <class W>
@@ -672,6 +711,15 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
     nv_prefetch_scales(0);
   }
   int held_seen = 0;  // the last hop mark the producer held for (each mark holds it once)
+  // MONOLITH_SLOT_LANDED: the producer's count of landed copies lives only in shared memory
+  // (producer_land, out of line: inlined into every issue site it made bf16-stream spill; NVFP4
+  // still spills 92 B with the knob, the producer's loops being inlined at every issue site)
+  auto land = [&] {
+    if constexpr (kSlotLanded) producer_land(r.full, r.landed, k);
+  };
+  auto publish_landed = [&](uint32_t L) {
+    if constexpr (kSlotLanded) producer_publish_landed(r.landed, L);
+  };
   auto issue = [&](const void* src, uint32_t bytes, uint32_t info) {
     if (!ok) return;
     const uint32_t slot = k % kStages;
@@ -690,7 +738,10 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
         const long long t0 = clock64();
         for (uint32_t it = 0;; ++it) {
           if constexpr (kProducerBackoffNs > 0) __nanosleep(kProducerBackoffNs);
-          if (mbar_try_wait(&r.empty[slot], par)) break;
+          land();
+          // (MONOLITH_SLOT_LANDED: a non-blocking test, so that the loop keeps publishing landings;
+          // try_wait may suspend the thread for a while before it answers)
+          if (kSlotLanded ? mbar_test_wait(&r.empty[slot], par) : mbar_try_wait(&r.empty[slot], par)) break;
           if (kProducerCalm ? ((it & 63u) == 63u && *(volatile int*)r.quit != 0) : atomicAdd(r.quit, 0) != 0) {
             ok = false;
             return;
@@ -709,6 +760,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
         }
       }
     }
+    if (k >= kStages) publish_landed(k - kStages + 1);  // (MONOLITH_SLOT_LANDED) its consumers handed that copy back
     if constexpr (kHopHold<W> > 0) {  // a hop's mark: hold this copy until it drops, at most C cycles
       const int h = kProducerCalm ? *(volatile int*)r.hold : atomicAdd(r.hold, 0);
       if ((h & 1) && h != held_seen) {
@@ -716,6 +768,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
         const long long t0 = clock64();
         while ((kProducerCalm ? *(volatile int*)r.hold : atomicAdd(r.hold, 0)) == h && clock64() - t0 < kHopHold<W>) {
           if constexpr (kProducerCalm) __nanosleep(64);
+          land();
         }
       }
     }
@@ -774,10 +827,16 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
     issue(e8 + int64_t(v) * kHidden * HE, uint32_t(min(HF::kRows1024, s.v1 - v)) * kHidden * HE,
           uint32_t(kNumLayers) * 16u + 13u);
   // Drain: no bulk copy may still be writing into this block's shared memory when it exits.
+  // (MONOLITH_SLOT_LANDED: each landing is published, so the LM head's last rounds see it.)
   for (uint32_t j = k > uint32_t(kStages) ? k - kStages : 0u; j < k; ++j) {
     const long long t0 = clock64();
+    bool done = true;
     while (!mbar_try_wait(&r.full[j % kStages], (j / kStages) & 1u))
-      if (clock64() - t0 > tmo) break;
+      if (clock64() - t0 > tmo) {
+        done = false;
+        break;
+      }
+    if (done) publish_landed(j + 1);
   }
 }
 
@@ -971,6 +1030,13 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int i = 0; i < n && ok; ++i)
             if ((miss >> i) & 1u) wait_slot(i);
       }
+    } else if (kSlotLanded && tid == 0 && ok && n <= 2 * kRoundSlots) {
+      // the producer's count first: slots below it have landed; test only the others
+      const uint32_t L = uint32_t(atomicAdd(r.landed, 0u));
+      __threadfence_block();
+      const int have = L > kc ? int(min(L - kc, uint32_t(n))) : 0;
+      for (int i = have; i < n && ok; ++i)  // (a plain loop: the batched one made NVFP4 spill)
+        if (!mbar_test_wait(&r.full[(kc + i) % kStages], ((kc + i) / kStages) & 1u)) wait_slot(i);
     } else if ((kSlotTestBatch<W> || kSlotPretest) && tid == 0 && ok && n <= 2 * kRoundSlots) {
       // every test issued before the first branch on a result (a pretest's landed slots skipped)
       const uint32_t known = kSlotPretest && sm.pre_kc == kc ? sm.pre_landed : 0u;
@@ -2120,6 +2186,7 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
   extern __shared__ __align__(128) uint8_t ring_slots[];
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
   __shared__ int quit, hold;
+  __shared__ uint32_t landed;  // MONOLITH_SLOT_LANDED
   __shared__ __align__(16) StreamSmem sm;
   __shared__ StreamPlan plan;  // block-uniform: shared memory, not 14 registers per thread
   const int tid = threadIdx.x;
@@ -2133,6 +2200,7 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
     }
     quit = 0;
     if constexpr (kHopHold<typename Cfg::Weights> > 0) hold = 0;
+    if constexpr (kSlotLanded) landed = 0u;
     if constexpr (kSlotPretest) {
       sm.pre_kc = ~0u;  // no pretest yet (a ring position never reached)
       sm.pre_landed = 0u;
@@ -2145,7 +2213,7 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
     mbar_fence_init();
   }
   __syncthreads();  // the schedule's only barrier 0: from here the consumers sync on barrier 1
-  const Ring r{ring_slots, full, empty, &quit, &hold};
+  const Ring r{ring_slots, full, empty, &quit, &hold, &landed};
   if (tid >= kStreamConsumerThreads) {
     if (tid == kStreamConsumerThreads) stream_producer<typename Cfg::Weights>(p, plan, pos, r);
     return;
