@@ -657,9 +657,9 @@ __device__ __forceinline__ const uint8_t* nv_block_scales(const StepParams& p) {
 
 // MONOLITH_SLOT_LANDED (the knob's note above): the producer raises the shared count of landed
 // copies to L (a fence, then a shared atomic: thread 0 reads it with an atomic and a fence).
-// Only the producer writes it, so its own plain read is current.
+// Atomics on both sides, as the quit and hold flags: racecheck reports plain accesses.
 __device__ __forceinline__ void producer_publish_landed(uint32_t* landed, uint32_t L) {
-  if (L > *(volatile uint32_t*)landed) {
+  if (L > atomicAdd(landed, 0u)) {
     __threadfence_block();
     atomicExch(landed, L);
   }
@@ -668,7 +668,7 @@ __device__ __forceinline__ void producer_publish_landed(uint32_t* landed, uint32
 // are ever tested (issue() raises the count past a slot's previous copy before refilling it), so
 // a slot's barrier is never a lap ahead of the copy tested on it.
 __device__ __noinline__ void producer_land(uint64_t* full, uint32_t* landed, uint32_t k) {
-  const uint32_t L0 = *(volatile uint32_t*)landed;
+  const uint32_t L0 = atomicAdd(landed, 0u);
   uint32_t L = L0;
   while (L < k && mbar_test_wait(&full[L % kStages], (L / kStages) & 1u)) ++L;
   if (L != L0) producer_publish_landed(landed, L);
