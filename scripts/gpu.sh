@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [m4] [m3] [m3quality] [m5quality] [m5sens] [hop] [attn] [round] [tcclock] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [m4] [m3] [m3quality] [m5quality] [m5sens] [hop] [attn] [round] [tcclock] [xraylong] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -216,6 +216,12 @@ fi
 if want attn; then
   run attn-probe bash -c 'nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I probes \
     -o /tmp/attn_split probes/attn_split.cu && /tmp/attn_split --json > results/m4_attn_split.json; /tmp/attn_split'
+fi
+# X-rays at a long position (ninth session: where the 2,048/16 sweep's extra ~6 us per layer goes;
+# XRAY_LONG_POS, default 2040; XRAY_LONG_VARIANTS, default bf16-stream) into results/xray-long
+if want xraylong; then
+  run xray-long python3 scripts/xray_raw.py --variant "${XRAY_LONG_VARIANTS:-bf16-stream}" \
+    --position "${XRAY_LONG_POS:-2040}" --out results/xray-long
 fi
 # One bf16 GEMV round of the consumers alone, loader idle / streaming / spinning
 # (probes/round_gemv.cu, ninth session: the X-ray's x_dot against the round's own cost); seconds.

@@ -287,3 +287,15 @@ def test_gpu_sh_abdev_passes_extra_dev_args_and_can_skip_the_token_check(tmp_pat
     dev = [c for c in calls if "dev_bench.py" in c]
     assert r.returncode == 0 and len(dev) == 1
     assert "--runs 3 --tokens-ref results/ab/tokens-ref.json --out results/ab/dev-0.json" in dev[0]
+
+
+def test_gpu_sh_xraylong_records_at_2040_by_default_and_takes_the_position_and_variants(tmp_path):
+    r, calls, _ = _gpu_sh(tmp_path, "xraylong")
+    assert r.returncode == 0, r.stdout + r.stderr
+    xr = [c for c in calls if "xray_raw.py" in c]
+    assert xr == ["python3 scripts/xray_raw.py --variant bf16-stream --position 2040 --out results/xray-long"
+                  " | DEFINES=unset VARIANT=unset BLOCKS=unset FULL=unset"]
+    r, calls, _ = _gpu_sh(tmp_path / "b", "xraylong", XRAY_LONG_POS="1100", XRAY_LONG_VARIANTS="bf16-stream,fp8-stream")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [c.split(" | ")[0] for c in calls if "xray_raw.py" in c] == [
+        "python3 scripts/xray_raw.py --variant bf16-stream,fp8-stream --position 1100 --out results/xray-long"]
