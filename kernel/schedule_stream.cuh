@@ -390,6 +390,29 @@ struct StreamPlan {
 #endif
 constexpr bool kAttnBalanced = MONOLITH_ATTN_BALANCED != 0;
 constexpr int kMinBalancedSplits = 4;
+// MONOLITH_ATTN_WIDE=N (ninth session; compiled, NOT YET RUN: an A/B for the next GPU session;
+// N = 2 or 3, 0 = off): where a KV group has more 64-position splits than blocks (position >=
+// 64 x blocks of the group: 1,024 at 128 blocks), a split holds N x 64 cached positions (N K slots,
+// then N V slots, in the ring) instead of 64. A block then runs one split where it ran N: one
+// softmax, one output, one set of barriers and one local merge step instead of N (~1,400 of a
+// 64-position split's ~3,400 cycles are those fixed steps: probes/attn_split.cu stage stamps).
+// Below that position nothing changes. Prediction (NOTES.md, ninth session): at 2,048 (16 blocks,
+// 33 splits of 64 -> 17 of 128 with N = 2) ~1 us per layer, ~2,048 / 16 sweep ratio 0.77 -> ~0.80;
+// another summation order there (deterministic, not bitwise the default's).
+#ifndef MONOLITH_ATTN_WIDE
+#define MONOLITH_ATTN_WIDE 0
+#endif
+constexpr int kWideSlots = MONOLITH_ATTN_WIDE;
+constexpr bool kAttnWide = kWideSlots > 1;
+static_assert(kWideSlots == 0 || kWideSlots == 2 || kWideSlots == 3, "MONOLITH_ATTN_WIDE: 0 (off), 2 or 3 slots per split");
+static_assert(!(kAttnWide && kAttnBalanced), "MONOLITH_ATTN_WIDE widens the fixed 64-position splits");
+constexpr int kSplitSlotsMax = kAttnWide ? kWideSlots : 1;        // K (and V) slots of one split
+constexpr int kSplitEntriesMax = kSplitSlotsMax * kSplitPositions;  // sm.sc per head
+// cached positions per split at this position for a group of ng blocks (64 unless widened)
+__device__ __forceinline__ int split_width(int pos, int ng) {
+  if constexpr (kAttnWide) return pos / kSplitPositions + 1 > ng ? kWideSlots * kSplitPositions : kSplitPositions;
+  return kSplitPositions;
+}
 
 __device__ __forceinline__ StreamPlan make_plan(int b, int G, int pos) {
   StreamPlan s;
@@ -403,23 +426,27 @@ __device__ __forceinline__ StreamPlan make_plan(int b, int G, int pos) {
   s.u0 = int(part_begin(kMlpUnits, G, b)), s.u1 = int(part_begin(kMlpUnits, G, b + 1));
   s.h0 = int(part_begin(kHidden, G, b)), s.h1 = int(part_begin(kHidden, G, b + 1));
   s.v0 = int(part_begin(kVocab, G, b)), s.v1 = int(part_begin(kVocab, G, b + 1));
-  s.nsplit = pos / kSplitPositions + 1;
+  s.nsplit = pos / split_width(pos, s.ng) + 1;
   if constexpr (kAttnBalanced) s.nsplit = max(s.nsplit, min(min(kMinBalancedSplits, s.ng), pos + 1));
   return s;
 }
 
 // Split sp of the attention at this position: its cached positions [t0, t1) (t1 <= pos; this
-// position itself belongs to the last split). Fixed 64-position splits, or MONOLITH_ATTN_BALANCED.
-__device__ __forceinline__ void split_range(int sp, int nsplit, int pos, int& t0, int& t1) {
+// position itself belongs to the last split). Fixed 64-position splits (MONOLITH_ATTN_WIDE: wider
+// at long positions), or MONOLITH_ATTN_BALANCED. ng: the group's blocks.
+__device__ __forceinline__ void split_range(int sp, int nsplit, int pos, int ng, int& t0, int& t1) {
   if constexpr (kAttnBalanced) {
     const int e = pos + 1;  // entries: cached positions and this one
     t0 = int((int64_t(sp) * e) / nsplit);
     t1 = min(int((int64_t(sp + 1) * e) / nsplit), pos);
   } else {
-    t0 = sp * kSplitPositions;
-    t1 = min(t0 + kSplitPositions, pos);
+    const int w = split_width(pos, ng);
+    t0 = sp * w;
+    t1 = min(t0 + w, pos);
   }
 }
+// K (or V) slots of a split of nh cached positions: one per 64 (the last one partial)
+__device__ __forceinline__ int split_slots(int nh) { return (nh + kSplitPositions - 1) / kSplitPositions; }
 
 __device__ __forceinline__ uint16_t* kv_base(uint16_t* kv, int L, int kind, int g) {
   return kv + ((int64_t(L) * 2 + kind) * kNumKVHeads + g) * int64_t(kContextCap) * kHeadDim;
@@ -634,6 +661,8 @@ static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merge
 #endif
 constexpr bool kAttnMma = MONOLITH_ATTN_MMA != 0;
 static_assert(!(kAttnMma && (kAttnFlash || kAttnQSmem)), "MONOLITH_ATTN_MMA replaces the shipped score loop");
+static_assert(!(kAttnWide && (kAttnFlash || kAttnTight || kAttnMma || kAttnQSmem)),
+              "MONOLITH_ATTN_WIDE widens the shipped split shape only");
 static_assert(!kAttnMma || kStreamConsumerWarps == 16, "MONOLITH_ATTN_MMA: 4 position tiles x 4 dim quarters");
 static_assert(!kAttnMma || (kSplitPositions == 64 && kHeadDim == 128 && kHeadsPerKV == 2),
               "MONOLITH_ATTN_MMA: 64 positions = 4 tiles of 16, 128 dims = 8 k-steps of 16, two heads");
@@ -793,8 +822,13 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
       issue(at(kOffQKV + int64_t(s.g * kGroupRows + q) * kHidden), uint32_t(min(R, s.q1 - q)) * F::kRowBytes1024, info);
     for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
       int t0, t1;
-      split_range(sp, s.nsplit, pos, t0, t1);
-      if (t1 > t0) {
+      split_range(sp, s.nsplit, pos, s.ng, t0, t1);
+      if constexpr (kAttnWide) {  // K in slots of 64 positions, then V likewise
+        for (int kind = 0; kind < 2; ++kind)
+          for (int c = t0; c < t1; c += kSplitPositions)
+            issue(kv_base(p.kv, L, kind, s.g) + int64_t(c) * kHeadDim,
+                  uint32_t(min(kSplitPositions, t1 - c)) * kHeadDim * 2, info);
+      } else if (t1 > t0) {
         issue(kv_base(p.kv, L, 0, s.g) + int64_t(t0) * kHeadDim, uint32_t(t1 - t0) * kHeadDim * 2, info);
         issue(kv_base(p.kv, L, 1, s.g) + int64_t(t0) * kHeadDim, uint32_t(t1 - t0) * kHeadDim * 2, info);
       }
@@ -899,7 +933,7 @@ struct StreamSmem {
   float q[kGroupCols];                              // q of both heads after QK-norm + RoPE
   uint16_t qbf[2 * kGroupCols];                     // MONOLITH_ATTN_MMA: q as bf16, hi | lo [head][dim]
   float kc[kHeadDim], vc[kHeadDim];                 // this position's K and V (bf16-rounded)
-  float sc[kHeadsPerKV * kSplitPositions];          // scores, then probabilities, of one split
+  float sc[kHeadsPerKV * kSplitEntriesMax];         // scores, then probabilities, of one split [head][entry]
   float ml[2 * kHeadsPerKV];                        // (max, sum) per head of one split
   float rope[kHeadDim];                             // this position's cos | sin, read once per launch
   union {
@@ -1366,7 +1400,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // slots that barrier takes: the first split's K (K and V: flash, tight), when it has cached positions
       auto first_split_slots = [&] {
         int h0, h1;
-        split_range(s.gi, s.nsplit, pos, h0, h1);
+        split_range(s.gi, s.nsplit, pos, s.ng, h0, h1);
+        if constexpr (kAttnWide) return split_slots(h1 - h0);  // its K slots
         return h1 > h0 ? (kAttnFlash || kAttnTight ? 2 : 1) : 0;
       };
       {
@@ -1539,7 +1574,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       float lm = -INFINITY, ll = 0.f, lo = 0.f;
       for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
         int t0, t1;
-        split_range(sp, s.nsplit, pos, t0, t1);
+        split_range(sp, s.nsplit, pos, s.ng, t0, t1);
         const int nh = t1 > t0 ? t1 - t0 : 0;      // cached positions in this split
         const bool cur = sp == s.nsplit - 1;       // this position is the split's last entry
         if constexpr (kAttnFlash) {
@@ -1636,7 +1671,21 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           continue;
         }
         // scores: one half-warp per cached position, 16 lanes x 16 B = one K row, both heads
-        if (nh > 0) {
+        if (kAttnWide && nh > 0) {  // MONOLITH_ATTN_WIDE: nk K slots, position rr in slot rr / 64
+          const int nk = split_slots(nh);
+          if (!held && !acquire_n(nk, kPhase_s_attn, L)) return;
+          held = false;
+          const int hw = tid >> 4, l16 = tid & 15;
+          for (int rr = hw; rr < nk * kSplitPositions; rr += kStreamConsumerThreads / 16) {  // warp-uniform count
+            float a0, a1;
+            score_k(slot_at(rr / kSplitPositions), rr % kSplitPositions, rr < nh, a0, a1);
+            if (l16 == 0 && rr < nh) {
+              sm.sc[rr] = a0 * scale;
+              sm.sc[kSplitEntriesMax + rr] = a1 * scale;
+            }
+          }
+          release_n(nk);
+        } else if (nh > 0) {
           if (!held && !acquire_n(kAttnTight ? 2 : 1, kPhase_s_attn, L)) return;  // tight: K and V
           held = false;
           const uint4* slot = slot_at(0);
@@ -1649,7 +1698,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
               score_k(slot, rr, rr < nh, a0, a1);
               if (l16 == 0 && rr < nh) {
                 sm.sc[rr] = a0 * scale;
-                sm.sc[kSplitPositions + rr] = a1 * scale;
+                sm.sc[kSplitEntriesMax + rr] = a1 * scale;
               }
             }
           }
@@ -1665,13 +1714,28 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
             }
           } else if (lane == 0) {
             sm.sc[nh] = a0 * scale;
-            sm.sc[kSplitPositions + nh] = a1 * scale;
+            sm.sc[kSplitEntriesMax + nh] = a1 * scale;
           }
         }
         csync();
         const int n = nh + (cur ? 1 : 0);
-        if (warp < kHeadsPerKV) {  // softmax statistics of this split, one warp per head
-          float* sc = sm.sc + warp * kSplitPositions;
+        if (kAttnWide && warp < kHeadsPerKV) {  // the same over up to kSplitEntriesMax entries
+          float* sc = sm.sc + warp * kSplitEntriesMax;
+          float m = -INFINITY, e = 0.f;  // two passes over shared memory (registers are at the cap)
+          for (int r = lane; r < n; r += 32) m = fmaxf(m, sc[r]);
+          m = warp_max(m);
+          for (int r = lane; r < n; r += 32) {
+            const float er = __expf(sc[r] - m);
+            sc[r] = er;
+            e += er;
+          }
+          const float l = warp_sum(e);
+          if (lane == 0) {
+            sm.ml[2 * warp] = m;
+            sm.ml[2 * warp + 1] = l;
+          }
+        } else if (warp < kHeadsPerKV) {  // softmax statistics of this split, one warp per head
+          float* sc = sm.sc + warp * kSplitEntriesMax;
           auto score = [&](int r) {  // MONOLITH_ATTN_MMA: the four dim quarters' partials, in order
             if constexpr (kAttnMma) {
               const float* q4 = sm.vpart + warp * kSplitPositions + r;
@@ -1694,13 +1758,25 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         csync();
         // V: warp w takes cached positions w, w + 16, w + 32, w + 48; lane holds dims 4 lane .. + 3
         float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
-        if (nh > 0) {
+        if (kAttnWide && nh > 0) {  // MONOLITH_ATTN_WIDE: nk V slots; warp w: positions w + 16 j
+          const int nk = split_slots(nh);
+          if (!acquire_n(nk, kPhase_s_attn, L)) return;
+#pragma unroll 1
+          for (int c = 0; c < nk; ++c) {  // slot by slot, positions in increasing order per warp
+            const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(c));
+#pragma unroll
+            for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
+              const int r = warp + kStreamConsumerWarps * j, rr = c * kSplitPositions + r;
+              if (rr < nh) add_v(vslot[r * 32 + lane], sm.sc[rr], sm.sc[kSplitEntriesMax + rr], o0, o1);
+            }
+          }
+        } else if (nh > 0) {
           if (!kAttnTight && !acquire_n(1, kPhase_s_attn, L)) return;
           const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(kAttnTight ? 1 : 0));
 #pragma unroll
           for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
             const int rr = warp + kStreamConsumerWarps * j;
-            if (rr < nh) add_v(vslot[rr * 32 + lane], sm.sc[rr], sm.sc[kSplitPositions + rr], o0, o1);
+            if (rr < nh) add_v(vslot[rr * 32 + lane], sm.sc[rr], sm.sc[kSplitEntriesMax + rr], o0, o1);
           }
         }
         store_vpart(o0, o1);
@@ -1710,7 +1786,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           float a = 0.f;
 #pragma unroll
           for (int w = 0; w < kStreamConsumerWarps; ++w) a += sm.vpart[w * kGroupCols + tid];
-          if (cur) a = fmaf(sm.sc[h * kSplitPositions + nh], sm.vc[d], a);
+          if (cur) a = fmaf(sm.sc[h * kSplitEntriesMax + nh], sm.vc[d], a);
           if constexpr (kAttnLocalMerge) {  // fold this split in (lm = -inf before the first: ca = 0)
             const float ms = sm.ml[2 * h], ls = sm.ml[2 * h + 1];
             const float mn = fmaxf(lm, ms), ca = __expf(lm - mn), cb = __expf(ms - mn);
@@ -1735,7 +1811,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           }
         }
         if (sp + s.ng >= s.nsplit) hop_mark();  // the block's last split: the merge's hop follows
-        if (nh > 0) hand_back(kAttnTight ? 2 : 1);
+        if (nh > 0) hand_back(kAttnWide ? split_slots(nh) : kAttnTight ? 2 : 1);
         // vpart and sc are reused by the next split (tight: after the last one, the merge's barrier
         // comes before anything writes them)
         if (!kAttnTight || sp + s.ng < s.nsplit) csync();

@@ -225,3 +225,39 @@ def test_seek_refuses_positions_outside_the_context_and_sets_valid_ones():
     mk.MegakernelEngine.seek(fake, C.CONTEXT_CAP - 1)
     mk.MegakernelEngine.seek(fake, 300)
     assert seen == [C.CONTEXT_CAP - 1, 300]
+
+
+@pytest.mark.parametrize("wide", [2, 3])
+def test_wide_attention_splits_tile_the_positions(wide):
+    """MONOLITH_ATTN_WIDE's split rule (kernel/schedule_stream.cuh split_width / make_plan /
+    split_range, the source's expressions checked, then modelled): at every position and group
+    size the splits tile the cached positions, the last one also holds this position, none holds
+    more than `wide` slots of 64, a block's acquire of a split's K (or V) slots stays within
+    acquire_n's 8, the partials fit kMaxSplits, and below 64 x (group blocks) positions the splits
+    are the default's."""
+    import re
+
+    src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
+    assert "return pos / kSplitPositions + 1 > ng ? kWideSlots * kSplitPositions : kSplitPositions;" in src
+    assert "s.nsplit = pos / split_width(pos, s.ng) + 1;" in src
+    assert "t0 = sp * w;" in src and "t1 = min(t0 + w, pos);" in src
+    assert "return (nh + kSplitPositions - 1) / kSplitPositions; }" in src
+    cfg = (REPO_ROOT / "kernel" / "config.cuh").read_text()
+    split = int(re.search(r"constexpr int kSplitPositions = (\d+);", cfg).group(1))
+    for ng in (1, 2, 3, 8, 16, 17, 48):
+        for pos in list(range(0, 300)) + list(range(300, C.CONTEXT_CAP, 37)) + [C.CONTEXT_CAP - 1]:
+            w = wide * split if pos // split + 1 > ng else split
+            nsplit = pos // w + 1
+            assert nsplit <= C.CONTEXT_CAP // split
+            if pos // split + 1 <= ng:
+                assert nsplit == pos // split + 1  # the default's splits
+            covered = 0
+            for sp in range(nsplit):
+                t0, t1 = sp * w, min(sp * w + w, pos)
+                nh = max(t1 - t0, 0)
+                assert t0 == covered or (sp == nsplit - 1 and nh == 0 and t0 >= pos), (ng, pos, sp)
+                assert nh <= wide * split and (nh + split - 1) // split <= min(wide, 8)
+                if sp < nsplit - 1:
+                    assert nh == w  # only the last split is partial (and holds this position)
+                covered = t0 + nh
+            assert covered == pos
