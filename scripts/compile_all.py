@@ -85,19 +85,34 @@ def probe_targets(repo: Path = REPO) -> list[Target]:
 
 
 def parse_ptxas(log: str) -> dict[str, dict]:
-    """Per-kernel registers / spills / smem from `ptxas -v` (info lines follow 'Compiling entry')."""
+    """Per-kernel registers / spills / smem from `ptxas -v` (info lines follow 'Compiling entry').
+
+    ptxas also prints 'Function properties' for the out-of-line (__noinline__) device functions an
+    entry calls, after the entry's own lines; their spills are added to the entry's (a callee's
+    spill is paid whenever it runs), so a callee's clean line can never hide the entry's spills."""
     kernels: dict[str, dict] = {}
-    cur = None
+    cur = name = props = None
     for line in log.splitlines():
         m = re.search(r"Compiling entry function '([^']+)'", line)
         if m:
-            cur = kernels.setdefault(m.group(1), {"regs": None, "spill_st": 0, "spill_ld": 0, "smem": 0})
+            name = m.group(1)
+            cur = kernels.setdefault(name, {"regs": None, "spill_st": 0, "spill_ld": 0, "smem": 0})
+            props = None
             continue
         if cur is None:
             continue
+        m = re.search(r"Function properties for (\S+)", line)
+        if m:
+            props = m.group(1)
+            continue
         m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
         if m:
-            cur["spill_st"], cur["spill_ld"] = int(m.group(1)), int(m.group(2))
+            st, ld = int(m.group(1)), int(m.group(2))
+            if props is None or props == name:
+                cur["spill_st"], cur["spill_ld"] = st, ld
+            else:  # a callee's
+                cur["spill_st"] += st
+                cur["spill_ld"] += ld
         m = re.search(r"Used (\d+) registers", line)
         if m:
             cur["regs"] = int(m.group(1))

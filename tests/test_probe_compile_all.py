@@ -83,6 +83,28 @@ ptxas info    : Used 8 registers, used 0 barriers, 352 bytes cmem[0]
     assert k["_Z4tinyv"]["regs"] == 8 and k["_Z4tinyv"]["spill_st"] == 0
 
 
+def test_parse_ptxas_adds_a_callees_spills_and_a_clean_callee_hides_nothing():
+    """ptxas prints an out-of-line device function's properties after the entry's Used line (the
+    ninth session's MONOLITH_SLOT_LANDED build: producer_land); the old parser let that line's
+    zero spills overwrite the entry's."""
+    log = """ptxas info    : Compiling entry function '_Z4stepv' for 'sm_90a'
+ptxas info    : Function properties for _Z4stepv
+    64 bytes stack frame, 92 bytes spill stores, 132 bytes spill loads
+ptxas info    : Used 96 registers, used 2 barriers, 64 bytes cumulative stack size, 32512 bytes smem
+ptxas info    : Function properties for _Z4landPmPjj
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compiling entry function '_Z4tinyv' for 'sm_90a'
+ptxas info    : Function properties for _Z4tinyv
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 8 registers, used 0 barriers
+ptxas info    : Function properties for _Z6calleev
+    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
+"""
+    k = ca.parse_ptxas(log)
+    assert k["_Z4stepv"] == {"regs": 96, "spill_st": 92, "spill_ld": 132, "smem": 32512}
+    assert k["_Z4tinyv"] == {"regs": 8, "spill_st": 4, "spill_ld": 4, "smem": 0}
+
+
 def test_arch_validation_and_probe_list():
     assert ca.gencode("sm_120a") == "-gencode=arch=compute_120a,code=sm_120a"
     with pytest.raises(ValueError):
