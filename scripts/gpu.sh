@@ -142,10 +142,18 @@ if want abdev; then
   for d in "${ab_sets[@]}"; do
     if [ "$d" = base ]; then defs=(env -u MONOLITH_NVCC_DEFINES); else defs=(env MONOLITH_NVCC_DEFINES="$d"); fi
     echo "ab$i: ${d}" >> results/ab/sets.txt
+    # AB_TESTS: a pytest -k expression run on each build first (correctness before timing)
+    if [ -n "${AB_TESTS:-}" ]; then
+      run "ab$i-tests" "${defs[@]}" MONOLITH_TEST_VARIANTS="${AB_VARIANTS:-bf16-stream,fp8-stream}" \
+        python3 -m pytest -q -m gpu tests/test_kernel_gpu.py -k "$AB_TESTS"
+    fi
     run "ab$i-dev" "${defs[@]}" python3 scripts/dev_bench.py --variant "${AB_VARIANTS:-bf16-stream,fp8-stream}" \
       --blocks 128 --runs 3 ${ref_args[@]+"${ref_args[@]}"} ${dev_args[@]+"${dev_args[@]}"} --out "results/ab/dev-$i.json"
-    run "ab$i-xray" "${defs[@]}" python3 scripts/xray_raw.py --variant "${AB_VARIANTS:-bf16-stream,fp8-stream}" \
-      --position 128 --out "results/ab/xray-$i"
+    # AB_XRAY_POS: the X-ray's position (default 128); AB_XRAY=0: none
+    if [ "${AB_XRAY:-1}" != 0 ]; then
+      run "ab$i-xray" "${defs[@]}" python3 scripts/xray_raw.py --variant "${AB_VARIANTS:-bf16-stream,fp8-stream}" \
+        --position "${AB_XRAY_POS:-128}" --out "results/ab/xray-$i"
+    fi
     i=$((i + 1))
   done
 fi

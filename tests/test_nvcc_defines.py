@@ -222,7 +222,8 @@ def _gpu_sh(tmp_path, *stages, **env_kw) -> tuple[subprocess.CompletedProcess, l
     calls = tmp_path / "calls"
     rec = ('DEFINES=${MONOLITH_NVCC_DEFINES-unset} VARIANT=${MONOLITH_VARIANT-unset} '
            'BLOCKS=${MONOLITH_SANITIZE_BLOCKS-unset} FULL=${MONOLITH_SANITIZE_FULL-unset}')
-    _stand_in(b, "python3", f'echo "python3 $* | {rec}" >> {calls}\n')
+    _stand_in(b, "python3", f'echo "python3 $* | {rec}" >> {calls}\n'
+              f'case "$*" in *pytest*) echo "${{MONOLITH_TEST_VARIANTS-unset}}" >> {tmp_path / "test_variants"};; esac\n')
     _stand_in(b, "compute-sanitizer", f'echo "sanitizer $* | {rec}" >> {calls}\n'
               'echo "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MONOLITH_", "RACECHECK_", "SANITIZE_"))}
@@ -299,3 +300,21 @@ def test_gpu_sh_xraylong_records_at_2040_by_default_and_takes_the_position_and_v
     assert r.returncode == 0, r.stdout + r.stderr
     assert [c.split(" | ")[0] for c in calls if "xray_raw.py" in c] == [
         "python3 scripts/xray_raw.py --variant bf16-stream,fp8-stream --position 1100 --out results/xray-long"]
+
+
+def test_gpu_sh_abdev_runs_tests_per_build_and_places_or_skips_the_xray(tmp_path):
+    """AB_TESTS runs the GPU tests matching it on each set's build before its timing, with the
+    set's defines and the A/B's variants; AB_XRAY_POS moves the X-ray, AB_XRAY=0 drops it."""
+    r, calls, _ = _gpu_sh(tmp_path, "abdev", AB_DEFINES="base;MONOLITH_ATTN_WIDE=2", AB_VARIANTS="bf16-stream",
+                          AB_TESTS="more_splits", AB_XRAY_POS="2040")
+    assert r.returncode == 0, r.stdout + r.stderr
+    tests = [c for c in calls if "pytest" in c]
+    assert [c.split(" | ")[0] for c in tests] == ["python3 -m pytest -q -m gpu tests/test_kernel_gpu.py -k more_splits"] * 2
+    assert tests[0].endswith("DEFINES=unset VARIANT=unset BLOCKS=unset FULL=unset")
+    assert tests[1].endswith("DEFINES=MONOLITH_ATTN_WIDE=2 VARIANT=unset BLOCKS=unset FULL=unset")
+    order = [("pytest" in c, "dev_bench" in c, "xray_raw" in c) for c in calls if "synth" not in c and "checkpoint" not in c]
+    assert order == [(True, False, False), (False, True, False), (False, False, True)] * 2
+    assert all("--position 2040" in c for c in calls if "xray_raw" in c)
+    r, calls, _ = _gpu_sh(tmp_path / "b", "abdev", AB_XRAY="0")
+    assert r.returncode == 0 and not any("xray_raw" in c or "pytest" in c for c in calls)
+    assert (tmp_path / "test_variants").read_text().split() == ["bf16-stream", "bf16-stream"]  # the A/B's variants
