@@ -161,12 +161,18 @@ __device__ __forceinline__ void score_cur(const Smem& sm, int lane, float& a0, f
   a1 = warp_sum(a1);
 }
 
-// A0 / A3 / A4: softmax statistics of the split's n scores, one warp per head; the scores become
-// exp(s - m) in place, (m, l) per head go to sm.ml
-__device__ __forceinline__ void split_softmax(Smem& sm, int n, int warp, int lane) {
+// A0 / A3 / A4 / A5: softmax statistics of the split's n scores, one warp per head; the scores
+// become exp(s - m) in sm.sc, (m, l) per head go to sm.ml. score(h, r): entry r's score (A5: the sum
+// of its dim quarters; the others: sm.sc itself)
+struct ScScore {
+  const Smem& sm;
+  __device__ float operator()(int h, int r) const { return sm.sc[h * kSplit + r]; }
+};
+template <class Score>
+__device__ __forceinline__ void split_softmax(Smem& sm, int n, int warp, int lane, Score score) {
   if (warp >= kHeads) return;
   float* sc = sm.sc + warp * kSplit;
-  const float x0 = lane < n ? sc[lane] : -INFINITY, x1 = lane + 32 < n ? sc[lane + 32] : -INFINITY;
+  const float x0 = lane < n ? score(warp, lane) : -INFINITY, x1 = lane + 32 < n ? score(warp, lane + 32) : -INFINITY;
   const float m = warp_max(fmaxf(x0, x1));
   const float e0 = lane < n ? __expf(x0 - m) : 0.f, e1 = lane + 32 < n ? __expf(x1 - m) : 0.f;
   if (lane < n) sc[lane] = e0;
@@ -219,6 +225,41 @@ __device__ __forceinline__ void split_out(const Smem& sm, int nh, bool add_cur, 
   }
 }
 
+// A0 / A3 / A5, from the softmax's barrier on: V by warps (warp w: positions w, w + 16, w + 32,
+// w + 48; lane: 4 dims) into per-warp partials (kF4: one float4 store per head, A3 / A5; else A0's
+// 8 scalar stores), the sum over warps in order, (m, l, o) out
+template <bool kF4>
+__device__ __forceinline__ void split_v_out(Smem& sm, int nh, bool cur, float* out) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  bsync();  // the V slot's acquire
+  stamp(sm, 5);
+  float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < kSplit / kWarps; ++j) {
+    const int rr = warp + kWarps * j;
+    if (rr < nh) {
+      float v4[4];
+      v_row4(sm, rr, nh, lane, v4);
+      add_pv(sm.sc[rr], sm.sc[kSplit + rr], v4, o0, o1);
+    }
+  }
+  if constexpr (kF4) {
+    store_part4(sm, warp, lane, o0, o1);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      sm.part[warp * kCols + 4 * lane + i] = o0[i];
+      sm.part[warp * kCols + kHeadDim + 4 * lane + i] = o1[i];
+    }
+  }
+  stamp(sm, 6);
+  bsync();
+  stamp(sm, 7);
+  split_out(sm, nh, cur, out);
+  stamp(sm, 8);
+  bsync();  // part and sc are reused by the next split
+}
+
 // A0: the kernel's shape. out[h * 130 + {0: m, 1: l, 2 + d: o[d]}]
 // A3 (kQReg, seventh session): A0 with each lane's q in registers for the whole split and the
 // per-warp V partials stored as float4: the stage stamps put A0's scores at ~1,800 cycles and its
@@ -253,37 +294,10 @@ __device__ void split_a0(Smem& sm, int nh, bool cur, float scale, float* out) {
   bsync();
   stamp(sm, 3);
   const int n = nh + (cur ? 1 : 0);
-  split_softmax(sm, n, warp, lane);
+  split_softmax(sm, n, warp, lane, ScScore{sm});
   bsync();
   stamp(sm, 4);
-  bsync();  // the V slot's acquire
-  stamp(sm, 5);
-  float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-  for (int j = 0; j < kSplit / kWarps; ++j) {
-    const int rr = warp + kWarps * j;
-    if (rr < nh) {
-      const uint2 vv = sm.v[rr * 32 + lane];
-      const float p0 = sm.sc[rr], p1 = sm.sc[kSplit + rr];
-      const float v4[4] = {bf_lo(vv.x), bf_hi(vv.x), bf_lo(vv.y), bf_hi(vv.y)};
-      add_pv(p0, p1, v4, o0, o1);
-    }
-  }
-  if constexpr (kQReg) {
-    store_part4(sm, warp, lane, o0, o1);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      sm.part[warp * kCols + 4 * lane + i] = o0[i];
-      sm.part[warp * kCols + kHeadDim + 4 * lane + i] = o1[i];
-    }
-  }
-  stamp(sm, 6);
-  bsync();
-  stamp(sm, 7);
-  split_out(sm, nh, cur, out);
-  stamp(sm, 8);
-  bsync();  // part and sc are reused by the next split
+  split_v_out<kQReg>(sm, nh, cur, out);
 }
 
 // A1: flash-decoding inside the block (see the header).
@@ -501,7 +515,7 @@ __device__ void split_a4(Smem& sm, int nh, bool cur, float scale, float* out) {
   bsync();  // the K slot's hand-back (scores published)
   stamp(sm, 2);
   stamp(sm, 3);  // (A0's warp-0 step for this position is gone)
-  split_softmax(sm, n, warp, lane);
+  split_softmax(sm, n, warp, lane, ScScore{sm});
   bsync();
   stamp(sm, 4);
   bsync();  // the V slot's acquire
@@ -535,6 +549,15 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 __device__ __forceinline__ uint16_t bf16_bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+// A5's score of entry r: its four dim quarters' partials, added in order, scaled
+struct QuarterScore {
+  const Smem& sm;
+  float scale;
+  __device__ float operator()(int h, int r) const {
+    const float* p = sm.scp + h * kSplit + r;
+    return (((p[0] + p[kQuarter]) + p[2 * kQuarter]) + p[3 * kQuarter]) * scale;
+  }
+};
 __device__ void split_a5(Smem& sm, int nh, bool cur, float scale, float* out) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int n = nh + (cur ? 1 : 0);
@@ -591,44 +614,10 @@ __device__ void split_a5(Smem& sm, int nh, bool cur, float scale, float* out) {
   }
   bsync();
   stamp(sm, 3);
-  if (warp < kHeads) {  // softmax statistics, one warp per head: the quarters summed in order
-    auto score = [&](int r) {
-      const float* p = sm.scp + warp * kSplit + r;
-      return (((p[0] + p[kQuarter]) + p[2 * kQuarter]) + p[3 * kQuarter]) * scale;
-    };
-    float* sc = sm.sc + warp * kSplit;
-    const float x0 = lane < n ? score(lane) : -INFINITY, x1 = lane + 32 < n ? score(lane + 32) : -INFINITY;
-    const float m = warp_max(fmaxf(x0, x1));
-    const float e0 = lane < n ? __expf(x0 - m) : 0.f, e1 = lane + 32 < n ? __expf(x1 - m) : 0.f;
-    if (lane < n) sc[lane] = e0;
-    if (lane + 32 < n) sc[lane + 32] = e1;
-    const float l = warp_sum(e0 + e1);
-    if (lane == 0) {
-      sm.ml[2 * warp] = m;
-      sm.ml[2 * warp + 1] = l;
-    }
-  }
+  split_softmax(sm, n, warp, lane, QuarterScore{sm, scale});
   bsync();
   stamp(sm, 4);
-  bsync();  // the V slot's acquire
-  stamp(sm, 5);
-  float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-  for (int j = 0; j < kSplit / kWarps; ++j) {
-    const int rr = warp + kWarps * j;
-    if (rr < nh) {
-      float v4[4];
-      v_row4(sm, rr, nh, lane, v4);
-      add_pv(sm.sc[rr], sm.sc[kSplit + rr], v4, o0, o1);
-    }
-  }
-  store_part4(sm, warp, lane, o0, o1);
-  stamp(sm, 6);
-  bsync();
-  stamp(sm, 7);
-  split_out(sm, nh, cur, out);
-  stamp(sm, 8);
-  bsync();  // part, sc and scp are reused by the next split
+  split_v_out<true>(sm, nh, cur, out);
 }
 
 struct Params {
