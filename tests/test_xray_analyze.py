@@ -258,3 +258,35 @@ def test_a_clock_that_drops_mid_token_is_flagged():
     s = analyze(meta, ev)
     assert s["clock_alignment"]["residual_ns"]["rms"] > meta["globaltimer_tick_ns"]
     assert any("clock changed during the token" in w for w in s["warnings"]), s["warnings"]
+
+
+def test_compare_shows_a_slower_phase_in_its_milestone_and_the_layer(tmp_path, capsys):
+    """--compare: build B's block 64 does its gate/up 2 µs slower in every layer, so B's gate/up
+    milestone segment grows by ~2 µs, its layer too, and the table says so; a metric only one
+    summary has is None on the other side, never a crash."""
+    from monolith.xray.analyze import compare
+    from monolith.xray.raw import save_raw
+
+    a = generate(seed=3)
+    b = generate(seed=3, slow_work_ns={(64, L, "gateup"): 2000.0 for L in range(28)})
+    rows = {r["metric"]: r for r in compare(analyze(*a), analyze(*b))}
+    seg = rows["gateup segment, µs"]
+    assert 1.5 < seg["b"] - seg["a"] < 2.5, seg
+    lay = rows["layer, µs (mean)"]
+    assert 1.5 < lay["b"] - lay["a"] < 2.5, lay
+    assert abs(rows["qkv segment, µs"]["b"] - rows["qkv segment, µs"]["a"]) < 0.3
+    assert rows["SM clock over the token, GHz"]["a"] == pytest.approx(1.98, rel=1e-3)
+    # one side without milestones: None there
+    s_b = analyze(*b)
+    s_b["milestones"] = None
+    r = {x["metric"]: x for x in compare(analyze(*a), s_b)}
+    assert r["gateup segment, µs"]["b"] is None and r["gateup segment, µs"]["a"] is not None
+    # the CLI: two raw files, a table and a JSON
+    pa, pb = tmp_path / "a.raw.npz", tmp_path / "b.raw.npz"
+    save_raw(pa, *a)
+    save_raw(pb, *b)
+    assert main([str(pa), "--compare", str(pb), "--json", str(tmp_path / "ab.json")]) == 0
+    out = capsys.readouterr().out
+    assert "X-ray A/B" in out and "gateup segment" in out
+    import json
+    assert {x["metric"] for x in json.loads((tmp_path / "ab.json").read_text())["rows"]} >= {"gateup segment, µs"}

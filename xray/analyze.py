@@ -493,6 +493,60 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
     }
 
 
+# ---------------------------------------------------------------- A/B comparison
+
+
+def compare(a: dict, b: dict) -> list[dict]:
+    """Two summaries (analyze()) side by side, for an A/B of two builds: the headline numbers and
+    each layer milestone's segment and work (medians over layers, µs), as rows {metric, a, b}.
+    A metric one summary lacks is None there (e.g. milestones of another schedule)."""
+    def get(summ, *path):
+        x = summ
+        for k in path:
+            x = x.get(k) if isinstance(x, dict) else None
+            if x is None:
+                return None
+        return x
+
+    rows = [
+        ("token time (CUDA events), µs", ("token_time_us",)),
+        ("trace span, µs", ("trace_span_us",)),
+        ("SM clock over the token, GHz", ("clock_alignment", "sm_ghz", "median")),
+        ("clock fit residual rms, ns", ("clock_alignment", "residual_ns", "rms")),
+        ("layer, µs (mean)", ("layers", "mean_us")),
+        ("dependency waits, share of the token", ("token_waits", "dependency_share")),
+        ("ring waits, share of the token", ("token_waits", "ring_share")),
+        ("grid bandwidth over the token, TB/s", ("grid_bandwidth_token_tbs",)),
+    ]
+    out = [{"metric": name, "a": get(a, *path), "b": get(b, *path)} for name, path in rows]
+    seg = {}
+    for side, summ in (("a", a), ("b", b)):
+        for x in (get(summ, "milestones", "segments") or []):
+            seg.setdefault(x["phase"], {})[side] = x
+    for phase, d in seg.items():
+        for key, label in (("segment_us", "segment"), ("work_us", "work")):
+            out.append({"metric": f"{phase} {label}, µs", "a": d.get("a", {}).get(key), "b": d.get("b", {}).get(key)})
+    return out
+
+
+def print_compare(rows: list[dict], name_a: str, name_b: str, console=None) -> None:
+    from rich.table import Table
+
+    from monolith.console import make_console
+
+    con = console or make_console()
+    t = Table(title=f"X-ray A/B: A = {name_a}, B = {name_b}")
+    for c in ("metric", "A", "B", "B - A", "B / A - 1"):
+        t.add_column(c, justify="left" if c == "metric" else "right")
+    for r in rows:
+        a, b = r["a"], r["b"]
+        both = isinstance(a, (int, float)) and isinstance(b, (int, float))
+        fmt = (lambda v: "–" if v is None else f"{v:.4g}")  # noqa: E731
+        t.add_row(r["metric"], fmt(a), fmt(b), f"{b - a:+.4g}" if both else "–",
+                  f"{(b / a - 1) * 100:+.1f} %" if both and a else "–")
+    con.print(t)
+
+
 # ---------------------------------------------------------------- report + plot
 
 
@@ -644,10 +698,21 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the summary JSON here")
     ap.add_argument("--png", help="write a Gantt chart PNG here")
     ap.add_argument("--method", default="clock64-fit", choices=["clock64-fit", "globaltimer"])
+    ap.add_argument("--compare", metavar="RAW_B", help="a second raw trace (build B): print the two side by side "
+                    "(headline numbers, each layer milestone) instead of the one report")
     a = ap.parse_args(argv)
     try:
         meta, ev = load_raw(a.raw)
         summ = analyze(meta, ev, a.method)
+        if a.compare:
+            meta_b, ev_b = load_raw(a.compare)
+            summ_b = analyze(meta_b, ev_b, a.method)
+            rows = compare(summ, summ_b)
+            print_compare(rows, a.raw, a.compare)
+            if a.json:
+                Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+                Path(a.json).write_text(json.dumps({"a": a.raw, "b": a.compare, "rows": rows}, indent=1))
+            return 0
         print_report(summ)
         if a.json:
             Path(a.json).parent.mkdir(parents=True, exist_ok=True)
