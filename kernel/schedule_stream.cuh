@@ -1474,6 +1474,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const int n0 = first_split_slots();
         held = n0 > 0;
         if (!acquire_n(n0, kPhase_s_attn, L)) return;
+        XRAY_SUB3(x_att_open, L);
       }
       // What both split shapes (the shipped one and MONOLITH_ATTN_FLASH) share:
       // cached position rr's scores of both heads by a half-warp (16 lanes x 16 B = one K row;
@@ -1704,6 +1705,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           }
           if constexpr (!kAttnTight) release_n(1);  // tight: K goes back with V, at the split's end
         }
+        if (sp == s.gi) XRAY_SUB3(x_att_score, L);  // (after the K hand-back's barrier, when it had slots)
         if (cur && warp == 0) {
           float a0, a1;
           score_cur(a0, a1);
@@ -1756,6 +1758,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           }
         }
         csync();
+        if (sp == s.gi) XRAY_SUB3(x_att_soft, L);
         // V: warp w takes cached positions w, w + 16, w + 32, w + 48; lane holds dims 4 lane .. + 3
         float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
         if (kAttnWide && nh > 0) {  // MONOLITH_ATTN_WIDE: nk V slots; warp w: positions w + 16 j
@@ -1781,6 +1784,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
         store_vpart(o0, o1);
         csync();
+        if (sp == s.gi) XRAY_SUB3(x_att_v, L);
         if (tid < kGroupCols) {  // fixed order over warps, this position last
           const int h = tid / kHeadDim, d = tid & (kHeadDim - 1);
           float a = 0.f;
@@ -1815,6 +1819,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         // vpart and sc are reused by the next split (tight: after the last one, the merge's barrier
         // comes before anything writes them)
         if (!kAttnTight || sp + s.ng < s.nsplit) csync();
+        if (sp == s.gi) XRAY_SUB3(x_att_out, L);
       }
       XRAY_END(s_attn, L);
     }
