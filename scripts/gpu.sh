@@ -215,16 +215,15 @@ if want m5quality; then
 fi
 # One grid hop alone (probes/hop_latency.cu, issue 11): where the stream schedule's ~1.4 us between the
 # last producer's store and the first ready block goes (load, producers' spread, polling strategy). Seconds.
-if want hop; then
-  run hop-probe bash -c 'nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I kernel -I probes \
-    -o /tmp/hop_latency probes/hop_latency.cu && /tmp/hop_latency --json > results/m4_hop_latency.json; /tmp/hop_latency'
-fi
+# A standalone probe (probes/NAME.cu): built for sm_90a, its JSON into results/, its table into the log
+probe_run() {  # probe_run STAGE PROBE RESULTS_JSON
+  run "$1" bash -c "nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I kernel -I probes \
+    -o /tmp/$2 probes/$2.cu && /tmp/$2 --json > $3; /tmp/$2"
+}
+want hop && probe_run hop-probe hop_latency results/m4_hop_latency.json
 # One attention split alone (probes/attn_split.cu, issue 11, fifth session): the kernel's shape against
 # flash-decoding inside the block, both checked against a CPU reference; seconds.
-if want attn; then
-  run attn-probe bash -c 'nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I probes \
-    -o /tmp/attn_split probes/attn_split.cu && /tmp/attn_split --json > results/m4_attn_split.json; /tmp/attn_split'
-fi
+want attn && probe_run attn-probe attn_split results/m4_attn_split.json
 # X-rays at a long position (ninth session: where the 2,048/16 sweep's extra ~6 us per layer goes;
 # XRAY_LONG_POS, default 2040; XRAY_LONG_VARIANTS, default bf16-stream) into results/xray-long
 if want xraylong; then
@@ -233,21 +232,12 @@ if want xraylong; then
 fi
 # One bf16 GEMV round of the consumers alone, loader idle / streaming / spinning
 # (probes/round_gemv.cu, ninth session: the X-ray's x_dot against the round's own cost); seconds.
-if want round; then
-  run round-probe bash -c 'nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I kernel -I probes \
-    -o /tmp/round_gemv probes/round_gemv.cu && /tmp/round_gemv --json > results/m4_round_gemv.json; /tmp/round_gemv'
-fi
+want round && probe_run round-probe round_gemv results/m4_round_gemv.json
 # Does issuing mma.sync lower the SM clock (probes/tc_clock.cu, ninth session)? seconds.
-if want tcclock; then
-  run tc-clock bash -c 'nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I probes \
-    -o /tmp/tc_clock probes/tc_clock.cu && /tmp/tc_clock --json > results/m4_tc_clock.json; /tmp/tc_clock'
-fi
+want tcclock && probe_run tc-clock tc_clock results/m4_tc_clock.json
 # mbarrier / store / load cost per operation with 0-12 bulk copies landing in the SM (probes/mbar_cost.cu,
 # sixth session: what the sub-interval X-ray's ~0.15 us per slot test is); seconds.
-if want mbar; then
-  run mbar-probe bash -c 'nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I kernel -I probes \
-    -o /tmp/mbar_cost probes/mbar_cost.cu && /tmp/mbar_cost --json > results/m4_mbar_cost.json; /tmp/mbar_cost'
-fi
+want mbar && probe_run mbar-probe mbar_cost results/m4_mbar_cost.json
 # Nsight Compute on one decode step (issue 11, seventh session): warp-state samples per SASS instruction
 # (where thread 0's slot tests and every hop's polls stall, which the X-ray's clock stamps cannot say).
 # One launch at position NCU_SKIP (prefill 2 + decode), NCU_VARIANT at 128 blocks. --clock-control none:
