@@ -33,10 +33,12 @@
 #include <cstring>
 #include <vector>
 
+#include "loads.cuh"  // dot8_bf16: the kernel's own 8-weight dot product
 #include "probe_common.cuh"
 #include "ring.cuh"
 
 using monolith::bulk_copy_g2s;
+using monolith::dot8_bf16;
 using monolith::l2_evict_first_policy;
 using monolith::mbar_arrive_expect_tx;
 using monolith::mbar_init;
@@ -73,16 +75,6 @@ struct Params {
   long long timeout_cycles;
 };
 
-__device__ __forceinline__ float dot8_bf16(uint4 w, float4 a, float4 b, float acc) {
-  acc = fmaf(__uint_as_float(w.x << 16), a.x, acc);
-  acc = fmaf(__uint_as_float(w.x & 0xffff0000u), a.y, acc);
-  acc = fmaf(__uint_as_float(w.y << 16), a.z, acc);
-  acc = fmaf(__uint_as_float(w.y & 0xffff0000u), a.w, acc);
-  acc = fmaf(__uint_as_float(w.z << 16), b.x, acc);
-  acc = fmaf(__uint_as_float(w.z & 0xffff0000u), b.y, acc);
-  acc = fmaf(__uint_as_float(w.w << 16), b.z, acc);
-  return fmaf(__uint_as_float(w.w & 0xffff0000u), b.w, acc);
-}
 // four warp sums in 6 shuffles (the kernel's warp_sum4): lane 8 v ends with value v's sum
 __device__ __forceinline__ float warp_sum4(float a0, float a1, float a2, float a3) {
   const int lane = threadIdx.x & 31;
