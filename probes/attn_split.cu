@@ -225,19 +225,21 @@ __device__ __forceinline__ void split_out(const Smem& sm, int nh, bool add_cur, 
   }
 }
 
-// A0 / A3 / A5, from the softmax's barrier on: V by warps (warp w: positions w, w + 16, w + 32,
-// w + 48; lane: 4 dims) into per-warp partials (kF4: one float4 store per head, A3 / A5; else A0's
-// 8 scalar stores), the sum over warps in order, (m, l, o) out
-template <bool kF4>
+// A0 / A3 / A4 / A5, from the softmax's barrier on: V by warps (warp w: positions w, w + 16, w + 32,
+// w + 48; lane: 4 dims) into per-warp partials (kF4: one float4 store per head, A3 / A4 / A5; else
+// A0's 8 scalar stores), the sum over warps in order, (m, l, o) out. kCurRow (A4): this position is
+// one more V row (j = 4 reaches position 64), not added after the sum
+template <bool kF4, bool kCurRow = false>
 __device__ __forceinline__ void split_v_out(Smem& sm, int nh, bool cur, float* out) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int rows = kCurRow ? nh + (cur ? 1 : 0) : nh;
   bsync();  // the V slot's acquire
   stamp(sm, 5);
   float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-  for (int j = 0; j < kSplit / kWarps; ++j) {
+  for (int j = 0; j < kSplit / kWarps + (kCurRow ? 1 : 0); ++j) {
     const int rr = warp + kWarps * j;
-    if (rr < nh) {
+    if (rr < rows) {
       float v4[4];
       v_row4(sm, rr, nh, lane, v4);
       add_pv(sm.sc[rr], sm.sc[kSplit + rr], v4, o0, o1);
@@ -255,7 +257,7 @@ __device__ __forceinline__ void split_v_out(Smem& sm, int nh, bool cur, float* o
   stamp(sm, 6);
   bsync();
   stamp(sm, 7);
-  split_out(sm, nh, cur, out);
+  split_out(sm, nh, kCurRow ? false : cur, out);
   stamp(sm, 8);
   bsync();  // part and sc are reused by the next split
 }
@@ -518,26 +520,7 @@ __device__ void split_a4(Smem& sm, int nh, bool cur, float scale, float* out) {
   split_softmax(sm, n, warp, lane, ScScore{sm});
   bsync();
   stamp(sm, 4);
-  bsync();  // the V slot's acquire
-  stamp(sm, 5);
-  float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-  for (int j = 0; j < kSplit / kWarps + 1; ++j) {  // j = 4: only position 64 (this one, when nh = 63 ... 64)
-    const int rr = warp + kWarps * j;
-    if (rr < n) {
-      float v4[4];
-      v_row4(sm, rr, nh, lane, v4);
-      const float p0 = sm.sc[rr], p1 = sm.sc[kSplit + rr];
-      add_pv(p0, p1, v4, o0, o1);
-    }
-  }
-  store_part4(sm, warp, lane, o0, o1);
-  stamp(sm, 6);
-  bsync();
-  stamp(sm, 7);
-  split_out(sm, nh, false, out);
-  stamp(sm, 8);
-  bsync();  // part and sc are reused by the next split
+  split_v_out<true, true>(sm, nh, cur, out);  // this position is one more V row (j = 4: position 64)
 }
 
 // A5: see the header. One mma.sync.m16n8k16 (bf16 x bf16 -> fp32): a = 4 words of A (16 x 16),
