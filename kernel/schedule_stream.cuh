@@ -1064,21 +1064,22 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int i = 0; i < n && ok; ++i)
             if ((miss >> i) & 1u) wait_slot(i);
       }
-    } else if (kSlotLanded && tid == 0 && ok && n <= 2 * kRoundSlots) {
-      // the producer's count first: slots below it have landed; test only the others
-      const uint32_t L = uint32_t(atomicAdd(r.landed, 0u));
-      __threadfence_block();
-      const int have = L > kc ? int(min(L - kc, uint32_t(n))) : 0;
-      for (int i = have; i < n && ok; ++i)  // (a plain loop: the batched one made NVFP4 spill)
-        if (!mbar_test_wait(&r.full[(kc + i) % kStages], ((kc + i) / kStages) & 1u)) wait_slot(i);
-    } else if ((kSlotTestBatch<W> || kSlotPretest) && tid == 0 && ok && n <= 2 * kRoundSlots) {
+    } else if ((kSlotTestBatch<W> || kSlotPretest) && !kSlotLanded && tid == 0 && ok && n <= 2 * kRoundSlots) {
       // every test issued before the first branch on a result (a pretest's landed slots skipped)
       const uint32_t known = kSlotPretest && sm.pre_kc == kc ? sm.pre_landed : 0u;
       const uint32_t miss = test_slots(n, known);
       for (int i = 0; miss != 0u && i < n && ok; ++i)
         if ((miss >> i) & 1u) wait_slot(i);
     } else if (tid == 0 && ok) {
-      for (int i = 0; i < n && ok; ++i)
+      // one test after another; MONOLITH_SLOT_LANDED: only the slots above the producer's count
+      // (this plain loop, not the batched one, which made NVFP4 spill with the knob)
+      int i0 = 0;
+      if constexpr (kSlotLanded) {
+        const uint32_t L = uint32_t(atomicAdd(r.landed, 0u));
+        __threadfence_block();
+        i0 = L > kc ? int(min(L - kc, uint32_t(n))) : 0;
+      }
+      for (int i = i0; i < n && ok; ++i)
         if (!mbar_test_wait(&r.full[(kc + i) % kStages], ((kc + i) / kStages) & 1u)) wait_slot(i);
     }
     if (sub) XRAY_SUB2(x_slots, layer);
