@@ -390,27 +390,42 @@ struct StreamPlan {
 #endif
 constexpr bool kAttnBalanced = MONOLITH_ATTN_BALANCED != 0;
 constexpr int kMinBalancedSplits = 4;
-// MONOLITH_ATTN_WIDE=N (ninth session; compiled, NOT YET RUN: an A/B for the next GPU session;
-// N = 2 or 3, 0 = off): where a KV group has more 64-position splits than blocks (position >=
-// 64 x blocks of the group: 1,024 at 128 blocks), a split holds N x 64 cached positions (N K slots,
-// then N V slots, in the ring) instead of 64. A block then runs one split where it ran N: one
-// softmax, one output, one set of barriers and one local merge step instead of N (~1,400 of a
-// 64-position split's ~3,400 cycles are those fixed steps: probes/attn_split.cu stage stamps).
-// Below that position nothing changes. Prediction (NOTES.md, ninth session): at 2,048 (16 blocks,
-// 33 splits of 64 -> 17 of 128 with N = 2) ~1 us per layer, ~2,048 / 16 sweep ratio 0.77 -> ~0.80;
-// another summation order there (deterministic, not bitwise the default's).
+// MONOLITH_ATTN_WIDE=N (default 3; 0 = off) and MONOLITH_ATTN_WIDE_MIN=M (default 3): wider
+// attention splits at long positions. Let k = ceil((pos / 64 + 1) / ng), the 64-position slots
+// each of the group's ng blocks holds when every block runs one split. With fixed 64-position
+// splits a block runs k of them (and merges them itself, MONOLITH_ATTN_LOCAL_MERGE); where
+// M <= k <= N, the splits are k x 64 positions wide instead (k K slots, then k V slots, in the
+// ring), so a block runs one split: one softmax, one output, one set of barriers, and the O
+// merge reads fewer partials. Elsewhere the splits are the default 64. At 128 blocks (ng = 16)
+// and N = M = 3 that is positions 2,048-3,071.
+// Why k = 3 only (tenth session, dev timings at positions 2,040-2,072 and X-rays at 2,040;
+// NOTES.md): a 128-wide split (k = 2) per block was 2.3 % slower than two 64-position splits
+// merged locally, while ninth-session's fixed 192-wide splits were 2.9 % (bf16) / 5.1 % (fp8)
+// faster, mostly where the default gives one block of 16 a third split (33 splits from position
+// 2,048). Above N the default's splits return (4+ per block, merged locally): the wide path is
+// not measured there. Another summation order where it applies (deterministic, not bitwise the
+// unwidened build's).
 #ifndef MONOLITH_ATTN_WIDE
-#define MONOLITH_ATTN_WIDE 0
+#define MONOLITH_ATTN_WIDE 3
+#endif
+#ifndef MONOLITH_ATTN_WIDE_MIN
+#define MONOLITH_ATTN_WIDE_MIN 3
 #endif
 constexpr int kWideSlots = MONOLITH_ATTN_WIDE;
+constexpr int kWideMinSlots = MONOLITH_ATTN_WIDE_MIN;
 constexpr bool kAttnWide = kWideSlots > 1;
 static_assert(kWideSlots == 0 || kWideSlots == 2 || kWideSlots == 3, "MONOLITH_ATTN_WIDE: 0 (off), 2 or 3 slots per split");
-static_assert(!(kAttnWide && kAttnBalanced), "MONOLITH_ATTN_WIDE widens the fixed 64-position splits");
+static_assert(!kAttnWide || (kWideMinSlots >= 2 && kWideMinSlots <= kWideSlots),
+              "MONOLITH_ATTN_WIDE_MIN: the smallest widened split, 2 .. MONOLITH_ATTN_WIDE slots");
+static_assert(!(kAttnWide && kAttnBalanced), "MONOLITH_ATTN_WIDE widens the fixed 64-position splits (build the other with MONOLITH_ATTN_WIDE=0)");
 constexpr int kSplitSlotsMax = kAttnWide ? kWideSlots : 1;        // K (and V) slots of one split
 constexpr int kSplitEntriesMax = kSplitSlotsMax * kSplitPositions;  // sm.sc per head
 // cached positions per split at this position for a group of ng blocks (64 unless widened)
 __device__ __forceinline__ int split_width(int pos, int ng) {
-  if constexpr (kAttnWide) return pos / kSplitPositions + 1 > ng ? kWideSlots * kSplitPositions : kSplitPositions;
+  if constexpr (kAttnWide) {
+    const int k = (pos / kSplitPositions + ng) / ng;  // ceil((pos / 64 + 1) / ng)
+    if (k >= kWideMinSlots && k <= kWideSlots) return k * kSplitPositions;
+  }
   return kSplitPositions;
 }
 
@@ -662,7 +677,7 @@ static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merge
 constexpr bool kAttnMma = MONOLITH_ATTN_MMA != 0;
 static_assert(!(kAttnMma && (kAttnFlash || kAttnQSmem)), "MONOLITH_ATTN_MMA replaces the shipped score loop");
 static_assert(!(kAttnWide && (kAttnFlash || kAttnTight || kAttnMma || kAttnQSmem)),
-              "MONOLITH_ATTN_WIDE widens the shipped split shape only");
+              "MONOLITH_ATTN_WIDE widens the shipped split shape only (build the others with MONOLITH_ATTN_WIDE=0)");
 static_assert(!kAttnMma || kStreamConsumerWarps == 16, "MONOLITH_ATTN_MMA: 4 position tiles x 4 dim quarters");
 static_assert(!kAttnMma || (kSplitPositions == 64 && kHeadDim == 128 && kHeadsPerKV == 2),
               "MONOLITH_ATTN_MMA: 64 positions = 4 tiles of 16, 128 dims = 8 k-steps of 16, two heads");
@@ -1397,6 +1412,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     // ---------------- attention splits of group g ----------------
     if (s.gi < s.nsplit) {
       const bool owner = (s.nsplit - 1) % s.ng == s.gi;  // owns the last split: appends K/V
+      // widened splits at this position (MONOLITH_ATTN_WIDE): the wide score / softmax / V paths;
+      // elsewhere the 64-position ones, exactly as in an unwidened build
+      const bool wide = kAttnWide && split_width(pos, s.ng) > kSplitPositions;
       bool held = false;  // the first split's K slot, acquired by the barrier below
       // slots that barrier takes: the first split's K (K and V: flash, tight), when it has cached positions
       auto first_split_slots = [&] {
@@ -1673,7 +1691,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           continue;
         }
         // scores: one half-warp per cached position, 16 lanes x 16 B = one K row, both heads
-        if (kAttnWide && nh > 0) {  // MONOLITH_ATTN_WIDE: nk K slots, position rr in slot rr / 64
+        if (wide && nh > 0) {  // MONOLITH_ATTN_WIDE: nk K slots, position rr in slot rr / 64
           const int nk = split_slots(nh);
           if (!held && !acquire_n(nk, kPhase_s_attn, L)) return;
           held = false;
@@ -1722,7 +1740,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
         csync();
         const int n = nh + (cur ? 1 : 0);
-        if (kAttnWide && warp < kHeadsPerKV) {  // the same over up to kSplitEntriesMax entries
+        if (wide && warp < kHeadsPerKV) {  // the same over up to kSplitEntriesMax entries
           float* sc = sm.sc + warp * kSplitEntriesMax;
           float m = -INFINITY, e = 0.f;  // two passes over shared memory (registers are at the cap)
           for (int r = lane; r < n; r += 32) m = fmaxf(m, sc[r]);
@@ -1762,7 +1780,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (sp == s.gi) XRAY_SUB3(x_att_soft, L);
         // V: warp w takes cached positions w, w + 16, w + 32, w + 48; lane holds dims 4 lane .. + 3
         float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
-        if (kAttnWide && nh > 0) {  // MONOLITH_ATTN_WIDE: nk V slots; warp w: positions w + 16 j
+        if (wide && nh > 0) {  // MONOLITH_ATTN_WIDE: nk V slots; warp w: positions w + 16 j
           const int nk = split_slots(nh);
           if (!acquire_n(nk, kPhase_s_attn, L)) return;
 #pragma unroll 1

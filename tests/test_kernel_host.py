@@ -227,30 +227,39 @@ def test_seek_refuses_positions_outside_the_context_and_sets_valid_ones():
     assert seen == [C.CONTEXT_CAP - 1, 300]
 
 
-@pytest.mark.parametrize("wide", [2, 3])
-def test_wide_attention_splits_tile_the_positions(wide):
+@pytest.mark.parametrize("wide,wide_min", [(3, 3), (2, 2), (3, 2)])
+def test_wide_attention_splits_tile_the_positions(wide, wide_min):
     """MONOLITH_ATTN_WIDE's split rule (kernel/schedule_stream.cuh split_width / make_plan /
-    split_range, the source's expressions checked, then modelled): at every position and group
-    size the splits tile the cached positions, the last one also holds this position, none holds
-    more than `wide` slots of 64, a block's acquire of a split's K (or V) slots stays within
-    acquire_n's 8, the partials fit kMaxSplits, and below 64 x (group blocks) positions the splits
-    are the default's."""
+    split_range, the source's expressions checked, then modelled): k = ceil((pos / 64 + 1) / ng)
+    slots per block; where wide_min <= k <= wide the splits are k x 64 wide. At every position
+    and group size the splits tile the cached positions, the last one also holds this position,
+    a widened position has at most one split per block and none wider than `wide` slots (the
+    acquire of a split's K or V slots stays within acquire_n's 8), the partials fit kMaxSplits,
+    and everywhere else the splits are the default's 64."""
     import re
 
     src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
-    assert "return pos / kSplitPositions + 1 > ng ? kWideSlots * kSplitPositions : kSplitPositions;" in src
+    assert "const int k = (pos / kSplitPositions + ng) / ng;  // ceil((pos / 64 + 1) / ng)" in src
+    assert "if (k >= kWideMinSlots && k <= kWideSlots) return k * kSplitPositions;" in src
     assert "s.nsplit = pos / split_width(pos, s.ng) + 1;" in src
     assert "t0 = sp * w;" in src and "t1 = min(t0 + w, pos);" in src
     assert "return (nh + kSplitPositions - 1) / kSplitPositions; }" in src
+    defaults = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (MONOLITH_ATTN_WIDE(?:_MIN)?) (\d+)", src)}
+    assert defaults == {"MONOLITH_ATTN_WIDE": 3, "MONOLITH_ATTN_WIDE_MIN": 3}  # NOTES.md, tenth session
     cfg = (REPO_ROOT / "kernel" / "config.cuh").read_text()
     split = int(re.search(r"constexpr int kSplitPositions = (\d+);", cfg).group(1))
+    widened = 0
     for ng in (1, 2, 3, 8, 16, 17, 48):
         for pos in list(range(0, 300)) + list(range(300, C.CONTEXT_CAP, 37)) + [C.CONTEXT_CAP - 1]:
-            w = wide * split if pos // split + 1 > ng else split
+            k = -(-(pos // split + 1) // ng)
+            w = k * split if wide_min <= k <= wide else split
             nsplit = pos // w + 1
             assert nsplit <= C.CONTEXT_CAP // split
-            if pos // split + 1 <= ng:
+            if w == split:
                 assert nsplit == pos // split + 1  # the default's splits
+            else:
+                widened += 1
+                assert nsplit <= ng  # one split per block
             covered = 0
             for sp in range(nsplit):
                 t0, t1 = sp * w, min(sp * w + w, pos)
@@ -261,3 +270,8 @@ def test_wide_attention_splits_tile_the_positions(wide):
                     assert nh == w  # only the last split is partial (and holds this position)
                 covered = t0 + nh
             assert covered == pos
+    assert widened > 0
+    # at 128 blocks (16 per group) and the defaults: widened exactly from 2,048 to 3,071
+    if (wide, wide_min) == (3, 3):
+        ks = [p for p in range(C.CONTEXT_CAP) if 3 <= -(-(p // split + 1) // 16) <= 3]
+        assert (ks[0], ks[-1]) == (2048, 3071)
