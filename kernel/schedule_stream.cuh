@@ -390,23 +390,29 @@ struct StreamPlan {
 #endif
 constexpr bool kAttnBalanced = MONOLITH_ATTN_BALANCED != 0;
 constexpr int kMinBalancedSplits = 4;
-// MONOLITH_ATTN_WIDE=N (default 3; 0 = off) and MONOLITH_ATTN_WIDE_MIN=M (default 3): wider
+// MONOLITH_ATTN_WIDE=N (0 = off, the default) and MONOLITH_ATTN_WIDE_MIN=M (default 3): wider
 // attention splits at long positions. Let k = ceil((pos / 64 + 1) / ng), the 64-position slots
 // each of the group's ng blocks holds when every block runs one split. With fixed 64-position
 // splits a block runs k of them (and merges them itself, MONOLITH_ATTN_LOCAL_MERGE); where
 // M <= k <= N, the splits are k x 64 positions wide instead (k K slots, then k V slots, in the
 // ring), so a block runs one split: one softmax, one output, one set of barriers, and the O
-// merge reads fewer partials. Elsewhere the splits are the default 64. At 128 blocks (ng = 16)
-// and N = M = 3 that is positions 2,048-3,071.
-// Why k = 3 only (tenth session, dev timings at positions 2,040-2,072 and X-rays at 2,040;
-// NOTES.md): a 128-wide split (k = 2) per block was 2.3 % slower than two 64-position splits
-// merged locally, while ninth-session's fixed 192-wide splits were 2.9 % (bf16) / 5.1 % (fp8)
-// faster, mostly where the default gives one block of 16 a third split (33 splits from position
-// 2,048). Above N the default's splits return (4+ per block, merged locally): the wide path is
-// not measured there. Another summation order where it applies (deterministic, not bitwise the
-// unwidened build's).
+// merge reads fewer partials. Elsewhere the splits are 64 wide, as in the default build (and give
+// its bits: the wide paths with one slot compute the same sums in the same order). At 128 blocks
+// (ng = 16) and N = M = 3 that is positions 2,048-3,071.
+// Measured (NOTES.md, tenth session):
+// - dev timings at positions 2,040-2,072 (ninth session's rule, fixed N x 64 wide from 1,024):
+//   N = 2 -2.3 %, N = 3 +2.9 % (bf16) / +5.1 % (fp8). So M = 3: a 128-wide split per block lost
+//   to two 64-position splits merged locally, while 192-wide splits won where the default gives
+//   one block of 16 a third split (33 splits from 2,048).
+// - On by default with both paths in one build (a runtime flag choosing per token): -4.3 % bf16,
+//   -4.0 % fp8, -8.3 % nvfp4 at short positions, where the wide paths never run (the X-ray at 128:
+//   qkv work +0.52 us and attention work +1.05 us per layer; SASS +18 % instructions), and no gain
+//   at the 2,048 sweep point. So the knob builds the wide paths INSTEAD of the 64-position ones
+//   (every split, one slot or more), as here; its speed at short positions is the next A/B.
+// Above N the 64-wide splits return (4+ per block, merged locally). Another summation order where
+// it widens (deterministic, not bitwise the default's).
 #ifndef MONOLITH_ATTN_WIDE
-#define MONOLITH_ATTN_WIDE 3
+#define MONOLITH_ATTN_WIDE 0
 #endif
 #ifndef MONOLITH_ATTN_WIDE_MIN
 #define MONOLITH_ATTN_WIDE_MIN 3
@@ -571,7 +577,7 @@ constexpr bool kSlotTestBatch = MONOLITH_SLOT_TEST_BATCH >= 0 ? MONOLITH_SLOT_TE
 #define MONOLITH_SLOT_PRETEST 0
 #endif
 constexpr bool kSlotPretest = MONOLITH_SLOT_PRETEST != 0;
-// MONOLITH_SLOT_LANDED=1 (ninth session; compiled, NOT YET RUN: an A/B for the next GPU session):
+// MONOLITH_SLOT_LANDED=1 (ninth session; measured in the tenth: OFF, see the end of this note):
 // the producer keeps a shared count of the copies that have landed, in ring order, and thread 0's
 // acquire skips the mbarrier tests of every slot below it (one shared load instead of up to 8
 // tests). The producer learns landings where it waits anyway: in its loop for an empty slot, in
@@ -585,6 +591,9 @@ constexpr bool kSlotPretest = MONOLITH_SLOT_PRETEST != 0;
 // a shared atomic; thread 0's shared atomic read, a CTA fence, then the opening barrier (the same
 // chain as today's thread-0 test plus one release/acquire link). Prediction: +0-3 % bf16 (its
 // tests are batched already), +1-4 % E4M3 / NVFP4 (serial tests); tokens bitwise equal.
+// Measured (tenth session, dev at position 2, 128 blocks, same call): bf16 2,046 -> 1,982 (-3.1 %),
+// fp8 2,024 -> 2,050 (+1.3 %), NVFP4 2,025 -> 1,727 (-14.7 %; the knob build spills at the
+// 96-register cap); tokens bitwise equal. Not worth a per-format default at +1.3 %.
 #ifndef MONOLITH_SLOT_LANDED
 #define MONOLITH_SLOT_LANDED 0
 #endif
@@ -1412,9 +1421,6 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     // ---------------- attention splits of group g ----------------
     if (s.gi < s.nsplit) {
       const bool owner = (s.nsplit - 1) % s.ng == s.gi;  // owns the last split: appends K/V
-      // widened splits at this position (MONOLITH_ATTN_WIDE): the wide score / softmax / V paths;
-      // elsewhere the 64-position ones, exactly as in an unwidened build
-      const bool wide = kAttnWide && split_width(pos, s.ng) > kSplitPositions;
       bool held = false;  // the first split's K slot, acquired by the barrier below
       // slots that barrier takes: the first split's K (K and V: flash, tight), when it has cached positions
       auto first_split_slots = [&] {
@@ -1691,7 +1697,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           continue;
         }
         // scores: one half-warp per cached position, 16 lanes x 16 B = one K row, both heads
-        if (wide && nh > 0) {  // MONOLITH_ATTN_WIDE: nk K slots, position rr in slot rr / 64
+        if (kAttnWide && nh > 0) {  // MONOLITH_ATTN_WIDE: nk K slots, position rr in slot rr / 64
           const int nk = split_slots(nh);
           if (!held && !acquire_n(nk, kPhase_s_attn, L)) return;
           held = false;
@@ -1740,7 +1746,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
         csync();
         const int n = nh + (cur ? 1 : 0);
-        if (wide && warp < kHeadsPerKV) {  // the same over up to kSplitEntriesMax entries
+        if (kAttnWide && warp < kHeadsPerKV) {  // the same over up to kSplitEntriesMax entries
           float* sc = sm.sc + warp * kSplitEntriesMax;
           float m = -INFINITY, e = 0.f;  // two passes over shared memory (registers are at the cap)
           for (int r = lane; r < n; r += 32) m = fmaxf(m, sc[r]);
@@ -1780,7 +1786,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (sp == s.gi) XRAY_SUB3(x_att_soft, L);
         // V: warp w takes cached positions w, w + 16, w + 32, w + 48; lane holds dims 4 lane .. + 3
         float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
-        if (wide && nh > 0) {  // MONOLITH_ATTN_WIDE: nk V slots; warp w: positions w + 16 j
+        if (kAttnWide && nh > 0) {  // MONOLITH_ATTN_WIDE: nk V slots; warp w: positions w + 16 j
           const int nk = split_slots(nh);
           if (!acquire_n(nk, kPhase_s_attn, L)) return;
 #pragma unroll 1

@@ -245,7 +245,7 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min):
     assert "t0 = sp * w;" in src and "t1 = min(t0 + w, pos);" in src
     assert "return (nh + kSplitPositions - 1) / kSplitPositions; }" in src
     defaults = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (MONOLITH_ATTN_WIDE(?:_MIN)?) (\d+)", src)}
-    assert defaults == {"MONOLITH_ATTN_WIDE": 3, "MONOLITH_ATTN_WIDE_MIN": 3}  # NOTES.md, tenth session
+    assert defaults == {"MONOLITH_ATTN_WIDE": 0, "MONOLITH_ATTN_WIDE_MIN": 3}  # off; NOTES.md, tenth session
     cfg = (REPO_ROOT / "kernel" / "config.cuh").read_text()
     split = int(re.search(r"constexpr int kSplitPositions = (\d+);", cfg).group(1))
     widened = 0
@@ -271,7 +271,7 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min):
                 covered = t0 + nh
             assert covered == pos
     assert widened > 0
-    # at 128 blocks (16 per group) and the defaults: widened exactly from 2,048 to 3,071
+    # at 128 blocks (16 per group) and N = M = 3: widened exactly from 2,048 to 3,071
     if (wide, wide_min) == (3, 3):
         ks = [p for p in range(C.CONTEXT_CAP) if 3 <= -(-(p // split + 1) // 16) <= 3]
         assert (ks[0], ks[-1]) == (2048, 3071)
