@@ -662,6 +662,25 @@ static_assert(!(kAttnTight && kAttnFlash), "MONOLITH_ATTN_TIGHT reshapes the shi
 #define MONOLITH_ATTN_LOCAL_MERGE 1
 #endif
 constexpr bool kAttnLocalMerge = MONOLITH_ATTN_LOCAL_MERGE != 0;
+// MONOLITH_MERGE_HALVES=1 (tenth session; compiled, NOT YET RUN): the group's merge of attention
+// partials (before O) on all 512 consumer threads instead of 256. Threads 256.. (the same (head,
+// dim) pairs) merge the partials from mh = 4 ceil(np / 8) on, the others the ones below, and the
+// lower half folds the upper's (m, num, den) in after the merge's barrier (through sm.vpart, free
+// by then). Why: each thread gathers 4 partials per L2 round trip, one round trip after another, so
+// the 16 partials of a group at positions >= 1,024 (128 blocks) cost 4 dependent rounds; halves
+// make that ceil(np / 8): 2. The X-ray at 2,040 against 128 (tenth session): the O segment +2.0 us
+// per layer with its work unchanged (16 partials against 3). With <= 4 partials (positions < 256
+// at 128 blocks) nothing changes, bitwise; above, another (fixed) summation order.
+// Prediction: ~1 us per layer at 2,040: dev 1,549 -> ~1,620 tok/s (bf16), 512 and 1,024 sweep
+// points +2-4 %.
+#ifndef MONOLITH_MERGE_HALVES
+#define MONOLITH_MERGE_HALVES 0
+#endif
+constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES != 0;
+constexpr int kMergeThreads = (kMergeHalves ? 2 : 1) * kGroupCols;  // threads that gather partials
+static_assert(kMergeThreads <= kStreamConsumerThreads, "MONOLITH_MERGE_HALVES: two threads per (head, dim)");
+static_assert(!kMergeHalves || 3 * kGroupCols <= kStreamConsumerWarps * kGroupCols,
+              "MONOLITH_MERGE_HALVES: the upper half's (m, num, den) fit in sm.vpart");
 static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merges the shipped split's partials");
 
 // MONOLITH_ATTN_MMA=1 (ninth session; measured slower, off): a split's scores on the tensor cores
@@ -1875,20 +1894,25 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     {
       bool ok = true;
       float num = 0.f, den = 0.f;
-      if (tid < kGroupCols) {
+      // partials to merge: one per split, or (MONOLITH_ATTN_LOCAL_MERGE) one per block that owns a
+      // split (read where the loop reads it, so that the default build's code stays the same)
+      auto np = [&] { return kAttnLocalMerge ? min(s.ng, s.nsplit) : s.nsplit; };
+      constexpr int kBatch = 4;
+      // MONOLITH_MERGE_HALVES: threads kGroupCols.. take the partials from mh on (none below 5)
+      const int mh = kBatch * ((np() + 2 * kBatch - 1) / (2 * kBatch));
+      const bool upper = kMergeHalves && tid >= kGroupCols;
+      float m = -INFINITY;
+      if (tid < kMergeThreads && (!upper || mh < np())) {
         // online merge in split order (deterministic); the loads of 4 splits are issued together (one
         // L2 round trip per poll round covers positions < 256)
-        const int h = tid / kHeadDim, d = tid & (kHeadDim - 1);
+        const int h = (kMergeHalves ? tid % kGroupCols : tid) / kHeadDim, d = tid & (kHeadDim - 1);
         const long long* part0 = acc + kTagAttnPart + (g * kMaxSplits * kHeadsPerKV + h) * kPartStride;
-        constexpr int kSplitStride = kHeadsPerKV * kPartStride, kBatch = 4;
-        // partials to merge: one per split, or (MONOLITH_ATTN_LOCAL_MERGE) one per block that owns a
-        // split (read where the loop reads it, so that the default build's code stays the same)
-        auto np = [&] { return kAttnLocalMerge ? min(s.ng, s.nsplit) : s.nsplit; };
-        float m = -INFINITY;
-        for (int sp0 = 0; sp0 < np() && ok; sp0 += kBatch) {
+        constexpr int kSplitStride = kHeadsPerKV * kPartStride;
+        auto pend = [&] { return kMergeHalves && !upper ? min(np(), mh) : np(); };  // past this half's last
+        for (int sp0 = upper ? mh : 0; sp0 < pend() && ok; sp0 += kBatch) {
           float ms[kBatch], ls[kBatch], os[kBatch];
           float got[3 * kBatch];
-          const int nb = min(kBatch, np() - sp0);
+          const int nb = min(kBatch, pend() - sp0);
           // words past the last split are read as split 0's (always written): same tag, unused
           tagged_gather<3 * kBatch>(
               [&](int i) {
@@ -1906,7 +1930,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           }
 #pragma unroll
           for (int j = 0; j < kBatch; ++j) {
-            if (sp0 + j < np()) {
+            if (sp0 + j < pend()) {
               const float mn = fmaxf(m, ms[j]);
               const float ca = __expf(m - mn), cb = __expf(ms[j] - mn);
               num = num * ca + os[j] * cb;
@@ -1915,10 +1939,21 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
             }
           }
         }
+        if (upper) {  // (m, num, den) of the later partials, for the lower half after the barrier
+          sm.vpart[tid - kGroupCols] = m;
+          sm.vpart[tid] = num;
+          sm.vpart[tid + kGroupCols] = den;
+        }
       }
       if (!csync_and(ok)) return;
       XRAY_END(s_wait_attn, L);
       if (tid < kGroupCols) {
+        if (kMergeHalves && mh < np()) {  // fold the upper half in, after every earlier partial
+          const float mu = sm.vpart[tid], mn = fmaxf(m, mu);
+          const float ca = __expf(m - mn), cb = __expf(mu - mn);
+          num = num * ca + sm.vpart[kGroupCols + tid] * cb;
+          den = den * ca + sm.vpart[2 * kGroupCols + tid] * cb;
+        }
         const float a = num / den;
         sm.attn[kNv ? nv_swz(tid) : tid] = a;  // NVFP4's O reads it swizzled
         if (s.gi == 0 && scr_on) scr[kScrAttn + g * kGroupCols + tid] = a;

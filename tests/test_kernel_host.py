@@ -275,3 +275,44 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min):
     if (wide, wide_min) == (3, 3):
         ks = [p for p in range(C.CONTEXT_CAP) if 3 <= -(-(p // split + 1) // 16) <= 3]
         assert (ks[0], ks[-1]) == (2048, 3071)
+
+
+def test_merge_halves_rule():
+    """MONOLITH_MERGE_HALVES (kernel/schedule_stream.cuh, the merge before O; source expressions
+    checked, then modelled): the lower threads merge partials [0, min(np, mh)), the upper ones
+    [mh, np); every partial is merged exactly once, in order; at most 4 partials leave the upper
+    half idle (the default's bits); each half needs at most ceil(np / 8) rounds of 4; and folding
+    the upper (m, num, den) into the lower one equals the sequential online merge (fp64 model)."""
+    import numpy as np
+
+    src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
+    assert "const int mh = kBatch * ((np() + 2 * kBatch - 1) / (2 * kBatch));" in src
+    assert "auto pend = [&] { return kMergeHalves && !upper ? min(np(), mh) : np(); };" in src
+    assert "for (int sp0 = upper ? mh : 0; sp0 < pend() && ok; sp0 += kBatch) {" in src
+    assert "if (tid < kMergeThreads && (!upper || mh < np())) {" in src
+    assert "#define MONOLITH_MERGE_HALVES 0" in src  # off until measured
+    batch = 4
+
+    def online(ms, ls, os_, m=-np.inf, num=0.0, den=0.0):
+        for mj, lj, oj in zip(ms, ls, os_, strict=True):
+            mn = max(m, mj)
+            ca, cb = np.exp(m - mn), np.exp(mj - mn)
+            num, den, m = num * ca + oj * cb, den * ca + lj * cb, mn
+        return m, num, den
+
+    rng = np.random.default_rng()
+    for n in range(1, C.CONTEXT_CAP // 64 + 1):
+        mh = batch * ((n + 2 * batch - 1) // (2 * batch))
+        lower, upper = list(range(0, min(n, mh))), list(range(mh, n))
+        assert lower + upper == list(range(n))
+        if n <= batch:
+            assert not upper
+        rounds = -(-n // (2 * batch))
+        assert -(-len(lower) // batch) <= rounds and -(-len(upper) // batch) <= rounds
+        ms, ls, os_ = rng.normal(size=n) * 4, rng.uniform(0.5, 8, n), rng.normal(size=n)
+        m0, num0, den0 = online(ms, ls, os_)
+        m, num, den = online(ms[lower], ls[lower], os_[lower])
+        if upper:
+            mu, nu, du = online(ms[upper], ls[upper], os_[upper])
+            m, num, den = online([mu], [du], [nu], m, num, den)
+        assert np.isclose(num / den, num0 / den0, rtol=1e-12) and m == m0
