@@ -535,6 +535,35 @@ constexpr bool kProducerCalm = MONOLITH_PRODUCER_CALM != 0;
 #define MONOLITH_DIAG_NORM_ONES 0
 #endif
 constexpr bool kScrGuard = MONOLITH_SCR_GUARD != 0;
+// MONOLITH_DIAG_CODE_PAD=N (tenth session; diagnostic, compiled, NOT YET RUN): N FFMA instructions
+//   that never execute (a branch on pos < 0), inlined at the end of the attention splits, where
+//   MONOLITH_ATTN_WIDE's paths sat. Why: with those paths in the build but never taken (position
+//   128), the X-ray put qkv work +0.52 us and attention work +1.05 us per layer, and the headline
+//   fell 4-8 % (NOTES.md, tenth session); ncu already counts 5 % of all warp samples as `no_inst`
+//   (instruction fetch). If instruction fetch is the mechanism, the slowdown grows with N
+//   (the wide paths were ~1,700 instructions): the lever is then less code on the hot path.
+//   Confound (ptxas -v, sm_90a): any N > 0 changes the register allocation elsewhere (bf16-stream
+//   93 -> 79 registers, fp8 92 -> 82, NVFP4 spills 36-44 B), so compare pads with each other
+//   (256 as the control, then 1,024 and 4,096), not with the default build.
+#ifndef MONOLITH_DIAG_CODE_PAD
+#define MONOLITH_DIAG_CODE_PAD 0
+#endif
+constexpr int kDiagCodePad = MONOLITH_DIAG_CODE_PAD;
+static_assert(kDiagCodePad >= 0 && kDiagCodePad % 2 == 0, "MONOLITH_DIAG_CODE_PAD: an even number of instructions");
+// never executed (when < 0 is false: positions are >= 0); a dependent FFMA chain the compiler keeps
+__device__ __forceinline__ void diag_code_pad(int when, float* sink) {
+  if constexpr (kDiagCodePad > 0) {
+    if (when < 0) {
+      float a = __int_as_float(when), b = 1.f;
+#pragma unroll
+      for (int i = 0; i < kDiagCodePad / 2; ++i) {
+        a = fmaf(a, b, 1.f);
+        b = fmaf(b, a, 2.f);
+      }
+      *sink = a + b;
+    }
+  }
+}
 // MONOLITH_SLOT_TEST_LANES=1 (sixth session): a round's opening slot test by lanes 0..n-1 of warp 0
 //   at once (one mbarrier.test_wait instruction, n probes in flight; then a ballot) instead of
 //   thread 0 testing the n slots one after another. Why: the X-ray (MONOLITH_XRAY_SUB=2) timed
@@ -1865,6 +1894,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (!kAttnTight || sp + s.ng < s.nsplit) csync();
         if (sp == s.gi) XRAY_SUB3(x_att_out, L);
       }
+      diag_code_pad(pos, &sm.red[0]);  // MONOLITH_DIAG_CODE_PAD (off: no code)
       XRAY_END(s_attn, L);
     }
 
