@@ -1750,12 +1750,20 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           if (!held && !acquire_n(nk, kPhase_s_attn, L)) return;
           held = false;
           const int hw = tid >> 4, l16 = tid & 15;
-          for (int rr = hw; rr < nk * kSplitPositions; rr += kStreamConsumerThreads / 16) {  // warp-uniform count
-            float a0, a1;
-            score_k(slot_at(rr / kSplitPositions), rr % kSplitPositions, rr < nh, a0, a1);
-            if (l16 == 0 && rr < nh) {
-              sm.sc[rr] = a0 * scale;
-              sm.sc[kSplitEntriesMax + rr] = a1 * scale;
+          // slot by slot, each as the 64-position loop below (constant trip count, unrolled): the
+          // ninth session's single loop over nk x 64 with a slot division per position was a
+          // non-unrolled loop (the 128-wide split's -2.3 %, tenth session, may be partly that)
+#pragma unroll 1
+          for (int c = 0; c < nk; ++c) {
+            const uint4* slot = slot_at(c);
+            for (int rr = hw; rr < kSplitPositions; rr += kStreamConsumerThreads / 16) {
+              const int r = c * kSplitPositions + rr;
+              float a0, a1;
+              score_k(slot, rr, r < nh, a0, a1);
+              if (l16 == 0 && r < nh) {
+                sm.sc[r] = a0 * scale;
+                sm.sc[kSplitEntriesMax + r] = a1 * scale;
+              }
             }
           }
           release_n(nk);

@@ -244,8 +244,8 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min):
     assert "s.nsplit = pos / split_width(pos, s.ng) + 1;" in src
     assert "t0 = sp * w;" in src and "t1 = min(t0 + w, pos);" in src
     assert "return (nh + kSplitPositions - 1) / kSplitPositions; }" in src
-    defaults = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (MONOLITH_ATTN_WIDE(?:_MIN)?) (\d+)", src)}
-    assert defaults == {"MONOLITH_ATTN_WIDE": 0, "MONOLITH_ATTN_WIDE_MIN": 3}  # off; NOTES.md, tenth session
+    # off by default; 3 and 3 measured (NOTES.md, tenth session)
+    assert "#define MONOLITH_ATTN_WIDE 0\n" in src and "#define MONOLITH_ATTN_WIDE_MIN 3\n" in src
     cfg = (REPO_ROOT / "kernel" / "config.cuh").read_text()
     split = int(re.search(r"constexpr int kSplitPositions = (\d+);", cfg).group(1))
     widened = 0
