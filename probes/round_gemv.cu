@@ -5,7 +5,8 @@
 // bf16, already landed, from the opening barrier to the closing one) at ~0.97 us, ~1,900 cycles.
 // The round's instruction count says ~512 issue cycles per SM sub-partition (16 warps x ~170
 // instructions over 4 schedulers). This probe tells which it is: the round's own cost, or the
-// kernel around it.
+// kernel around it. (Tenth session: 1,387 cycles alone, so mostly the round; the shapes below ask
+// what in the round.)
 //   The round (the kernel's shape): 16 consumer warps; warp w takes row w / 2 of each of the 4
 //   slots, half h = w % 2 of it; each lane reads 2 x 16 B per slot (8 bf16 weights each) against
 //   its 16 x values held in registers (loaded from shared memory after the opening barrier, as
@@ -117,7 +118,16 @@ __device__ void loader(const Params& p, Smem& sm) {
   }
 }
 
+// Shapes (tenth session): which loads stay inside the timed round. The kernel's round reads 96 KB
+// of shared memory per block (64 KB of weights, and each warp's 2 KB of x: 32 KB), 768 cycles at
+// 128 B per cycle; the measured round is 1,387 cycles. Hoisting the x loads (kHoistX) or the
+// weight loads (kHoistW, into 32 registers per lane) out of the loop, before the first round,
+// leaves the rest: if the round is bound by shared-memory bandwidth, each removes its bytes'
+// cycles; if by the dependent tail (FMA chains, 6 shuffles, the barrier), neither moves it much.
+//   shape 0: the kernel's (both loads in the round)   1: x hoisted   2: weights hoisted   3: both
+template <int kShape>
 __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
+  constexpr bool kHoistX = (kShape & 1) != 0, kHoistW = (kShape & 2) != 0;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -146,24 +156,49 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
     }
   }
   const int h = warp & 1, row = warp >> 1;
-  for (int r = 0; r < p.rounds; ++r) {
-    csync();  // the opening barrier (the kernel: the acquire's, after thread 0's slot tests)
-    const long long t0 = clock64();
-    // this lane's 16 x values of its half: words 64 h + lane and + 32 (the kernel's load_xhalf)
-    const float4* x4 = reinterpret_cast<const float4*>(sm.x);
-    float4 xv[4];
+  // this lane's 16 x values of its half: words 64 h + lane and + 32 (the kernel's load_xhalf)
+  const float4* x4 = reinterpret_cast<const float4*>(sm.x);
+  auto load_x = [&](float4 (&xv)[4]) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int q = 64 * h + lane + 32 * j;
       xv[2 * j] = x4[2 * q];
       xv[2 * j + 1] = x4[2 * q + 1];
     }
-    float a[kSlots];
+  };
+  // this lane's 2 x 16 B of its row's half in each slot
+  auto load_w = [&](uint4 (&wv)[2 * kSlots]) {
 #pragma unroll
     for (int i = 0; i < kSlots; ++i) {
       const uint4* rw = sm.slot[i] + row * (kK / 8) + 64 * h + lane;
-      a[i] = dot8_bf16(rw[0], xv[0], xv[1], 0.f) + dot8_bf16(rw[32], xv[2], xv[3], 0.f);
+      wv[2 * i] = rw[0];
+      wv[2 * i + 1] = rw[32];
     }
+  };
+  float4 xh[4];
+  uint4 wh[2 * kSlots];
+  if constexpr (kHoistX) load_x(xh);
+  if constexpr (kHoistW) load_w(wh);
+  for (int r = 0; r < p.rounds; ++r) {
+    csync();  // the opening barrier (the kernel: the acquire's, after thread 0's slot tests)
+    const long long t0 = clock64();
+    float4 xv[4];
+    uint4 wv[2 * kSlots];
+    if constexpr (kHoistX) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) xv[j] = xh[j];
+    } else {
+      load_x(xv);
+    }
+    if constexpr (kHoistW) {
+#pragma unroll
+      for (int j = 0; j < 2 * kSlots; ++j) wv[j] = wh[j];
+    } else {
+      load_w(wv);
+    }
+    float a[kSlots];
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) a[i] = dot8_bf16(wv[2 * i], xv[0], xv[1], 0.f) + dot8_bf16(wv[2 * i + 1], xv[2], xv[3], 0.f);
     const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);  // lane 8 v: slot v's row `row`, half h
     if ((lane & 7) == 0) sm.part[(lane >> 3) * kConsumerWarps + warp] = r4;
     csync();  // publishes part
@@ -216,7 +251,11 @@ int main(int argc, char** argv) {
             size_t(prop.sharedMemPerBlockOptin));
     return 1;
   }
-  CUDA_CHECK(cudaFuncSetAttribute(round_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Smem))));
+  void (*const kernels[4])(Params) = {round_kernel<0>, round_kernel<1>, round_kernel<2>, round_kernel<3>};
+  for (auto k : kernels) CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Smem))));
+  // runs: the kernel's shape under every loader mode, then the hoisted shapes with the loader idle
+  const int runs[][2] = {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {2, 0}, {3, 0}};
+  const char* kShapeNames[4] = {"kernel", "x-hoisted", "w-hoisted", "both"};
   // inputs: bf16 weights in [-1, 1), x in [-1, 1)
   std::vector<uint16_t> hw(size_t(kRows) * kK);
   std::vector<float> hx(kK);
@@ -258,13 +297,14 @@ int main(int argc, char** argv) {
   p.timeout_cycles = 4000000000ll;  // ~2 s: nothing waits longer
   if (!g_json) printf("device: %s (%d SMs), %d blocks x %d threads (16 consumer warps + loader), %d rounds of %d rows x %d bf16\n",
                       prop.name, G, G, kThreads, rounds, kRows, kK);
-  if (!g_json) printf("%-7s | %22s | %22s | %8s | %s\n", "loader", "dots (x_dot) cyc / us", "stores (x_out) cyc / us", "SM GHz", "check");
+  if (!g_json) printf("%-9s | %-7s | %22s | %22s | %8s | %s\n", "shape", "loader", "dots (x_dot) cyc / us", "stores (x_out) cyc / us", "SM GHz", "check");
   if (g_json) printf("{\"probe\": \"round_gemv\", \"device\": \"%s\", \"rows\": [", prop.name);
   bool all_ok = true;
-  for (int mode = 0; mode < kModes; ++mode) {
+  for (int ri = 0; ri < int(sizeof(runs) / sizeof(runs[0])); ++ri) {
+    const int shape = runs[ri][0], mode = runs[ri][1];
     p.mode = mode;
     CUDA_CHECK(cudaMemset(p.out, 0xff, size_t(G) * kRows * 8));  // poison
-    round_kernel<<<G, kThreads, sizeof(Smem)>>>(p);
+    kernels[shape]<<<G, kThreads, sizeof(Smem)>>>(p);
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<long long> st(size_t(G) * rounds * kStamps);
@@ -294,13 +334,14 @@ int main(int argc, char** argv) {
       p90[k] = probe_quantile(v, 0.9);
     }
     if (g_json)
-      printf("%s{\"loader\": \"%s\", \"dots_cycles\": %.0f, \"dots_p90_cycles\": %.0f, \"stores_cycles\": %.0f, "
+      printf("%s{\"shape\": \"%s\", \"loader\": \"%s\", \"dots_cycles\": %.0f, \"dots_p90_cycles\": %.0f, \"stores_cycles\": %.0f, "
              "\"stores_p90_cycles\": %.0f, \"round_cycles\": %.0f, \"sm_ghz\": %.4f, \"dots_us\": %.4f, \"max_rel_err\": %.3g, "
              "\"ok\": %s}",
-             mode ? ", " : "", kModeNames[mode], med[0], p90[0], med[1], p90[1], med[2], ghz, med[0] / ghz / 1e3, worst,
+             ri ? ", " : "", kShapeNames[shape], kModeNames[mode], med[0], p90[0], med[1], p90[1], med[2], ghz, med[0] / ghz / 1e3, worst,
              ok ? "true" : "false");
     else
-      printf("%-7s | %8.0f (p90 %5.0f) %5.3f | %8.0f (p90 %5.0f) %5.3f | %8.4f | %.2e %s\n", kModeNames[mode], med[0], p90[0],
+      printf("%-9s | %-7s | %8.0f (p90 %5.0f) %5.3f | %8.0f (p90 %5.0f) %5.3f | %8.4f | %.2e %s\n", kShapeNames[shape],
+             kModeNames[mode], med[0], p90[0],
              med[0] / ghz / 1e3, med[1], p90[1], med[1] / ghz / 1e3, ghz, worst, ok ? "OK" : "FAIL");
   }
   if (g_json) printf("], \"ok\": %s}\n", all_ok ? "true" : "false");
