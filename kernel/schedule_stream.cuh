@@ -466,8 +466,14 @@ __device__ __forceinline__ void split_range(int sp, int nsplit, int pos, int ng,
     t1 = min(t0 + w, pos);
   }
 }
-// K (or V) slots of a split of nh cached positions: one per 64 (the last one partial)
-__device__ __forceinline__ int split_slots(int nh) { return (nh + kSplitPositions - 1) / kSplitPositions; }
+// K (or V) slots of a split of nh cached positions: one per 64 (the last one partial). The min
+// changes nothing (no split is wider: tests/test_kernel_host.py) but tells the compiler so: an
+// acquire_n of a runtime n unrolls thread 0's batched tests to 8 and keeps the serial loop beside
+// them (scripts/sass_sites.py: 268 instructions per acquire against 84-114 for n <= 1; tenth
+// session: such thread-0 code, run cold once per phase, is the suspect in the widened default's loss).
+__device__ __forceinline__ int split_slots(int nh) {
+  return min((nh + kSplitPositions - 1) / kSplitPositions, kSplitSlotsMax);
+}
 
 __device__ __forceinline__ uint16_t* kv_base(uint16_t* kv, int L, int kind, int g) {
   return kv + ((int64_t(L) * 2 + kind) * kNumKVHeads + g) * int64_t(kContextCap) * kHeadDim;
