@@ -50,6 +50,15 @@ def read_dump(path: Path, kernel: str) -> dict[int, tuple[str, list[tuple[str, i
     return out
 
 
+def site_of(chain: list[tuple[str, int]]) -> str:
+    """The statement of stream_consumer / stream_producer an instruction was inlined into: the
+    chain's second-outermost line outside megakernel.cu (scripts/sass_sites.py counts by it too)."""
+    own = [(f, n) for f, n in chain if f != "megakernel.cu"]
+    if len(own) >= 2:
+        return f"{own[-2][0]}:{own[-2][1]}"
+    return f"{own[0][0]}:{own[0][1]}" if own else "?"
+
+
 def read_csv(path: Path) -> tuple[str, list[dict]]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as f:
@@ -88,8 +97,7 @@ def summarize(rows: list[dict], lines: dict, top: int = 30, warp_us: float | Non
             mismatched += 1
         if not s:
             continue
-        own = [(f, n) for f, n in chain if f != "megakernel.cu"]
-        site = f"{own[-2][0]}:{own[-2][1]}" if len(own) >= 2 else (f"{own[0][0]}:{own[0][1]}" if own else "?")
+        site = site_of(chain)
         one = num(r.get("Avg. Threads Executed", "32")) <= 1.5
         for h in reasons:
             v = num(r[h])

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ncu_stalls import read_dump  # noqa: E402  (a script beside this one, not a package)
+from ncu_stalls import read_dump, site_of  # noqa: E402  (a script beside this one, not a package)
 
 KERNEL = "_ZN8monolith11plain_build11decode_stepILi2EEEvNS_10StepParamsE"  # bf16-stream
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernel"
@@ -31,14 +31,6 @@ def statement(site: str) -> str:
         return (KERNEL_DIR / name).read_text().splitlines()[int(line) - 1].strip()[:70]
     except (OSError, ValueError, IndexError):
         return ""
-
-
-def site_of(chain: list[tuple[str, int]]) -> str:
-    """ncu_stalls.summarize's rule: the chain's second-outermost line outside megakernel.cu."""
-    own = [(f, n) for f, n in chain if f != "megakernel.cu"]
-    if len(own) >= 2:
-        return f"{own[-2][0]}:{own[-2][1]}"
-    return f"{own[0][0]}:{own[0][1]}" if own else "?"
 
 
 def sites(dump: Path, kernel: str) -> collections.Counter:
