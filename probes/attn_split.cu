@@ -653,27 +653,11 @@ __global__ void __launch_bounds__(kThreads, 1) attn_kernel(Params p) {
 }
 
 int main(int argc, char** argv) {
-  int rounds = 200;
-  for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--json")) g_json = true;
-    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
-    else {
-      fprintf(stderr, "usage: %s [--json] [--rounds N]\n", argv[0]);
-      return 2;
-    }
-  }
-  if (rounds < 1 || rounds > 100000) {
-    fprintf(stderr, "attn_split: --rounds 1..100000\n");
-    return 2;
-  }
+  const int rounds = probe_int_arg(argc, argv, "--rounds", 200, 1, 100000);
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const int G = prop.multiProcessorCount;
-  if (prop.sharedMemPerBlockOptin < sizeof(Smem)) {
-    fprintf(stderr, "attn_split: needs %zu B of shared memory per block (has %zu)\n", sizeof(Smem),
-            size_t(prop.sharedMemPerBlockOptin));
-    return 1;
-  }
+  probe_require_smem(prop, sizeof(Smem));
   CUDA_CHECK(cudaFuncSetAttribute(attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Smem))));
   // inputs: bf16 K/V in [-1, 1), q of norm ~1 per head (RoPE'd q/k are unit-scale after QK-norm)
   std::vector<uint16_t> hk(kSplit * kHeadDim), hv(kSplit * kHeadDim), hkc(kHeadDim), hvc(kHeadDim);

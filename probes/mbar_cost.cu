@@ -144,19 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1) mbar_kernel(Params p) {
 }
 
 int main(int argc, char** argv) {
-  int reps = 200;
-  for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--json")) g_json = true;
-    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-    else {
-      fprintf(stderr, "usage: %s [--json] [--reps N]\n", argv[0]);
-      return 2;
-    }
-  }
-  if (reps < 1 || reps > 100000) {
-    fprintf(stderr, "mbar_cost: --reps 1..100000\n");
-    return 2;
-  }
+  const int reps = probe_int_arg(argc, argv, "--reps", 200, 1, 100000);
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const int G = prop.multiProcessorCount;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #ifndef PROBE_NAME
@@ -33,6 +34,34 @@ static inline double probe_quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, size_t(q * v.size()))];
+}
+
+// The command line of a probe with one integer option: `--json` and `opt N` (default `def`, in
+// [lo, hi]). Anything else prints the usage, a value out of range says the range; both exit 2.
+static inline int probe_int_arg(int argc, char** argv, const char* opt, int def, int lo, int hi) {
+  int v = def;
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--json")) g_json = true;
+    else if (!strcmp(argv[i], opt) && i + 1 < argc) v = atoi(argv[++i]);
+    else {
+      fprintf(stderr, "usage: %s [--json] [%s N]\n", argv[0], opt);
+      exit(2);
+    }
+  }
+  if (v < lo || v > hi) {
+    fprintf(stderr, PROBE_NAME ": %s %d..%d\n", opt, lo, hi);
+    exit(2);
+  }
+  return v;
+}
+
+// Exit 1 with a clear message when a block cannot have `bytes` of dynamic shared memory here.
+static inline void probe_require_smem(const cudaDeviceProp& prop, size_t bytes) {
+  if (prop.sharedMemPerBlockOptin < bytes) {
+    fprintf(stderr, PROBE_NAME ": needs %zu B of shared memory per block (has %zu)\n", bytes,
+            size_t(prop.sharedMemPerBlockOptin));
+    exit(1);
+  }
 }
 
 __device__ __forceinline__ uint64_t globaltimer() {

@@ -230,27 +230,11 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
 }
 
 int main(int argc, char** argv) {
-  int rounds = 200;
-  for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--json")) g_json = true;
-    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
-    else {
-      fprintf(stderr, "usage: %s [--json] [--rounds N]\n", argv[0]);
-      return 2;
-    }
-  }
-  if (rounds < 1 || rounds > 100000) {
-    fprintf(stderr, "round_gemv: --rounds 1..100000\n");
-    return 2;
-  }
+  const int rounds = probe_int_arg(argc, argv, "--rounds", 200, 1, 100000);
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const int G = prop.multiProcessorCount;
-  if (prop.sharedMemPerBlockOptin < sizeof(Smem)) {
-    fprintf(stderr, "round_gemv: needs %zu B of shared memory per block (has %zu)\n", sizeof(Smem),
-            size_t(prop.sharedMemPerBlockOptin));
-    return 1;
-  }
+  probe_require_smem(prop, sizeof(Smem));
   void (*const kernels[4])(Params) = {round_kernel<0>, round_kernel<1>, round_kernel<2>, round_kernel<3>};
   for (auto k : kernels) CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Smem))));
   // runs: the kernel's shape under every loader mode, then the hoisted shapes with the loader idle

@@ -67,19 +67,7 @@ __global__ void __launch_bounds__(kThreads, 1) tc_clock_kernel(Params p) {
 }
 
 int main(int argc, char** argv) {
-  int iters = 400000;
-  for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--json")) g_json = true;
-    else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
-    else {
-      fprintf(stderr, "usage: %s [--json] [--iters N]\n", argv[0]);
-      return 2;
-    }
-  }
-  if (iters < 1000 || iters > 100000000) {
-    fprintf(stderr, "tc_clock: --iters 1000..100000000\n");
-    return 2;
-  }
+  const int iters = probe_int_arg(argc, argv, "--iters", 400000, 1000, 100000000);
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const int G = prop.multiProcessorCount;
