@@ -309,6 +309,19 @@ struct StreamFmt<WeightsNvfp4> {
 //         + 32 (8 weights each; consecutive lanes, consecutive words: no bank conflicts).
 //   E4M3: 16 rows per slot, warp w takes rows w / 2 and w / 2 + 8; lane reads word 32 h + lane of
 //         each (16 weights: elements 512 h + 16 lane ..).
+//   The input words a lane needs are contiguous (bf16: float4s 2 q, 2 q + 1 with q = 64 h + lane
+//   + 32 j; E4M3: float4s 4 m .. 4 m + 3 with m = 32 h + lane), so across a warp they are 32 or
+//   64 bytes apart: stored linearly, each LDS.128 uses only half (bf16) or a quarter (E4M3) of the
+//   32 banks, 8 or 16 wavefronts instead of 4. MONOLITH_X_SWIZZLE=1 (eleventh session, A/B) stores
+//   every K-vector these loads read (s_x, sm.act, sm.attn) with nv_swz, as NVFP4 already does:
+//   float4 j of 128-byte line i at j ^ (i % 8), which spreads both patterns over all 8 bank groups
+//   (bf16: 2 lines per quarter-warp, E4M3: 4) and keeps the writers (a warp per line) conflict-free.
+//   Same values, same sums: bitwise the linear build's tokens.
+#ifndef MONOLITH_X_SWIZZLE
+#define MONOLITH_X_SWIZZLE 0
+#endif
+constexpr bool kXSwz = MONOLITH_X_SWIZZLE != 0;
+__device__ __forceinline__ int x4_swz(int f) { return kXSwz ? (f & ~7) | ((f & 7) ^ ((f >> 3) & 7)) : f; }
 struct XHalf {
   float4 v[4];
 };
@@ -321,12 +334,12 @@ __device__ __forceinline__ XHalf load_xhalf(const float* s_x) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int q = 64 * h + lane + 32 * j;
-      x.v[2 * j] = x4[2 * q];
-      x.v[2 * j + 1] = x4[2 * q + 1];
+      x.v[2 * j] = x4[x4_swz(2 * q)];
+      x.v[2 * j + 1] = x4[x4_swz(2 * q + 1)];
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) x.v[j] = x4[128 * h + 4 * lane + j];
+    for (int j = 0; j < 4; ++j) x.v[j] = x4[x4_swz(128 * h + 4 * lane + j)];
   }
   return x;
 }
@@ -1435,7 +1448,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // the residual connection, added at once: every block has read the O stage of layer L-2
       // (this buffer's previous content) before any block could finish layer L-1's MLP
       if (ok) seed_o(acc_o, v);
-      stream_prenorm<kNv>(v, nin, sm.x, sm.ssq);
+      stream_prenorm<kNv || kXSwz>(v, nin, sm.x, sm.ssq);
       if (L > 0) XRAY_SUB2(x_prenorm, L);
       float inv = 0.f;
       auto on_qkv = [&](int q, float a) {  // group row q's dot product, row-scaled
@@ -1999,7 +2012,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           den = den * ca + sm.vpart[2 * kGroupCols + tid] * cb;
         }
         const float a = num / den;
-        sm.attn[kNv ? nv_swz(tid) : tid] = a;  // NVFP4's O reads it swizzled
+        sm.attn[kNv || kXSwz ? nv_swz(tid) : tid] = a;  // NVFP4's O reads it swizzled (and MONOLITH_X_SWIZZLE's)
         if (s.gi == 0 && scr_on) scr[kScrAttn + g * kGroupCols + tid] = a;
       }
     }
@@ -2042,8 +2055,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // E4M3: 64 rows of the group's 256 columns per slot, one slot per round; half-warp hw of warp
       // w takes rows 4 w + hw and 4 w + 2 + hw, lane l16 16 columns (one 16-byte word) of each
       const int hw = lane >> 4, l16 = lane & 15;
-      const float4* at4 = reinterpret_cast<const float4*>(sm.attn) + 4 * l16;
-      const float4 at[4] = {at4[0], at4[1], at4[2], at4[3]};
+      const float4* at4 = reinterpret_cast<const float4*>(sm.attn);
+      const float4 at[4] = {at4[x4_swz(4 * l16)], at4[x4_swz(4 * l16 + 1)], at4[x4_swz(4 * l16 + 2)], at4[x4_swz(4 * l16 + 3)]};
       for (int o = s.o0, i = 0; o < s.o1; o += F::kRowsO, ++i) {
         const int nr = min(F::kRowsO, s.o1 - o);
         const int r0 = 4 * warp + hw, r1 = r0 + 2;
@@ -2068,8 +2081,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       }
     } else {
       // lane's 8 attention values are the same for every O row: registers
-      const float4 at0 = reinterpret_cast<const float4*>(sm.attn)[2 * lane];
-      const float4 at1 = reinterpret_cast<const float4*>(sm.attn)[2 * lane + 1];
+      const float4 at0 = reinterpret_cast<const float4*>(sm.attn)[x4_swz(2 * lane)];
+      const float4 at1 = reinterpret_cast<const float4*>(sm.attn)[x4_swz(2 * lane + 1)];
       for (int o = s.o0; o < s.o1; o += 32 * kRoundSlots) {
         const int nr = min(32 * kRoundSlots, s.o1 - o), n = (nr + 31) / 32;
         if (!acquire_n(n, kPhase_s_oproj, L, true, false, o == s.o0)) return;  // the first: after the barrier above
@@ -2140,7 +2153,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int e = 0; e < 2; ++e) scr[kScrHidden + tid + e * kStreamConsumerThreads] = v[e];
         return;
       }
-      stream_prenorm<kNv>(v, npost, sm.x, sm.ssq);
+      stream_prenorm<kNv || kXSwz>(v, npost, sm.x, sm.ssq);
       XRAY_SUB2(x_prenorm, L);
       if constexpr (kNv) {
         float inv = 0.f;
@@ -2228,7 +2241,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
         const int i = tid + k * kStreamConsumerThreads;
-        sm.act[kNv ? nv_swz(i) : i] = av[k];  // NVFP4's down reads it swizzled (per 1024-wide segment)
+        sm.act[kNv || kXSwz ? nv_swz(i) : i] = av[k];  // swizzled for NVFP4's down (per 1024-wide segment) and MONOLITH_X_SWIZZLE
       }
       if (!csync_and(ok)) return;  // also publishes sm.act
       XRAY_END(s_wait_act, L);
@@ -2304,7 +2317,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, kNumLayers - 1), v, S,
                      tmo, uint32_t(kNumLayers) * 16u + 7u, ok);
     XRAY_END(s_wait_final, kNumLayers);  // thread 0's words (the first round's barrier is the block's)
-    stream_prenorm(v, nfin, sm.x, sm.ssq);
+    stream_prenorm<kXSwz>(v, nfin, sm.x, sm.ssq);
     if (b == 0 && ok) {  // the next launch starts from these counted words
       static_assert((kNumLayers - 1) % kAccBuffers == 1, "snapshot order below assumes layer 27 in buffer 1");
       long long* snap = acc + kAccSnap;

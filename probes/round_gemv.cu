@@ -125,15 +125,23 @@ __device__ void loader(const Params& p, Smem& sm) {
 // leaves the rest: if the round is bound by shared-memory bandwidth, each removes its bytes'
 // cycles; if by the dependent tail (FMA chains, 6 shuffles, the barrier), neither moves it much.
 //   shape 0: the kernel's (both loads in the round)   1: x hoisted   2: weights hoisted   3: both
+//   shape 4 (eleventh session): the kernel's, with x stored so that the round's x loads are
+//   conflict-free. The kernel's bf16 layout has each lane read float4s 2q and 2q + 1 (q = 64 h +
+//   lane + 32 j): a 32-byte stride across lanes, so each quarter-warp's LDS.128 spans 256 B, two
+//   wavefronts instead of one (x: 32 wavefronts per warp, 512 cycles per round at 16 warps, not
+//   256). Shape 4 keeps float4 2q at q and 2q + 1 at 128 + q: consecutive lanes, consecutive 16 B.
 template <int kShape>
 __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
-  constexpr bool kHoistX = (kShape & 1) != 0, kHoistW = (kShape & 2) != 0;
+  constexpr bool kHoistX = (kShape & 1) != 0, kHoistW = (kShape & 2) != 0, kXPerm = (kShape & 4) != 0;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   for (int i = tid; i < kRows * kK / 8; i += kThreads)
     sm.slot[i / (kSlotBytes / 16)][i % (kSlotBytes / 16)] = reinterpret_cast<const uint4*>(p.w)[i];
-  for (int i = tid; i < kK; i += kThreads) sm.x[i] = p.x[i];
+  for (int i = tid; i < kK; i += kThreads) {  // shape 4: float4 f at (f % 2) * 128 + f / 2
+    const int f = i >> 2;
+    sm.x[kXPerm ? (((f & 1) * 128 + (f >> 1)) << 2) + (i & 3) : i] = p.x[i];
+  }
   if (tid == 0) {
     for (int i = 0; i < kLoaderSlots; ++i) mbar_init(&sm.full[i], 1);
     mbar_init(&sm.never, 1);
@@ -162,8 +170,8 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int q = 64 * h + lane + 32 * j;
-      xv[2 * j] = x4[2 * q];
-      xv[2 * j + 1] = x4[2 * q + 1];
+      xv[2 * j] = x4[kXPerm ? q : 2 * q];
+      xv[2 * j + 1] = x4[kXPerm ? 128 + q : 2 * q + 1];
     }
   };
   // this lane's 2 x 16 B of its row's half in each slot
@@ -235,11 +243,11 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const int G = prop.multiProcessorCount;
   probe_require_smem(prop, sizeof(Smem));
-  void (*const kernels[4])(Params) = {round_kernel<0>, round_kernel<1>, round_kernel<2>, round_kernel<3>};
+  void (*const kernels[5])(Params) = {round_kernel<0>, round_kernel<1>, round_kernel<2>, round_kernel<3>, round_kernel<4>};
   for (auto k : kernels) CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Smem))));
   // runs: the kernel's shape under every loader mode, then the hoisted shapes with the loader idle
-  const int runs[][2] = {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {2, 0}, {3, 0}};
-  const char* kShapeNames[4] = {"kernel", "x-hoisted", "w-hoisted", "both"};
+  const int runs[][2] = {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {2, 0}, {3, 0}, {4, 0}, {4, 1}};
+  const char* kShapeNames[5] = {"kernel", "x-hoisted", "w-hoisted", "both", "x-perm"};
   // inputs: bf16 weights in [-1, 1), x in [-1, 1)
   std::vector<uint16_t> hw(size_t(kRows) * kK);
   std::vector<float> hx(kK);
