@@ -416,3 +416,51 @@ def test_warp_sum4_is_bitwise_the_kernel_models_butterfly():
         for off in (16, 8, 4, 2, 1):  # the model's butterfly, every lane
             y = y + y[:, torch.arange(32) ^ off]
         assert torch.equal(_warp_sum4(a), y[:, 0])
+
+
+def _lds128_wavefronts(float4_index) -> int:
+    """Shared-memory wavefronts of one LDS.128 by 32 lanes (lane l reads float4 float4_index[l]):
+    the 32 banks form 8 groups of 16 bytes, one wavefront serves each group once, and lanes
+    reading the same float4 share it (broadcast)."""
+    per_group: dict[int, set[int]] = {}
+    for f in float4_index:
+        per_group.setdefault(f % 8, set()).add(f)
+    return max(len(v) for v in per_group.values())
+
+
+def test_x_swizzle_makes_the_bf16_and_e4m3_input_loads_conflict_free():
+    """MONOLITH_X_SWIZZLE (load_xhalf, O's attention loads): the lanes of bf16 rows read float4s
+    2 q, 2 q + 1 (q = 64 h + lane + 32 j), of E4M3 rows 4 m + j (m = 32 h + lane), of bf16 / E4M3 O
+    2 lane (+1) / 4 (lane % 16) + j. Linear, those cost 8 / 16 / 8 / 8 wavefronts per LDS.128; through
+    x4_swz (nv_swz on float4s) each costs the minimum (4; E4M3 O, whose half-warps read the same 16
+    float4s: 2), and x4_swz is the float4 form of nv_swz, the writers' placement."""
+    text = SCHEDULE.read_text()
+    assert "return kXSwz ? (f & ~7) | ((f & 7) ^ ((f >> 3) & 7)) : f;" in text
+    for line in ("x.v[2 * j] = x4[x4_swz(2 * q)];", "x.v[2 * j + 1] = x4[x4_swz(2 * q + 1)];",
+                 "x.v[j] = x4[x4_swz(128 * h + 4 * lane + j)];", "stream_prenorm<kNv || kXSwz>(v, nin, sm.x, sm.ssq);",
+                 "stream_prenorm<kNv || kXSwz>(v, npost, sm.x, sm.ssq);", "stream_prenorm<kXSwz>(v, nfin, sm.x, sm.ssq);",
+                 "sm.attn[kNv || kXSwz ? nv_swz(tid) : tid] = a;", "sm.act[kNv || kXSwz ? nv_swz(i) : i] = av[k];",
+                 "reinterpret_cast<const float4*>(sm.attn)[x4_swz(2 * lane)];"):
+        assert line in text, line
+
+    def x4_swz(f):
+        return (f & ~7) | ((f & 7) ^ ((f >> 3) & 7))
+
+    def nv_swz(e):
+        i, j = e >> 5, (e >> 2) & 7
+        return (i << 5) | ((j ^ (i & 7)) << 2) | (e & 3)
+
+    assert all(4 * x4_swz(e >> 2) + (e & 3) == nv_swz(e) for e in range(C.INTERMEDIATE))
+    lanes = range(32)
+    patterns = {  # name: (float4 index of each lane, for each load), linear wavefronts
+        "bf16 rows": ([[2 * (64 * h + ln + 32 * j) + o for ln in lanes] for h in (0, 1) for j in (0, 1) for o in (0, 1)], 8),
+        "e4m3 rows": ([[128 * h + 4 * ln + j for ln in lanes] for h in (0, 1) for j in range(4)], 16),
+        "bf16 O": ([[2 * ln + o for ln in lanes] for o in (0, 1)], 8),
+        "e4m3 O": ([[4 * (ln % 16) + j for ln in lanes] for j in range(4)], 8),
+    }
+    for name, (loads, linear) in patterns.items():
+        for seg in (0, 256, 512):  # sm.act's three 1024-wide segments (float4 offsets)
+            for ld in loads:
+                assert _lds128_wavefronts([seg + f for f in ld]) == linear, name
+                least = -(-len(set(ld)) // 8)  # distinct float4s / 8 bank groups (E4M3 O: 16, broadcast)
+                assert _lds128_wavefronts([x4_swz(seg + f) for f in ld]) == least, name
