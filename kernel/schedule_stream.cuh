@@ -322,11 +322,12 @@ struct StreamFmt<WeightsNvfp4> {
 #define MONOLITH_X_SWIZZLE 1
 #endif
 constexpr bool kXSwz = MONOLITH_X_SWIZZLE != 0;
-__device__ __forceinline__ int x4_swz(int f) { return kXSwz ? (f & ~7) | ((f & 7) ^ ((f >> 3) & 7)) : f; }
+template <bool kSwz = kXSwz>
+__device__ __forceinline__ int x4_swz(int f) { return kSwz ? (f & ~7) | ((f & 7) ^ ((f >> 3) & 7)) : f; }
 struct XHalf {
   float4 v[4];
 };
-template <class W>
+template <class W, bool kSwz = kXSwz>
 __device__ __forceinline__ XHalf load_xhalf(const float* s_x) {
   const int lane = threadIdx.x & 31, h = (threadIdx.x >> 5) & 1;
   const float4* x4 = reinterpret_cast<const float4*>(s_x);
@@ -335,12 +336,12 @@ __device__ __forceinline__ XHalf load_xhalf(const float* s_x) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int q = 64 * h + lane + 32 * j;
-      x.v[2 * j] = x4[x4_swz(2 * q)];
-      x.v[2 * j + 1] = x4[x4_swz(2 * q + 1)];
+      x.v[2 * j] = x4[x4_swz<kSwz>(2 * q)];
+      x.v[2 * j + 1] = x4[x4_swz<kSwz>(2 * q + 1)];
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) x.v[j] = x4[x4_swz(128 * h + 4 * lane + j)];
+    for (int j = 0; j < 4; ++j) x.v[j] = x4[x4_swz<kSwz>(128 * h + 4 * lane + j)];
   }
   return x;
 }
@@ -1065,6 +1066,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   using NF = StreamFmt<WeightsNvfp4>;
   constexpr bool kNv = W::kBlockScaled;           // NVFP4 layers: block scales from L2, tensor scales per row
   constexpr bool kScaled = W::kRowScale && !kNv;  // fp8: one fp32 scale per row
+  // the LM head's input (rows_1024's only caller with the NVFP4 variant): linear there, because
+  // the swizzle cost nvfp4-stream 1.7 % in the harness (2,006.8 -> 1,972.6 tok/s, the LM head
+  // being its only change: a register-allocation effect at its 96-register cap, NOTES.md)
+  constexpr bool kHeadSwz = kXSwz && !kNv;
   constexpr int kRowsRound = kRoundSlots * F::kRows1024;  // K = 1024 rows per round: 32 | 64 | 128 (NVFP4)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int G = gridDim.x, b = blockIdx.x, g = s.g;
@@ -1246,7 +1251,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     if (!acquire_n(slots_1024(RF{}, r1 - r0, kSl), work_phase, layer, ok, layer < kNumLayers))
       return false;
     opened();
-    const XHalf x = load_xhalf<RW>(s_x);
+    const XHalf x = load_xhalf<RW, kHeadSwz>(s_x);
     float sc = sc0;
     for (int q = r0, rd = 0; q < r1; q += kRows, ++rd) {
       const int nr = min(kRows, r1 - q), n = (nr + RF::kRows1024 - 1) / RF::kRows1024;
@@ -2318,7 +2323,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, kNumLayers - 1), v, S,
                      tmo, uint32_t(kNumLayers) * 16u + 7u, ok);
     XRAY_END(s_wait_final, kNumLayers);  // thread 0's words (the first round's barrier is the block's)
-    stream_prenorm<kXSwz>(v, nfin, sm.x, sm.ssq);
+    stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);
     if (b == 0 && ok) {  // the next launch starts from these counted words
       static_assert((kNumLayers - 1) % kAccBuffers == 1, "snapshot order below assumes layer 27 in buffer 1");
       long long* snap = acc + kAccSnap;

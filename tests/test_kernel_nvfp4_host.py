@@ -435,10 +435,10 @@ def test_x_swizzle_makes_the_bf16_and_e4m3_input_loads_conflict_free():
     x4_swz (nv_swz on float4s) each costs the minimum (4; E4M3 O, whose half-warps read the same 16
     float4s: 2), and x4_swz is the float4 form of nv_swz, the writers' placement."""
     text = SCHEDULE.read_text()
-    assert "return kXSwz ? (f & ~7) | ((f & 7) ^ ((f >> 3) & 7)) : f;" in text
-    for line in ("x.v[2 * j] = x4[x4_swz(2 * q)];", "x.v[2 * j + 1] = x4[x4_swz(2 * q + 1)];",
-                 "x.v[j] = x4[x4_swz(128 * h + 4 * lane + j)];", "stream_prenorm<kNv || kXSwz>(v, nin, sm.x, sm.ssq);",
-                 "stream_prenorm<kNv || kXSwz>(v, npost, sm.x, sm.ssq);", "stream_prenorm<kXSwz>(v, nfin, sm.x, sm.ssq);",
+    assert "return kSwz ? (f & ~7) | ((f & 7) ^ ((f >> 3) & 7)) : f;" in text
+    for line in ("x.v[2 * j] = x4[x4_swz<kSwz>(2 * q)];", "x.v[2 * j + 1] = x4[x4_swz<kSwz>(2 * q + 1)];",
+                 "x.v[j] = x4[x4_swz<kSwz>(128 * h + 4 * lane + j)];", "stream_prenorm<kNv || kXSwz>(v, nin, sm.x, sm.ssq);",
+                 "stream_prenorm<kNv || kXSwz>(v, npost, sm.x, sm.ssq);", "stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);",
                  "sm.attn[kNv || kXSwz ? nv_swz(tid) : tid] = a;", "sm.act[kNv || kXSwz ? nv_swz(i) : i] = av[k];",
                  "reinterpret_cast<const float4*>(sm.attn)[x4_swz(2 * lane)];"):
         assert line in text, line
