@@ -19,7 +19,14 @@ if [ -d .data ] && [ ! -e ../shared/data/wikitext-2-raw-v1-test.txt ]; then mkdi
 stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(all)
 summary=()
 # whatever happens (a stage fails, the outer timeout fires), what was measured comes back
-pack() { tar czf "$OUT/results.tgz" results build/*/*.log 2>/dev/null || tar czf "$OUT/results.tgz" results; }
+# Only what this call wrote: the whole results/ tree (every session's logs and traces) outgrew
+# what a device call may bring back (eleventh session: results.tgz was left out for its size).
+stamp="$OUT/.gpu-sh-start"; [ -e "$stamp" ] || touch "$stamp"
+pack() {
+  local new; new=$(find results -type f -newer "$stamp" 2>/dev/null; ls build/*/*.log 2>/dev/null)
+  # shellcheck disable=SC2086
+  [ -n "$new" ] && tar czf "$OUT/results.tgz" $new
+}
 trap 'pack; exit 124' TERM INT
 run() {  # run NAME CMD...: log, time, keep going on failure
   local name=$1; shift
