@@ -11,7 +11,8 @@ The instructions are matched by offset and their text is checked (a dump of anot
 Each sample is one warp caught at one instruction, so the shares are of all warps' time; a
 "site" is the statement of stream_consumer / stream_producer's body that the instruction was
 inlined into (its chain's second-outermost schedule_stream.cuh line). Thread-0-only code shows up
-as instructions whose average active threads is 1.
+as instructions whose average active threads is 1. Shared-memory bank conflicts: the page's
+"L1 Wavefronts Shared" (and Ideal, Excessive) columns, per site.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import sys
 from pathlib import Path
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
+WF_SHARED = "L1 Wavefronts Shared"
 LINE = re.compile(r'\s*//## File "([^"]+)", line (\d+)')
 INSN = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*$")
 
@@ -88,6 +90,7 @@ def summarize(rows: list[dict], lines: dict, top: int = 30, warp_us: float | Non
     by_reason = collections.Counter()
     sites: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     thread0 = collections.Counter()
+    shared: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     mismatched = 0
     for r in rows:
         s = num(r[SAMPLES])
@@ -95,6 +98,11 @@ def summarize(rows: list[dict], lines: dict, top: int = 30, warp_us: float | Non
         text, chain = lines.get(off, ("", []))
         if text.split()[:1] != r["Source"].split()[:1]:
             mismatched += 1
+        if num(r.get(WF_SHARED, "")):  # shared-memory wavefronts (the source page's memory columns)
+            c = shared[site_of(chain)]
+            c["wavefronts"] += num(r[WF_SHARED])
+            c["ideal"] += num(r.get(WF_SHARED + " Ideal", ""))
+            c["excessive"] += num(r.get(WF_SHARED + " Excessive", ""))
         if not s:
             continue
         site = site_of(chain)
@@ -114,7 +122,16 @@ def summarize(rows: list[dict], lines: dict, top: int = 30, warp_us: float | Non
 
     def us(n):  # samples -> us of one warp: samples / (samples per warp-us)
         return round(n * warp_us / total, 3) if warp_us else None
+    sh_tot = collections.Counter()
+    for c in shared.values():
+        sh_tot.update(c)
     return {
+        # bank conflicts: wavefronts beyond one per 128 bytes a warp's access needs (the eighth
+        # session's report had 22 % excessive, all in the bf16 input loads; nobody looked)
+        "shared": {**{k: int(v) for k, v in sh_tot.items()},
+                   "sites": [{"site": k, **{n: int(v) for n, v in c.items()}}
+                             for k, c in sorted(shared.items(), key=lambda kv: -kv[1]["excessive"])
+                             if c["excessive"]][:top]},
         "samples": int(total),
         "instructions": len(rows),
         "by_reason": {k: {"samples": int(v), "share": round(v / total, 4)} for k, v in by_reason.most_common() if v},
@@ -158,6 +175,12 @@ def main(argv=None) -> int:
     print(f"{res['kernel']}: {res['samples']} warp samples, {res['instructions']} instructions")
     print("  " + ", ".join(f"{k} {v['share']:.1%}" for k, v in list(res["by_reason"].items())[:8]))
     print(f"  one-thread instructions (thread 0, the producer lane): {res['one_thread_samples'] / res['samples']:.1%}")
+    sh = res["shared"]
+    if sh.get("wavefronts"):
+        print(f"  shared-memory wavefronts {sh['wavefronts']:,} (ideal {sh['ideal']:,}), "
+              f"excessive {sh['excessive']:,} = {sh['excessive'] / sh['wavefronts']:.1%} (bank conflicts)")
+        for c in sh["sites"][:5]:
+            print(f"    {c['excessive']:>12,} excessive of {c['wavefronts']:>12,} at {c['site']}")
     for s in res["sites"]:
         text = s["text"][:60]
         why = ", ".join(f"{k} {v}" for k, v in s["reasons"].items())

@@ -86,3 +86,22 @@ def test_microseconds_per_block(tmp_path):
     assert sites["schedule_stream.cuh:1441"]["one_thread_us_per_block"] == 12.0
     assert sites["schedule_stream.cuh:1467"]["us_per_block"] == 8.0
     assert sites["schedule_stream.cuh:1467"]["one_thread_us_per_block"] == 0.0
+
+
+def test_shared_wavefronts_per_site(tmp_path):
+    """Bank conflicts: the source page's shared-memory wavefront columns, summed per site, with
+    the sites ranked by excessive wavefronts (an 8-way LDS.128 at 1441 doubles its ideal 4)."""
+    (tmp_path / "d.sass").write_text(DUMP)
+    hdr = HDR + ["L1 Wavefronts Shared", "L1 Wavefronts Shared Ideal", "L1 Wavefronts Shared Excessive"]
+    rows = [ROWS[0] + ["0", "0", "0"], ROWS[1] + ["4", "4", "0"], ROWS[2] + ["8", "4", "4"]]
+    p = tmp_path / "w.csv"
+    with open(p, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["Kernel Name", "void monolith::plain_build::decode_step<(int)2>(monolith::StepParams)"])
+        w.writerow(hdr)
+        w.writerows(rows)
+    out = tmp_path / "o.json"
+    assert ncu.main([str(p), "--lines", str(tmp_path / "d.sass"), "--json", str(out)]) == 0
+    sh = json.loads(out.read_text())["shared"]
+    assert (sh["wavefronts"], sh["ideal"], sh["excessive"]) == (12, 8, 4)
+    assert sh["sites"] == [{"site": "schedule_stream.cuh:1441", "wavefronts": 8, "ideal": 4, "excessive": 4}]
