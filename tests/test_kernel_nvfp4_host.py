@@ -440,7 +440,9 @@ def test_x_swizzle_makes_the_bf16_and_e4m3_input_loads_conflict_free():
                  "x.v[j] = x4[x4_swz<kSwz>(128 * h + 4 * lane + j)];", "stream_prenorm<kNv || kXSwz>(v, nin, sm.x, sm.ssq);",
                  "stream_prenorm<kNv || kXSwz>(v, npost, sm.x, sm.ssq);", "stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);",
                  "sm.attn[kNv || kXSwz ? nv_swz(tid) : tid] = a;", "sm.act[kNv || kXSwz ? nv_swz(i) : i] = av[k];",
-                 "reinterpret_cast<const float4*>(sm.attn)[x4_swz(2 * lane)];"):
+                 "reinterpret_cast<const float4*>(sm.attn)[x4_swz(2 * lane)];",
+                 "const float4 qa0 = q4[x4_swz<kQSwz>(2 * ql16)], qa1 = q4[x4_swz<kQSwz>(2 * ql16 + 1)];",
+                 "sm.q[q_at(seg * kHeadDim + d)] = y0;", "{ return kQSwz ? nv_swz(e) : e; }"):
         assert line in text, line
 
     def x4_swz(f):
@@ -457,6 +459,9 @@ def test_x_swizzle_makes_the_bf16_and_e4m3_input_loads_conflict_free():
         "e4m3 rows": ([[128 * h + 4 * ln + j for ln in lanes] for h in (0, 1) for j in range(4)], 16),
         "bf16 O": ([[2 * ln + o for ln in lanes] for o in (0, 1)], 8),
         "e4m3 O": ([[4 * (ln % 16) + j for ln in lanes] for j in range(4)], 8),
+        # MONOLITH_Q_SWIZZLE: a split's q loads (half-warps alike: lane l reads 2 (l % 16) + o of
+        # each head, 32 float4s per head)
+        "attention q": ([[32 * hd + 2 * (ln % 16) + o for ln in lanes] for hd in (0, 1) for o in (0, 1)], 4),
     }
     for name, (loads, linear) in patterns.items():
         for seg in (0, 256, 512):  # sm.act's three 1024-wide segments (float4 offsets)
