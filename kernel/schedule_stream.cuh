@@ -405,51 +405,9 @@ struct StreamPlan {
 #endif
 constexpr bool kAttnBalanced = MONOLITH_ATTN_BALANCED != 0;
 constexpr int kMinBalancedSplits = 4;
-// MONOLITH_ATTN_WIDE=N (0 = off, the default) and MONOLITH_ATTN_WIDE_MIN=M (default 3): wider
-// attention splits at long positions. Let k = ceil((pos / 64 + 1) / ng), the 64-position slots
-// each of the group's ng blocks holds when every block runs one split. With fixed 64-position
-// splits a block runs k of them (and merges them itself, MONOLITH_ATTN_LOCAL_MERGE); where
-// M <= k <= N, the splits are k x 64 positions wide instead (k K slots, then k V slots, in the
-// ring), so a block runs one split: one softmax, one output, one set of barriers, and the O
-// merge reads fewer partials. Elsewhere the splits are 64 wide, as in the default build (and give
-// its bits: the wide paths with one slot compute the same sums in the same order). At 128 blocks
-// (ng = 16) and N = M = 3 that is positions 2,048-3,071.
-// Measured (NOTES.md, tenth session):
-// - dev timings at positions 2,040-2,072 (ninth session's rule, fixed N x 64 wide from 1,024):
-//   N = 2 -2.3 %, N = 3 +2.9 % (bf16) / +5.1 % (fp8). So M = 3: a 128-wide split per block lost
-//   to two 64-position splits merged locally, while 192-wide splits won where the default gives
-//   one block of 16 a third split (33 splits from 2,048).
-// - On by default with both paths in one build (a runtime flag choosing per token): -4.3 % bf16,
-//   -4.0 % fp8, -8.3 % nvfp4 at short positions, where the wide paths never run (the X-ray at 128:
-//   qkv work +0.52 us and attention work +1.05 us per layer; SASS +18 % instructions), and no gain
-//   at the 2,048 sweep point. So the knob builds the wide paths INSTEAD of the 64-position ones
-//   (every split, one slot or more), as here; its speed at short positions is the next A/B.
-// Above N the 64-wide splits return (4+ per block, merged locally). Another summation order where
-// it widens (deterministic, not bitwise the default's).
-#ifndef MONOLITH_ATTN_WIDE
-#define MONOLITH_ATTN_WIDE 0
-#endif
-#ifndef MONOLITH_ATTN_WIDE_MIN
-#define MONOLITH_ATTN_WIDE_MIN 3
-#endif
-constexpr int kWideSlots = MONOLITH_ATTN_WIDE;
-constexpr int kWideMinSlots = MONOLITH_ATTN_WIDE_MIN;
-constexpr bool kAttnWide = kWideSlots > 1;
-static_assert(kWideSlots == 0 || kWideSlots == 2 || kWideSlots == 3, "MONOLITH_ATTN_WIDE: 0 (off), 2 or 3 slots per split");
-static_assert(!kAttnWide || (kWideMinSlots >= 2 && kWideMinSlots <= kWideSlots),
-              "MONOLITH_ATTN_WIDE_MIN: the smallest widened split, 2 .. MONOLITH_ATTN_WIDE slots");
-static_assert(!(kAttnWide && kAttnBalanced), "MONOLITH_ATTN_WIDE widens the fixed 64-position splits (build the other with MONOLITH_ATTN_WIDE=0)");
-constexpr int kSplitSlotsMax = kAttnWide ? kWideSlots : 1;        // K (and V) slots of one split
-constexpr int kSplitEntriesMax = kSplitSlotsMax * kSplitPositions;  // sm.sc per head
-// cached positions per split at this position for a group of ng blocks (64 unless widened)
-__device__ __forceinline__ int split_width(int pos, int ng) {
-  if constexpr (kAttnWide) {
-    const int k = (pos / kSplitPositions + ng) / ng;  // ceil((pos / 64 + 1) / ng)
-    if (k >= kWideMinSlots && k <= kWideSlots) return k * kSplitPositions;
-  }
-  return kSplitPositions;
-}
-
+// (MONOLITH_ATTN_WIDE, wider splits at long positions, was measured and removed in the eleventh
+// session: NOTES.md, tenth and eleventh sessions. The 64-position split is the only shape.)
+constexpr int kSplitEntriesMax = kSplitPositions;  // sm.sc per head
 __device__ __forceinline__ StreamPlan make_plan(int b, int G, int pos) {
   StreamPlan s;
   s.g = 0;
@@ -462,32 +420,23 @@ __device__ __forceinline__ StreamPlan make_plan(int b, int G, int pos) {
   s.u0 = int(part_begin(kMlpUnits, G, b)), s.u1 = int(part_begin(kMlpUnits, G, b + 1));
   s.h0 = int(part_begin(kHidden, G, b)), s.h1 = int(part_begin(kHidden, G, b + 1));
   s.v0 = int(part_begin(kVocab, G, b)), s.v1 = int(part_begin(kVocab, G, b + 1));
-  s.nsplit = pos / split_width(pos, s.ng) + 1;
+  s.nsplit = pos / kSplitPositions + 1;
   if constexpr (kAttnBalanced) s.nsplit = max(s.nsplit, min(min(kMinBalancedSplits, s.ng), pos + 1));
   return s;
 }
 
 // Split sp of the attention at this position: its cached positions [t0, t1) (t1 <= pos; this
-// position itself belongs to the last split). Fixed 64-position splits (MONOLITH_ATTN_WIDE: wider
-// at long positions), or MONOLITH_ATTN_BALANCED. ng: the group's blocks.
+// position itself belongs to the last split). Fixed 64-position splits, or MONOLITH_ATTN_BALANCED.
+// ng: the group's blocks.
 __device__ __forceinline__ void split_range(int sp, int nsplit, int pos, int ng, int& t0, int& t1) {
   if constexpr (kAttnBalanced) {
     const int e = pos + 1;  // entries: cached positions and this one
     t0 = int((int64_t(sp) * e) / nsplit);
     t1 = min(int((int64_t(sp + 1) * e) / nsplit), pos);
   } else {
-    const int w = split_width(pos, ng);
-    t0 = sp * w;
-    t1 = min(t0 + w, pos);
+    t0 = sp * kSplitPositions;
+    t1 = min(t0 + kSplitPositions, pos);
   }
-}
-// K (or V) slots of a split of nh cached positions: one per 64 (the last one partial). The min
-// changes nothing (no split is wider: tests/test_kernel_host.py) but tells the compiler so: an
-// acquire_n of a runtime n unrolls thread 0's batched tests to 8 and keeps the serial loop beside
-// them (scripts/sass_sites.py: 268 instructions per acquire against 84-114 for n <= 1; tenth
-// session: such thread-0 code, run cold once per phase, is the suspect in the widened default's loss).
-__device__ __forceinline__ int split_slots(int nh) {
-  return min((nh + kSplitPositions - 1) / kSplitPositions, kSplitSlotsMax);
 }
 
 __device__ __forceinline__ uint16_t* kv_base(uint16_t* kv, int L, int kind, int g) {
@@ -556,8 +505,8 @@ constexpr bool kProducerCalm = MONOLITH_PRODUCER_CALM != 0;
 #define MONOLITH_DIAG_NORM_ONES 0
 #endif
 constexpr bool kScrGuard = MONOLITH_SCR_GUARD != 0;
-// MONOLITH_DIAG_CODE_PAD=N (tenth session; diagnostic, compiled, NOT YET RUN): N FFMA instructions
-//   that never execute (a branch on pos < 0), inlined at the end of the attention splits, where
+// MONOLITH_DIAG_CODE_PAD=N (tenth session; diagnostic): N FFMA instructions that never execute
+//   (a branch on pos < 0), inlined at the end of the attention splits, where the (since removed)
 //   MONOLITH_ATTN_WIDE's paths sat. Why: with those paths in the build but never taken (position
 //   128), the X-ray put qkv work +0.52 us and attention work +1.05 us per layer, and the headline
 //   fell 4-8 % (NOTES.md, tenth session); ncu already counts 5 % of all warp samples as `no_inst`
@@ -566,6 +515,8 @@ constexpr bool kScrGuard = MONOLITH_SCR_GUARD != 0;
 //   Confound (ptxas -v, sm_90a): any N > 0 changes the register allocation elsewhere (bf16-stream
 //   93 -> 79 registers, fp8 92 -> 82, NVFP4 spills 36-44 B), so compare pads with each other
 //   (256 as the control, then 1,024 and 4,096), not with the default build.
+//   Measured (eleventh session, dev at position 2): 4,096 against 256 -1.5 % bf16, -2.1 % fp8.
+//   Never-run code costs something, far less than the widened default lost.
 #ifndef MONOLITH_DIAG_CODE_PAD
 #define MONOLITH_DIAG_CODE_PAD 0
 #endif
@@ -765,8 +716,6 @@ static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merge
 #endif
 constexpr bool kAttnMma = MONOLITH_ATTN_MMA != 0;
 static_assert(!(kAttnMma && (kAttnFlash || kAttnQSmem)), "MONOLITH_ATTN_MMA replaces the shipped score loop");
-static_assert(!(kAttnWide && (kAttnFlash || kAttnTight || kAttnMma || kAttnQSmem)),
-              "MONOLITH_ATTN_WIDE widens the shipped split shape only (build the others with MONOLITH_ATTN_WIDE=0)");
 static_assert(!kAttnMma || kStreamConsumerWarps == 16, "MONOLITH_ATTN_MMA: 4 position tiles x 4 dim quarters");
 static_assert(!kAttnMma || (kSplitPositions == 64 && kHeadDim == 128 && kHeadsPerKV == 2),
               "MONOLITH_ATTN_MMA: 64 positions = 4 tiles of 16, 128 dims = 8 k-steps of 16, two heads");
@@ -927,12 +876,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
     for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
       int t0, t1;
       split_range(sp, s.nsplit, pos, s.ng, t0, t1);
-      if constexpr (kAttnWide) {  // K in slots of 64 positions, then V likewise
-        for (int kind = 0; kind < 2; ++kind)
-          for (int c = t0; c < t1; c += kSplitPositions)
-            issue(kv_base(p.kv, L, kind, s.g) + int64_t(c) * kHeadDim,
-                  uint32_t(min(kSplitPositions, t1 - c)) * kHeadDim * 2, info);
-      } else if (t1 > t0) {
+      if (t1 > t0) {
         issue(kv_base(p.kv, L, 0, s.g) + int64_t(t0) * kHeadDim, uint32_t(t1 - t0) * kHeadDim * 2, info);
         issue(kv_base(p.kv, L, 1, s.g) + int64_t(t0) * kHeadDim, uint32_t(t1 - t0) * kHeadDim * 2, info);
       }
@@ -1510,7 +1454,6 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       auto first_split_slots = [&] {
         int h0, h1;
         split_range(s.gi, s.nsplit, pos, s.ng, h0, h1);
-        if constexpr (kAttnWide) return split_slots(h1 - h0);  // its K slots
         return h1 > h0 ? (kAttnFlash || kAttnTight ? 2 : 1) : 0;
       };
       {
@@ -1782,29 +1725,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           continue;
         }
         // scores: one half-warp per cached position, 16 lanes x 16 B = one K row, both heads
-        if (kAttnWide && nh > 0) {  // MONOLITH_ATTN_WIDE: nk K slots, position rr in slot rr / 64
-          const int nk = split_slots(nh);
-          if (!held && !acquire_n(nk, kPhase_s_attn, L)) return;
-          held = false;
-          const int hw = tid >> 4, l16 = tid & 15;
-          // slot by slot, each as the 64-position loop below (constant trip count, unrolled): the
-          // ninth session's single loop over nk x 64 with a slot division per position was a
-          // non-unrolled loop (the 128-wide split's -2.3 %, tenth session, may be partly that)
-#pragma unroll 1
-          for (int c = 0; c < nk; ++c) {
-            const uint4* slot = slot_at(c);
-            for (int rr = hw; rr < kSplitPositions; rr += kStreamConsumerThreads / 16) {
-              const int r = c * kSplitPositions + rr;
-              float a0, a1;
-              score_k(slot, rr, r < nh, a0, a1);
-              if (l16 == 0 && r < nh) {
-                sm.sc[r] = a0 * scale;
-                sm.sc[kSplitEntriesMax + r] = a1 * scale;
-              }
-            }
-          }
-          release_n(nk);
-        } else if (nh > 0) {
+        if (nh > 0) {
           if (!held && !acquire_n(kAttnTight ? 2 : 1, kPhase_s_attn, L)) return;  // tight: K and V
           held = false;
           const uint4* slot = slot_at(0);
@@ -1839,22 +1760,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
         csync();
         const int n = nh + (cur ? 1 : 0);
-        if (kAttnWide && warp < kHeadsPerKV) {  // the same over up to kSplitEntriesMax entries
-          float* sc = sm.sc + warp * kSplitEntriesMax;
-          float m = -INFINITY, e = 0.f;  // two passes over shared memory (registers are at the cap)
-          for (int r = lane; r < n; r += 32) m = fmaxf(m, sc[r]);
-          m = warp_max(m);
-          for (int r = lane; r < n; r += 32) {
-            const float er = __expf(sc[r] - m);
-            sc[r] = er;
-            e += er;
-          }
-          const float l = warp_sum(e);
-          if (lane == 0) {
-            sm.ml[2 * warp] = m;
-            sm.ml[2 * warp + 1] = l;
-          }
-        } else if (warp < kHeadsPerKV) {  // softmax statistics of this split, one warp per head
+        if (warp < kHeadsPerKV) {  // softmax statistics of this split, one warp per head
           float* sc = sm.sc + warp * kSplitEntriesMax;
           auto score = [&](int r) {  // MONOLITH_ATTN_MMA: the four dim quarters' partials, in order
             if constexpr (kAttnMma) {
@@ -1879,19 +1785,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (sp == s.gi) XRAY_SUB3(x_att_soft, L);
         // V: warp w takes cached positions w, w + 16, w + 32, w + 48; lane holds dims 4 lane .. + 3
         float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
-        if (kAttnWide && nh > 0) {  // MONOLITH_ATTN_WIDE: nk V slots; warp w: positions w + 16 j
-          const int nk = split_slots(nh);
-          if (!acquire_n(nk, kPhase_s_attn, L)) return;
-#pragma unroll 1
-          for (int c = 0; c < nk; ++c) {  // slot by slot, positions in increasing order per warp
-            const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(c));
-#pragma unroll
-            for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
-              const int r = warp + kStreamConsumerWarps * j, rr = c * kSplitPositions + r;
-              if (rr < nh) add_v(vslot[r * 32 + lane], sm.sc[rr], sm.sc[kSplitEntriesMax + rr], o0, o1);
-            }
-          }
-        } else if (nh > 0) {
+        if (nh > 0) {
           if (!kAttnTight && !acquire_n(1, kPhase_s_attn, L)) return;
           const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(kAttnTight ? 1 : 0));
 #pragma unroll
@@ -1933,7 +1827,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           }
         }
         if (sp + s.ng >= s.nsplit) hop_mark();  // the block's last split: the merge's hop follows
-        if (nh > 0) hand_back(kAttnWide ? split_slots(nh) : kAttnTight ? 2 : 1);
+        if (nh > 0) hand_back(kAttnTight ? 2 : 1);
         // vpart and sc are reused by the next split (tight: after the last one, the merge's barrier
         // comes before anything writes them)
         if (!kAttnTight || sp + s.ng < s.nsplit) csync();

@@ -227,54 +227,23 @@ def test_seek_refuses_positions_outside_the_context_and_sets_valid_ones():
     assert seen == [C.CONTEXT_CAP - 1, 300]
 
 
-@pytest.mark.parametrize("wide,wide_min", [(3, 3), (2, 2), (3, 2)])
-def test_wide_attention_splits_tile_the_positions(wide, wide_min):
-    """MONOLITH_ATTN_WIDE's split rule (kernel/schedule_stream.cuh split_width / make_plan /
-    split_range, the source's expressions checked, then modelled): k = ceil((pos / 64 + 1) / ng)
-    slots per block; where wide_min <= k <= wide the splits are k x 64 wide. At every position
-    and group size the splits tile the cached positions, the last one also holds this position,
-    a widened position has at most one split per block and none wider than `wide` slots (the
-    acquire of a split's K or V slots stays within acquire_n's 8), the partials fit kMaxSplits,
-    and everywhere else the splits are the default's 64."""
-    import re
-
+def test_fixed_attention_splits_tile_the_positions():
+    """The default split rule (kernel/schedule_stream.cuh make_plan / split_range; the source's
+    expressions checked, then modelled): pos / 64 + 1 splits of 64 cached positions, the last one
+    partial and also holding this position; they tile [0, pos) at every position up to the
+    context cap, and the partials fit kMaxSplits."""
     src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
-    assert "const int k = (pos / kSplitPositions + ng) / ng;  // ceil((pos / 64 + 1) / ng)" in src
-    assert "if (k >= kWideMinSlots && k <= kWideSlots) return k * kSplitPositions;" in src
-    assert "s.nsplit = pos / split_width(pos, s.ng) + 1;" in src
-    assert "t0 = sp * w;" in src and "t1 = min(t0 + w, pos);" in src
-    assert "return min((nh + kSplitPositions - 1) / kSplitPositions, kSplitSlotsMax);" in src
-    # off by default; 3 and 3 measured (NOTES.md, tenth session)
-    assert "#define MONOLITH_ATTN_WIDE 0\n" in src and "#define MONOLITH_ATTN_WIDE_MIN 3\n" in src
-    cfg = (REPO_ROOT / "kernel" / "config.cuh").read_text()
-    split = int(re.search(r"constexpr int kSplitPositions = (\d+);", cfg).group(1))
-    widened = 0
-    for ng in (1, 2, 3, 8, 16, 17, 48):
-        for pos in list(range(0, 300)) + list(range(300, C.CONTEXT_CAP, 37)) + [C.CONTEXT_CAP - 1]:
-            k = -(-(pos // split + 1) // ng)
-            w = k * split if wide_min <= k <= wide else split
-            nsplit = pos // w + 1
-            assert nsplit <= C.CONTEXT_CAP // split
-            if w == split:
-                assert nsplit == pos // split + 1  # the default's splits
-            else:
-                widened += 1
-                assert nsplit <= ng  # one split per block
-            covered = 0
-            for sp in range(nsplit):
-                t0, t1 = sp * w, min(sp * w + w, pos)
-                nh = max(t1 - t0, 0)
-                assert t0 == covered or (sp == nsplit - 1 and nh == 0 and t0 >= pos), (ng, pos, sp)
-                assert nh <= wide * split and (nh + split - 1) // split <= min(wide, 8)
-                if sp < nsplit - 1:
-                    assert nh == w  # only the last split is partial (and holds this position)
-                covered = t0 + nh
-            assert covered == pos
-    assert widened > 0
-    # at 128 blocks (16 per group) and N = M = 3: widened exactly from 2,048 to 3,071
-    if (wide, wide_min) == (3, 3):
-        ks = [p for p in range(C.CONTEXT_CAP) if 3 <= -(-(p // split + 1) // 16) <= 3]
-        assert (ks[0], ks[-1]) == (2048, 3071)
+    assert "s.nsplit = pos / kSplitPositions + 1;" in src
+    assert "t0 = sp * kSplitPositions;" in src and "t1 = min(t0 + kSplitPositions, pos);" in src
+    h = parse_config_header()
+    split, max_splits = int(h["kSplitPositions"]), int(h["kMaxSplits"])
+    for pos in range(C.CONTEXT_CAP):
+        nsplit = pos // split + 1
+        assert nsplit <= max_splits, pos
+        ranges = [(sp * split, min(sp * split + split, pos)) for sp in range(nsplit)]
+        covered = [t for t0, t1 in ranges for t in range(t0, t1)]
+        assert covered == list(range(pos)), pos
+        assert all(t1 - t0 == split for t0, t1 in ranges[:-1]) and 0 <= ranges[-1][1] - ranges[-1][0] < split
 
 
 def test_merge_halves_rule():

@@ -305,13 +305,13 @@ def test_gpu_sh_xraylong_records_at_2040_by_default_and_takes_the_position_and_v
 def test_gpu_sh_abdev_runs_tests_per_build_and_places_or_skips_the_xray(tmp_path):
     """AB_TESTS runs the GPU tests matching it on each set's build before its timing, with the
     set's defines and the A/B's variants; AB_XRAY_POS moves the X-ray, AB_XRAY=0 drops it."""
-    r, calls, _ = _gpu_sh(tmp_path, "abdev", AB_DEFINES="base;MONOLITH_ATTN_WIDE=2", AB_VARIANTS="bf16-stream",
+    r, calls, _ = _gpu_sh(tmp_path, "abdev", AB_DEFINES="base;MONOLITH_MERGE_HALVES=1", AB_VARIANTS="bf16-stream",
                           AB_TESTS="more_splits", AB_XRAY_POS="2040")
     assert r.returncode == 0, r.stdout + r.stderr
     tests = [c for c in calls if "pytest" in c]
     assert [c.split(" | ")[0] for c in tests] == ["python3 -m pytest -q -m gpu tests/test_kernel_gpu.py -k more_splits"] * 2
     assert tests[0].endswith("DEFINES=unset VARIANT=unset BLOCKS=unset FULL=unset")
-    assert tests[1].endswith("DEFINES=MONOLITH_ATTN_WIDE=2 VARIANT=unset BLOCKS=unset FULL=unset")
+    assert tests[1].endswith("DEFINES=MONOLITH_MERGE_HALVES=1 VARIANT=unset BLOCKS=unset FULL=unset")
     order = [("pytest" in c, "dev_bench" in c, "xray_raw" in c) for c in calls if "synth" not in c and "checkpoint" not in c]
     assert order == [(True, False, False), (False, True, False), (False, False, True)] * 2
     assert all("--position 2040" in c for c in calls if "xray_raw" in c)
