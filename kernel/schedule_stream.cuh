@@ -317,7 +317,8 @@ struct StreamFmt<WeightsNvfp4> {
 //   sm.attn) with nv_swz, as NVFP4 already did: float4 j of 128-byte line i at j ^ (i % 8), which
 //   spreads both patterns over all 8 bank groups (bf16: 2 lines per quarter-warp, E4M3: 4) and
 //   keeps the writers (a warp per line) conflict-free. Same values, same sums: bitwise the linear
-//   build's tokens. Measured (dev, position 2, NOTES.md eleventh session): bf16 +2.7 %, fp8 +9.9 %.
+//   build's tokens. Measured (NOTES.md, eleventh session): dev at position 2 bf16 +2.8 %, fp8 +9.9 %;
+//   harness bf16 +3.2 %, fp8 +10.3 %.
 #ifndef MONOLITH_X_SWIZZLE
 #define MONOLITH_X_SWIZZLE 1
 #endif
@@ -1022,7 +1023,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   constexpr bool kNv = W::kBlockScaled;           // NVFP4 layers: block scales from L2, tensor scales per row
   constexpr bool kScaled = W::kRowScale && !kNv;  // fp8: one fp32 scale per row
   // the LM head's input (rows_1024's only caller with the NVFP4 variant): linear there, because
-  // the swizzle cost nvfp4-stream 1.7 % in the harness (2,006.8 -> 1,972.6 tok/s, the LM head
+  // the swizzle cost nvfp4-stream 1.9 % in the harness (2,011.1 -> 1,972.6 tok/s, the LM head
   // being its only change: a register-allocation effect at its 96-register cap, NOTES.md)
   constexpr bool kHeadSwz = kXSwz && !kNv;
   constexpr int kRowsRound = kRoundSlots * F::kRows1024;  // K = 1024 rows per round: 32 | 64 | 128 (NVFP4)
