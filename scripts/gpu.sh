@@ -25,7 +25,7 @@ stamp="$OUT/.gpu-sh-start"; [ -e "$stamp" ] || touch "$stamp"
 pack() {
   local new; new=$(find results -type f -newer "$stamp" 2>/dev/null; ls build/*/*.log 2>/dev/null)
   # shellcheck disable=SC2086
-  [ -n "$new" ] && tar czf "$OUT/results.tgz" $new
+  if [ -n "$new" ]; then tar czf "$OUT/results.tgz" $new; fi
 }
 trap 'pack; exit 124' TERM INT
 run() {  # run NAME CMD...: log, time, keep going on failure

@@ -127,7 +127,7 @@ def summarize(rows: list[dict], lines: dict, top: int = 30, warp_us: float | Non
         sh_tot.update(c)
     return {
         # bank conflicts: wavefronts beyond one per 128 bytes a warp's access needs (the eighth
-        # session's report had 22 % excessive, all in the bf16 input loads; nobody looked)
+        # session's report had 22 % excessive, 95 % of it in the bf16 input loads; nobody looked)
         "shared": {**{k: int(v) for k, v in sh_tot.items()},
                    "sites": [{"site": k, **{n: int(v) for n, v in c.items()}}
                              for k, c in sorted(shared.items(), key=lambda kv: -kv[1]["excessive"])
