@@ -469,3 +469,26 @@ def test_x_swizzle_makes_the_bf16_and_e4m3_input_loads_conflict_free():
                 assert _lds128_wavefronts([seg + f for f in ld]) == linear, name
                 least = -(-len(set(ld)) // 8)  # distinct float4s / 8 bank groups (E4M3 O: 16, broadcast)
                 assert _lds128_wavefronts([x4_swz(seg + f) for f in ld]) == least, name
+
+
+def test_part_pad_spreads_the_round_sums_over_four_banks():
+    """MONOLITH_PART_PAD (part[]'s 8-row blocks 17 floats apart instead of 16): lanes 0, 8, 16, 24
+    of warp w store block kRb v + k's sum at the same time. With 16 floats per block they share 2
+    banks (bf16, kRb = 1) or 1 bank (E4M3, kRb = 2): a 2- or 4-way conflict; with 17, four banks."""
+    text = SCHEDULE.read_text()
+    for line in ("constexpr int kPartBlk = kStreamConsumerWarps + (MONOLITH_PART_PAD != 0 ? 1 : 0);",
+                 "part[(RF::kRb * (lane >> 3) + k) * kPartBlk + warp] = r4;",
+                 "part[(F::kRb * (lane >> 3) + k) * kPartBlk + warp] = r4;",
+                 "const float* pp = part + (t >> 3) * kPartBlk + 2 * (t & 7);"):
+        assert line in text, line
+
+    def ways(blk: int, rb: int) -> int:  # the most lanes on one bank, over warps and k
+        worst = 0
+        for w in range(16):
+            for k in range(rb):
+                banks = [((rb * v + k) * blk + w) % 32 for v in range(4)]
+                worst = max(worst, max(banks.count(b) for b in banks))
+        return worst
+
+    assert (ways(16, 1), ways(16, 2)) == (2, 4)
+    assert (ways(17, 1), ways(17, 2)) == (1, 1)
