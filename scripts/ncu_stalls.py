@@ -98,14 +98,14 @@ def summarize(rows: list[dict], lines: dict, top: int = 30, warp_us: float | Non
         text, chain = lines.get(off, ("", []))
         if text.split()[:1] != r["Source"].split()[:1]:
             mismatched += 1
+        site = site_of(chain)
         if num(r.get(WF_SHARED, "")):  # shared-memory wavefronts (the source page's memory columns)
-            c = shared[site_of(chain)]
+            c = shared[site]
             c["wavefronts"] += num(r[WF_SHARED])
             c["ideal"] += num(r.get(WF_SHARED + " Ideal", ""))
             c["excessive"] += num(r.get(WF_SHARED + " Excessive", ""))
         if not s:
             continue
-        site = site_of(chain)
         one = num(r.get("Avg. Threads Executed", "32")) <= 1.5
         for h in reasons:
             v = num(r[h])
