@@ -394,7 +394,8 @@ struct StreamPlan {
   int nsplit;     // attention splits at this position (same in every block)
 };
 
-// MONOLITH_ATTN_BALANCED=1 (fifth session; sixth session dev: -1.0 % bf16, -1.4 % fp8): the pos + 1 entries of the
+// MONOLITH_ATTN_BALANCED=1 (fifth session; dev at position 2: sixth session -1.0 % bf16, -1.4 % fp8,
+// twelfth session -11.1 % bf16, -11.9 % fp8; slower, off): the pos + 1 entries of the
 // attention (cached positions and this one) are cut into nsplit nearly equal splits instead of
 // 64, 64, ..., rest, and at short context into at least min(kMinBalancedSplits, blocks of the
 // group, pos + 1) splits (one merge batch of 4). Why: the slowest split sets the group's chain, and
@@ -646,7 +647,8 @@ constexpr bool kAttnFlash = MONOLITH_ATTN_FLASH != 0;
 #define MONOLITH_ATTN_QSMEM 0
 #endif
 constexpr bool kAttnQSmem = MONOLITH_ATTN_QSMEM != 0;
-// MONOLITH_Q_SWIZZLE=1 (eleventh session, off until measured): sm.q stored with nv_swz, as the
+// MONOLITH_Q_SWIZZLE=1 (eleventh session; twelfth session dev at position 2: bf16 -0.4 %, fp8 +0.5 %,
+// within what a rebuild moves; off): sm.q stored with nv_swz, as the
 // GEMV inputs (MONOLITH_X_SWIZZLE). A split's q loads (half-warp lane l reads float4s 2 l, 2 l + 1
 // of each head: 16 distinct float4s 32 B apart) use 4 of the 8 bank groups, 4 wavefronts per
 // LDS.128 where 2 would do; ncu (call 3) counts them 2x. Same values: bitwise the default's.
@@ -675,34 +677,35 @@ static_assert(!(kAttnTight && kAttnFlash), "MONOLITH_ATTN_TIGHT reshapes the shi
 #define MONOLITH_ATTN_LOCAL_MERGE 1
 #endif
 constexpr bool kAttnLocalMerge = MONOLITH_ATTN_LOCAL_MERGE != 0;
-// MONOLITH_MERGE_HALVES=1 (tenth session; compiled, NOT YET RUN): the group's merge of attention
+// MONOLITH_MERGE_HALVES (tenth session; measured in the twelfth): the group's merge of attention
 // partials (before O) on all 512 consumer threads instead of 256. Threads 256.. (the same (head,
 // dim) pairs) merge the partials from mh = 4 ceil(np / 8) on, the others the ones below, and the
 // lower half folds the upper's (m, num, den) in after the merge's barrier (through sm.vpart, free
 // by then). Why: each thread gathers 4 partials per L2 round trip, one round trip after another, so
 // the 16 partials of a group at positions >= 1,024 (128 blocks) cost 4 dependent rounds; halves
-// make that ceil(np / 8): 2. The X-ray at 2,040 against 128 (tenth session): the O segment +2.0 us
-// per layer with its work unchanged (16 partials against 3). With <= 4 partials (positions < 256
-// at 128 blocks) nothing changes, bitwise; above, another (fixed) summation order.
-// Prediction: ~1 us per layer at 2,040: dev 1,549 -> ~1,620 tok/s (bf16), 512 and 1,024 sweep
-// points +2-4 %.
+// make that ceil(np / 8): 2. With <= 4 partials (positions < 256 at 128 blocks) nothing changes,
+// bitwise; above, another (fixed) summation order.
+// Measured (NOTES.md, twelfth session; dev, 128 blocks): at position 2,048 bf16 1,598 -> 1,655
+// tok/s (+3.6 %; predicted +4.5 %), fp8 1,591 -> 1,684 (+5.8 %); at position 2 bf16 2,099 ->
+// 2,098, nvfp4 2,018 -> 2,017, fp8 2,240 -> 2,215 (-1.1 %: the same instructions run there, so a
+// code-layout / register effect). Default -1: on where it lost nothing at short positions (bf16),
+// off for E4M3 (its headline positions lose 1.1 %) and NVFP4 (not measured at long positions);
+// 0 / 1 force it for every format.
 #ifndef MONOLITH_MERGE_HALVES
-#define MONOLITH_MERGE_HALVES 0
+#define MONOLITH_MERGE_HALVES -1
 #endif
-constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES != 0;
-// MONOLITH_NV_ROUND_PAIRS=1 (twelfth session): NVFP4's round (round_nv) as a loop of two
-// iterations, one warp_sum4 each, instead of 8 dot16B unrolled: the same values in the same
-// order, bitwise. Why: ncu on nvfp4-stream (NOTES.md, twelfth session) finds 12 % of its warps'
-// samples in "no instruction" (fp8: 5.6 %), 36 % of the down phase's: each rows_nv site inlines
-// ~1,700 instructions (~27 KB of SASS) and the down round's body alone outgrows the instruction
-// cache's nearest level. Prediction: +2-4 % for nvfp4-stream, bf16 and fp8 unchanged (SASS).
+// MONOLITH_NV_ROUND_PAIRS (twelfth session; measured slower, off): NVFP4's round (round_nv) as a
+// loop of two iterations, one warp_sum4 each, instead of 8 dot16B unrolled: the same values in the
+// same order, bitwise. Why it was tried: ncu on nvfp4-stream finds 12 % of its warps' samples in
+// "no instruction" (fp8: 5.6 %), 36 % of the down phase's, and each rows_nv site inlines ~1,700
+// instructions. Predicted +2-4 %; measured (dev, position 2) 1 (down only: 1,838 -> 1,077
+// instructions) -2.7 %, 2 (every site) -4.8 %, both spilling 52-68 B at the 96-register cap.
 #ifndef MONOLITH_NV_ROUND_PAIRS
 #define MONOLITH_NV_ROUND_PAIRS 0
 #endif
 constexpr int kNvRoundPairs = MONOLITH_NV_ROUND_PAIRS;  // 1: down only, 2: every rows_nv site
-constexpr int kMergeThreads = (kMergeHalves ? 2 : 1) * kGroupCols;  // threads that gather partials
-static_assert(kMergeThreads <= kStreamConsumerThreads, "MONOLITH_MERGE_HALVES: two threads per (head, dim)");
-static_assert(!kMergeHalves || 3 * kGroupCols <= kStreamConsumerWarps * kGroupCols,
+static_assert(2 * kGroupCols <= kStreamConsumerThreads, "MONOLITH_MERGE_HALVES: two threads per (head, dim)");
+static_assert(3 * kGroupCols <= kStreamConsumerWarps * kGroupCols,
               "MONOLITH_MERGE_HALVES: the upper half's (m, num, den) fit in sm.vpart");
 static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merges the shipped split's partials");
 
@@ -953,7 +956,8 @@ constexpr int kMlpRoundUnits = kMlpRoundSlots / 2;  // units per MLP-1 round (bf
 constexpr int kHeadRoundSlotsMax = 6;
 static_assert(kHeadRoundSlotsMax <= kStages / 2 && kHeadRoundSlotsMax <= 2 * kRoundSlots, "at most two pieces, half the ring");
 constexpr int kRoundRbMax = kMlpRoundSlots > 2 * kHeadRoundSlotsMax ? kMlpRoundSlots : 2 * kHeadRoundSlotsMax;
-// MONOLITH_PART_PAD=1 (eleventh session, off until measured): part[] (the round's half-row sums,
+// MONOLITH_PART_PAD=1 (eleventh session; twelfth session dev at position 2: bf16 +0.0 %, fp8 -0.3 %;
+// off): part[] (the round's half-row sums,
 // bf16 / E4M3 rows) with a stride of 17 floats per 8-row block instead of 16. Lanes 0, 8, 16, 24
 // store the sums of blocks kRb v + k at once: 16 floats apart that is 2 banks (bf16) or 1 bank
 // (E4M3, kRb = 2: 4-way, ncu call 3); 17 apart, four. The combine's reads stay 2-way, as now.
@@ -1046,6 +1050,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // the swizzle cost nvfp4-stream 1.9 % in the harness (2,011.1 -> 1,972.6 tok/s, the LM head
   // being its only change: a register-allocation effect at its 96-register cap, NOTES.md)
   constexpr bool kHeadSwz = kXSwz && !kNv;
+  // MONOLITH_MERGE_HALVES (above): by default on for bf16 only (its measured trade)
+  constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES < 0 ? !kScaled && !kNv : MONOLITH_MERGE_HALVES != 0;
+  constexpr int kMergeThreads = (kMergeHalves ? 2 : 1) * kGroupCols;  // threads that gather partials
   constexpr int kRowsRound = kRoundSlots * F::kRows1024;  // K = 1024 rows per round: 32 | 64 | 128 (NVFP4)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int G = gridDim.x, b = blockIdx.x, g = s.g;

@@ -259,7 +259,9 @@ def test_merge_halves_rule():
     assert "auto pend = [&] { return kMergeHalves && !upper ? min(np(), mh) : np(); };" in src
     assert "for (int sp0 = upper ? mh : 0; sp0 < pend() && ok; sp0 += kBatch) {" in src
     assert "if (tid < kMergeThreads && (!upper || mh < np())) {" in src
-    assert "#define MONOLITH_MERGE_HALVES 0" in src  # off until measured
+    # the default (measured, NOTES.md twelfth session): on for bf16 only, 0 / 1 force every format
+    assert "#define MONOLITH_MERGE_HALVES -1" in src
+    assert "constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES < 0 ? !kScaled && !kNv : MONOLITH_MERGE_HALVES != 0;" in src
     batch = 4
 
     def online(ms, ls, os_, m=-np.inf, num=0.0, den=0.0):
