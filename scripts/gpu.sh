@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [m4] [m3] [m3quality] [m5quality] [m5sens] [hop] [attn] [round] [tcclock] [xraylong] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [m4] [m3] [m3quality] [m5quality] [m5sens] [hop] [fold] [attn] [round] [tcclock] [xraylong] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -228,6 +228,9 @@ probe_run() {  # probe_run STAGE PROBE RESULTS_JSON
     -o /tmp/$2 probes/$2.cu && /tmp/$2 --json > $3; /tmp/$2"
 }
 want hop && probe_run hop-probe hop_latency results/m4_hop_latency.json
+# MLP-1 -> down folded into one hop, pre-reduced inside thread-block clusters over DSMEM
+# (probes/cluster_fold.cu, twelfth session): direct split-K atomics against cluster sizes 2-16. Seconds.
+want fold && probe_run fold-probe cluster_fold results/m4_cluster_fold.json
 # One attention split alone (probes/attn_split.cu, issue 11, fifth session): the kernel's shape against
 # flash-decoding inside the block, both checked against a CPU reference; seconds.
 want attn && probe_run attn-probe attn_split results/m4_attn_split.json
