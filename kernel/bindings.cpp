@@ -28,7 +28,7 @@ void launch(int variant, int blocks, bool xray_build, uint64_t w, uint64_t norms
             uint64_t rope, uint64_t kv, uint64_t scr, uint64_t acc, uint64_t logits, uint64_t sync, uint64_t token_in,
             uint64_t token_out, uint64_t xray, long long timeout_cycles, int stop_layer, int stop_phase,
             int jitter_ns, uint64_t stream, uint64_t codes, uint64_t row_scales, uint64_t embed_codes,
-            uint64_t embed_scales) {
+            uint64_t embed_scales, int position) {
   StepParams p{};
   p.w = ptr<const uint16_t>(w);
   p.norms = ptr<const uint16_t>(norms);
@@ -52,7 +52,9 @@ void launch(int variant, int blocks, bool xray_build, uint64_t w, uint64_t norms
   p.embed_codes = ptr<const uint8_t>(embed_codes);
   p.embed_scales = ptr<const float>(embed_scales);
   auto s = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(stream));
-  cudaError_t e = xray_build ? xray_build::launch_step(p, variant, blocks, s) : plain_build::launch_step(p, variant, blocks, s);
+  // position: the host's, which picks a streaming variant's long-position kernel (megakernel.cu)
+  cudaError_t e = xray_build ? xray_build::launch_step(p, variant, blocks, position, s)
+                             : plain_build::launch_step(p, variant, blocks, position, s);
   check(e, "megakernel launch");
 }
 

@@ -143,6 +143,11 @@ constexpr int kGroupRows = (kHeadsPerKV + 2) * kHeadDim;  // 512 qkv rows per gr
 constexpr int kGroupCols = kHeadsPerKV * kHeadDim;        // 256 O columns per group
 constexpr int kSplitPositions = 64;     // positions per attention split (one 16 KB K chunk + one V chunk)
 constexpr int kMaxSplits = kContextCap / kSplitPositions;
+constexpr int kMergeBatch = 4;          // attention partials a merging thread gathers per L2 round trip
+// The first position whose KV group may merge more than one batch of partials (pos + 1 entries in
+// 64-position splits): from here on the host launches a streaming variant's long kernel
+// (megakernel.cu decode_step_long); below it the two kernels compute the same bits.
+constexpr int kLongKernelFrom = kMergeBatch * kSplitPositions;
 constexpr int kMlpUnitCols = 8;         // intermediate columns per MLP unit: 16 gate/up rows (2 slots)
 constexpr int kMlpUnits = kIntermediate / kMlpUnitCols;  // 384: 2.9 per block at 132 blocks
 constexpr int kMinStreamBlocks = 2 * kGroups;

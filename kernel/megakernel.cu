@@ -110,6 +110,9 @@ struct StreamCfg {
   using Weights = WeightsBf16;  // what the ring's slots hold (schedule_stream.cuh, StreamFmt)
   static constexpr int kBlockThreads = kStreamThreads;
   static constexpr int kDynamicSmem = kRingBytes;
+  // A second kernel for positions >= kLongKernelFrom (decode_step_long, schedule_stream.cuh's
+  // MONOLITH_MERGE_HALVES): bf16 and E4M3, where it was measured faster there.
+  static constexpr bool kLongKernel = true;
 };
 template <>
 struct VariantCfg<kVariantBf16Stream> : StreamCfg {};
@@ -125,6 +128,7 @@ struct VariantCfg<kVariantFp8Stream> : StreamCfg {
 template <>
 struct VariantCfg<kVariantNvfp4Stream> : StreamCfg {
   using Weights = WeightsNvfp4;
+  static constexpr bool kLongKernel = false;  // its merge at long positions was never measured
 };
 
 __device__ __forceinline__ int64_t part_begin(int64_t n, int parts, int i) { return n * i / parts; }
@@ -929,15 +933,28 @@ template <int kVariant>
 __global__ void __launch_bounds__(VariantCfg<kVariant>::kBlockThreads, 1) decode_step(const StepParams p) {
   using Cfg = VariantCfg<kVariant>;
   if constexpr (Cfg::kStream) {
-    stream_step<Cfg>(p);
+    stream_step<Cfg, false>(p);
   } else {
     upstream_step<Cfg>(p);
   }
+}
+// The same step compiled for long positions (a streaming variant with Cfg::kLongKernel): the
+// merge before O on both halves of the block (MONOLITH_MERGE_HALVES in schedule_stream.cuh). The
+// host launches it from position kLongKernelFrom on; below that both kernels compute the same
+// bits, so the choice only moves time: the merge halves are +3.6 % (bf16) / +5.8 % (E4M3) at
+// position 2,048 but cost 1.3 % (bf16, harness) / 1.1 % (E4M3, dev) at short positions, where the
+// same instructions run: a code-layout effect (NOTES.md, twelfth session).
+template <int kVariant>
+__global__ void __launch_bounds__(VariantCfg<kVariant>::kBlockThreads, 1) decode_step_long(const StepParams p) {
+  using Cfg = VariantCfg<kVariant>;
+  static_assert(Cfg::kStream && Cfg::kLongKernel, "a long-position kernel exists for streaming variants only");
+  stream_step<Cfg, true>(p);
 }
 
 // ---- host side ----------------------------------------------------------------------------
 struct KernelInfo {
   const void* fn;
+  const void* fn_long;  // positions >= kLongKernelFrom (decode_step_long), or nullptr: fn at every position
   int threads;
   int dynamic_smem;
   bool row_scaled;  // reads StepParams::codes / row_scales / embed_codes / embed_scales
@@ -947,7 +964,11 @@ struct KernelInfo {
 template <int kVariant>
 KernelInfo info_of() {
   using Cfg = VariantCfg<kVariant>;
-  return {reinterpret_cast<const void*>(&decode_step<kVariant>), Cfg::kBlockThreads, Cfg::kDynamicSmem,
+  const void* fn_long = nullptr;
+  if constexpr (Cfg::kStream) {
+    if constexpr (Cfg::kLongKernel) fn_long = reinterpret_cast<const void*>(&decode_step_long<kVariant>);
+  }
+  return {reinterpret_cast<const void*>(&decode_step<kVariant>), fn_long, Cfg::kBlockThreads, Cfg::kDynamicSmem,
           Cfg::Weights::kRowScale, Cfg::kStream};
 }
 
@@ -966,7 +987,7 @@ static KernelInfo kernel_for(int variant) {  // {nullptr, ...}: not a variant of
     case kVariantNvfp4Stream:
       return info_of<kVariantNvfp4Stream>();
     default:
-      return {nullptr, 0, 0, false, false};
+      return {nullptr, nullptr, 0, 0, false, false};
   }
 }
 
@@ -974,10 +995,13 @@ static KernelInfo kernel_for(int variant) {  // {nullptr, ...}: not a variant of
 // (the device's opt-in limit is checked by max_coresident_blocks before any launch).
 static cudaError_t prepare(const KernelInfo& k) {
   if (k.dynamic_smem == 0) return cudaSuccess;
-  return cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.dynamic_smem);
+  cudaError_t e = cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.dynamic_smem);
+  if (e == cudaSuccess && k.fn_long != nullptr)
+    e = cudaFuncSetAttribute(k.fn_long, cudaFuncAttributeMaxDynamicSharedMemorySize, k.dynamic_smem);
+  return e;
 }
 
-cudaError_t launch_step(const StepParams& p, int variant, int blocks, cudaStream_t stream) {
+cudaError_t launch_step(const StepParams& p, int variant, int blocks, int position, cudaStream_t stream) {
   const KernelInfo k = kernel_for(variant);
   const int min_blocks = k.stream ? kMinStreamBlocks : kMinBlocks;
   if (k.fn == nullptr || blocks < min_blocks || blocks > kMaxGrid) return cudaErrorInvalidValue;
@@ -988,7 +1012,10 @@ cudaError_t launch_step(const StepParams& p, int variant, int blocks, cudaStream
   cudaError_t e = prepare(k);
   if (e != cudaSuccess) return e;
   void* args[] = {const_cast<StepParams*>(&p)};
-  return cudaLaunchKernel(k.fn, dim3(blocks), dim3(k.threads), args, size_t(k.dynamic_smem), stream);
+  // the host's position (the kernel reads its own from SyncState; both kernels are correct at any
+  // position, so a host that disagrees loses time, never bits it was promised)
+  const void* fn = k.fn_long != nullptr && position >= kLongKernelFrom ? k.fn_long : k.fn;
+  return cudaLaunchKernel(fn, dim3(blocks), dim3(k.threads), args, size_t(k.dynamic_smem), stream);
 }
 
 int max_coresident_blocks(int variant, int device, cudaError_t* err) {
@@ -1008,6 +1035,15 @@ int max_coresident_blocks(int variant, int device, cudaError_t* err) {
   if (*err != cudaSuccess) return 0;
   *err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.fn, k.threads, size_t(k.dynamic_smem));
   if (*err != cudaSuccess) return 0;
+  if (k.fn_long != nullptr) {  // the grid must fit with either kernel
+    int per_sm_long = 0;
+    *err = cudaFuncGetAttributes(&a, k.fn_long);
+    if (*err != cudaSuccess) return 0;
+    if (int(a.sharedSizeBytes) + k.dynamic_smem > optin) return 0;
+    *err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_long, k.fn_long, k.threads, size_t(k.dynamic_smem));
+    if (*err != cudaSuccess) return 0;
+    per_sm = per_sm_long < per_sm ? per_sm_long : per_sm;
+  }
   *err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   return *err == cudaSuccess ? per_sm * sms : 0;
 }

@@ -56,7 +56,8 @@ struct StepParams {
 
 #define MONOLITH_DECLARE_BUILD(ns)                                                                 \
   namespace ns {                                                                                   \
-  cudaError_t launch_step(const StepParams& p, int variant, int blocks, cudaStream_t stream);      \
+  /* position: the host's; streaming variants with a long kernel use it from kLongKernelFrom on */ \
+  cudaError_t launch_step(const StepParams& p, int variant, int blocks, int position, cudaStream_t stream); \
   /* blocks of this variant that fit co-resident on the whole device (occupancy API x SMs) */      \
   int max_coresident_blocks(int variant, int device, cudaError_t* err);                            \
   cudaError_t kernel_attributes(int variant, cudaFuncAttributes* out);                             \

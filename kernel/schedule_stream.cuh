@@ -688,9 +688,10 @@ constexpr bool kAttnLocalMerge = MONOLITH_ATTN_LOCAL_MERGE != 0;
 // Measured (NOTES.md, twelfth session; dev, 128 blocks): at position 2,048 bf16 1,598 -> 1,655
 // tok/s (+3.6 %; predicted +4.5 %), fp8 1,591 -> 1,684 (+5.8 %); at position 2 bf16 2,099 ->
 // 2,098, nvfp4 2,018 -> 2,017, fp8 2,240 -> 2,215 (-1.1 %: the same instructions run there, so a
-// code-layout / register effect). Default -1: on where it lost nothing at short positions (bf16),
-// off for E4M3 (its headline positions lose 1.1 %) and NVFP4 (not measured at long positions);
-// 0 / 1 force it for every format.
+// code-layout / register effect; the bf16 harness: -1.3 % at positions 1-256, +1-4 % at 512-2,048).
+// Default -1: on in the long-position kernel only (kLong: megakernel.cu decode_step_long, which the
+// host launches from kLongKernelFrom on, where the halves can first hold partials); 0 / 1 force it
+// off / on in every kernel.
 #ifndef MONOLITH_MERGE_HALVES
 #define MONOLITH_MERGE_HALVES -1
 #endif
@@ -1036,7 +1037,9 @@ static_assert(kRingBytes + int(sizeof(StreamSmem)) + 512 <= kStreamSmemBudget, "
 static_assert(kRingBytes + int(sizeof(StreamSmem)) + kStages * kNvSlotScaleBytes > kStreamSmemBudget,
               "a per-stage scale area would fit now: reconsider reading NVFP4 block scales from L2");
 
-template <class Cfg>
+// kLong: the long-position kernel (megakernel.cu decode_step_long), which differs only where
+// MONOLITH_MERGE_HALVES says
+template <class Cfg, bool kLong>
 __device__ __forceinline__ void stream_consumer(const StepParams& p, const StreamPlan& s, int pos, int token,
                                              uint32_t steps, Ring r, StreamSmem& sm) {
   using W = typename Cfg::Weights;
@@ -1050,8 +1053,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // the swizzle cost nvfp4-stream 1.9 % in the harness (2,011.1 -> 1,972.6 tok/s, the LM head
   // being its only change: a register-allocation effect at its 96-register cap, NOTES.md)
   constexpr bool kHeadSwz = kXSwz && !kNv;
-  // MONOLITH_MERGE_HALVES (above): by default on for bf16 only (its measured trade)
-  constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES < 0 ? !kScaled && !kNv : MONOLITH_MERGE_HALVES != 0;
+  // MONOLITH_MERGE_HALVES (above): by default in the long-position kernel only
+  constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES < 0 ? kLong : MONOLITH_MERGE_HALVES != 0;
   constexpr int kMergeThreads = (kMergeHalves ? 2 : 1) * kGroupCols;  // threads that gather partials
   constexpr int kRowsRound = kRoundSlots * F::kRows1024;  // K = 1024 rows per round: 32 | 64 | 128 (NVFP4)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -1920,7 +1923,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // partials to merge: one per split, or (MONOLITH_ATTN_LOCAL_MERGE) one per block that owns a
       // split (read where the loop reads it, so that the default build's code stays the same)
       auto np = [&] { return kAttnLocalMerge ? min(s.ng, s.nsplit) : s.nsplit; };
-      constexpr int kBatch = 4;
+      constexpr int kBatch = kMergeBatch;
+      static_assert(kLongKernelFrom == kBatch * kSplitPositions, "below kLongKernelFrom one batch holds every partial");
       // MONOLITH_MERGE_HALVES: threads kGroupCols.. take the partials from mh on (none below 5)
       const int mh = kBatch * ((np() + 2 * kBatch - 1) / (2 * kBatch));
       const bool upper = kMergeHalves && tid >= kGroupCols;
@@ -2345,7 +2349,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   XRAY_END(argmax, kNumLayers);
 }
 
-template <class Cfg>
+template <class Cfg, bool kLong>
 __device__ __forceinline__ void stream_step(const StepParams& p) {
   extern __shared__ __align__(128) uint8_t ring_slots[];
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
@@ -2383,6 +2387,6 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
     return;
   }
   const uint32_t steps = *(volatile const uint32_t*)&p.sync->steps;  // names this launch in tagged words
-  stream_consumer<Cfg>(p, plan, pos, token, steps, r, sm);
+  stream_consumer<Cfg, kLong>(p, plan, pos, token, steps, r, sm);
   if (tid == 0) atomicExch(&quit, 1);  // whatever path the consumers left by
 }

@@ -530,7 +530,12 @@ class MegakernelEngine(Engine):
         return 0 if t is None else t.data_ptr()
 
     # ---- low level ----------------------------------------------------------------------
-    def _launch(self, in_ptr: int, out_ptr: int, stop: tuple[int, int] = (99, 99), record: bool = True) -> None:
+    def _launch(self, in_ptr: int, out_ptr: int, pos: int, stop: tuple[int, int] = (99, 99),
+                record: bool = True) -> None:
+        """One step at position `pos` (the host's count; the kernel reads its own from the sync
+        state). The position picks a streaming variant's long-position kernel from
+        kLongKernelFrom on (kernel/megakernel.cu decode_step_long); both kernels are correct at
+        any position and give the same bits below it."""
         xray_ptr = self.xray_buf.data_ptr() if (self.xray_buf is not None and record) else 0
         p = self._ptr
         self.ext.launch(self.variant_id, self.blocks, self.xray, p(self.w), self.norms.data_ptr(),
@@ -539,7 +544,7 @@ class MegakernelEngine(Engine):
                         in_ptr, out_ptr, xray_ptr,
                         self.timeout_cycles, stop[0], stop[1], self.jitter_ns,
                         torch.cuda.current_stream(self.device).cuda_stream,
-                        p(self.codes), p(self.row_scales), p(self.embed_codes), p(self.embed_scales))
+                        p(self.codes), p(self.row_scales), p(self.embed_codes), p(self.embed_scales), pos)
 
     def _sync_state(self) -> dict:
         s = self.sync.cpu().tolist()
@@ -583,7 +588,7 @@ class MegakernelEngine(Engine):
         preds = torch.empty(n, dtype=torch.int32, device=self.device)
         out = torch.empty(n, C.VOCAB, dtype=torch.float32, device=self.device) if want_logits else None
         for i in range(n):
-            self._launch(toks.data_ptr() + 4 * i, preds.data_ptr() + 4 * i)
+            self._launch(toks.data_ptr() + 4 * i, preds.data_ptr() + 4 * i, self.position + i)
             if out is not None:
                 out[i].copy_(self.logits_buf, non_blocking=True)
         self.position += n
@@ -603,7 +608,7 @@ class MegakernelEngine(Engine):
         buf[0] = first_token
         base = buf.data_ptr()
         for i in range(n):  # stream-ordered launches: no host sync per token
-            self._launch(base + 4 * i, base + 4 * (i + 1))
+            self._launch(base + 4 * i, base + 4 * (i + 1), self.position + i)
         self.position += n
         self.check()
         return buf[1:].long()
@@ -626,7 +631,7 @@ class MegakernelEngine(Engine):
         pos = self.position
         tok = torch.tensor([token], dtype=torch.int32, device=self.device)
         self.scr.fill_(float("nan"))  # poison: a buffer the kernel did not write stays NaN
-        self._launch(tok.data_ptr(), self._scratch_tokens.data_ptr(), stop=(stop_layer, stop_phase), record=False)
+        self._launch(tok.data_ptr(), self._scratch_tokens.data_ptr(), pos, stop=(stop_layer, stop_phase), record=False)
         self.check()
         k = self.k
         s = self.scr
@@ -655,7 +660,7 @@ class MegakernelEngine(Engine):
         tok = torch.zeros(1, dtype=torch.int32, device=self.device)
         stop = (0, 100) if after_phase is None else (layer, 110 + after_phase)
         try:
-            self._launch(tok.data_ptr(), self._scratch_tokens.data_ptr(), stop=stop, record=False)
+            self._launch(tok.data_ptr(), self._scratch_tokens.data_ptr(), self.position, stop=stop, record=False)
             if after_phase is not None:
                 self.position += 1  # every other block runs the whole step: the kernel should advance
             self.check()
@@ -690,7 +695,7 @@ class MegakernelEngine(Engine):
         for i in range(window + 1):
             if i == window:  # stream-ordered: clears slots an earlier launch's last block filled
                 self.xray_buf.zero_()
-            self._launch(buf.data_ptr() + 4 * i, buf.data_ptr() + 4 * (i + 1))
+            self._launch(buf.data_ptr() + 4 * i, buf.data_ptr() + 4 * (i + 1), self.position + i)
         e1.record()
         self.position += window + 1
         self.check()

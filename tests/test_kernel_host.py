@@ -246,6 +246,29 @@ def test_fixed_attention_splits_tile_the_positions():
         assert all(t1 - t0 == split for t0, t1 in ranges[:-1]) and 0 <= ranges[-1][1] - ranges[-1][0] < split
 
 
+def test_long_kernel_dispatch_rule():
+    """The host launches a streaming variant's long-position kernel (decode_step_long: the merge
+    halves) from kLongKernelFrom on. Below it every KV group has at most one merge batch of
+    partials (nsplit = pos / 64 + 1 <= kMergeBatch), so the upper half is idle and the two kernels
+    compute the same bits (test_merge_halves_rule); at kLongKernelFrom the first fifth split
+    appears, so the threshold is the lowest that is safe. Every launch passes the host's position."""
+    k = kernel_spec.config_constants()
+    batch, split, first = int(k["kMergeBatch"]), int(k["kSplitPositions"]), int(k["kLongKernelFrom"])
+    assert first == batch * split
+    nsplit = lambda pos: pos // split + 1  # noqa: E731 (schedule_stream.cuh StreamPlan, fixed splits)
+    assert all(nsplit(pos) <= batch for pos in range(first)) and nsplit(first) == batch + 1
+    cu = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
+    assert "const void* fn = k.fn_long != nullptr && position >= kLongKernelFrom ? k.fn_long : k.fn;" in cu
+    assert "return cudaLaunchKernel(fn, dim3(blocks)" in cu
+    assert "static constexpr bool kLongKernel = false;  // its merge at long positions was never measured" in cu
+    sched = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
+    assert "constexpr int kBatch = kMergeBatch;" in sched
+    py = (REPO_ROOT / "monolith" / "megakernel.py").read_text()
+    # every launch site passes a position, and the decode loops the one each launch consumes
+    assert py.count("self._launch(") == 5
+    assert py.count(", self.position + i)") == 3
+
+
 def test_merge_halves_rule():
     """MONOLITH_MERGE_HALVES (kernel/schedule_stream.cuh, the merge before O; source expressions
     checked, then modelled): the lower threads merge partials [0, min(np, mh)), the upper ones
@@ -259,9 +282,9 @@ def test_merge_halves_rule():
     assert "auto pend = [&] { return kMergeHalves && !upper ? min(np(), mh) : np(); };" in src
     assert "for (int sp0 = upper ? mh : 0; sp0 < pend() && ok; sp0 += kBatch) {" in src
     assert "if (tid < kMergeThreads && (!upper || mh < np())) {" in src
-    # the default (measured, NOTES.md twelfth session): on for bf16 only, 0 / 1 force every format
+    # the default (measured, NOTES.md twelfth session): on in the long-position kernel only
     assert "#define MONOLITH_MERGE_HALVES -1" in src
-    assert "constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES < 0 ? !kScaled && !kNv : MONOLITH_MERGE_HALVES != 0;" in src
+    assert "constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES < 0 ? kLong : MONOLITH_MERGE_HALVES != 0;" in src
     batch = 4
 
     def online(ms, ls, os_, m=-np.inf, num=0.0, den=0.0):
