@@ -39,13 +39,11 @@
 
 #include "probe_common.cuh"
 #include "ring.cuh"
+#include "probe_loader.cuh"
 
 namespace cg = cooperative_groups;
-using monolith::bulk_copy_g2s;
-using monolith::l2_evict_first_policy;
 using monolith::mbar_arrive_expect_tx;
 using monolith::mbar_init;
-using monolith::mbar_try_wait;
 using monolith::smem_addr;
 
 constexpr int kN = 1024;                    // the residual's elements (down's outputs)
@@ -123,13 +121,7 @@ __device__ void consumer(const Params& p, Smem& sm) {
       // already have pushed some: the transaction count may go below zero, the one pending arrival
       // keeps the phase open)
       if (p.mode == 1) mbar_arrive_expect_tx(&sm.rbar[par], kN * 8u);
-      if (p.delay_ns > 0) {
-        uint32_t x = uint32_t(b) * 0x9E3779B1u ^ uint32_t(r) * 0x85EBCA6Bu;
-        x ^= x >> 15;
-        x *= 0x2C1B3C6Du;
-        x ^= x >> 12;
-        __nanosleep(x % uint32_t(p.delay_ns));
-      }
+      probe_spread_sleep(b, r, p.delay_ns);
     }
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory");
     if (*(volatile int*)&sm.ok == 0) break;
@@ -198,35 +190,6 @@ __device__ void consumer(const Params& p, Smem& sm) {
   if (t == 0) *(volatile int*)&sm.stop = 1;
 }
 
-// warp 16 lane 0: keep kLoadSlots bulk copies of 16 KB in flight until the consumers stop
-__device__ void loader(const Params& p, uint8_t* ring, uint64_t* full, volatile int* stop) {
-  const uint64_t pol = l2_evict_first_policy();
-  const size_t chunks = kLoadBufBytes / kLoadSlotBytes;
-  size_t c = size_t(blockIdx.x) * 997;  // blocks start at different places
-  unsigned long long bytes = 0;
-  uint32_t k = 0;
-  for (; !*stop; ++k) {
-    const int s = int(k % kLoadSlots);
-    if (k >= uint32_t(kLoadSlots)) {
-      const uint32_t par = ((k / kLoadSlots) - 1u) & 1u;
-      const uint64_t t0 = globaltimer();
-      while (!mbar_try_wait(&full[s], par))
-        if (globaltimer() - t0 > p.timeout_ns) return;
-    }
-    mbar_arrive_expect_tx(&full[s], kLoadSlotBytes);
-    bulk_copy_g2s(ring + size_t(s) * kLoadSlotBytes, p.load_buf + (c++ % chunks) * kLoadSlotBytes, kLoadSlotBytes,
-                  &full[s], pol);
-    bytes += kLoadSlotBytes;
-  }
-  // drain: no copy may write into shared memory after the block exits
-  for (uint32_t j = k > uint32_t(kLoadSlots) ? k - kLoadSlots : 0u; j < k; ++j) {
-    const uint64_t t0 = globaltimer();
-    while (!mbar_try_wait(&full[j % kLoadSlots], (j / kLoadSlots) & 1u))
-      if (globaltimer() - t0 > p.timeout_ns) break;
-  }
-  atomicAdd(p.loaded, bytes);
-}
-
 __global__ void __launch_bounds__(kThreads, 1) fold_kernel(Params p) {
   extern __shared__ __align__(128) uint8_t ring[];
   __shared__ __align__(16) Smem sm;
@@ -241,7 +204,8 @@ __global__ void __launch_bounds__(kThreads, 1) fold_kernel(Params p) {
   if (p.mode == 1) cg::this_cluster().sync();
   else __syncthreads();
   if (threadIdx.x >= kConsumers) {
-    if (threadIdx.x == kConsumers && p.load) loader(p, ring, sm.full, &sm.stop);
+    if (threadIdx.x == kConsumers && p.load)
+      probe_ring_loader<kLoadSlots, kLoadSlotBytes>(p.load_buf, kLoadBufBytes, ring, sm.full, &sm.stop, p.timeout_ns, p.loaded);
   } else {
     consumer(p, sm);
   }
@@ -394,22 +358,14 @@ int main(int argc, char** argv) {
         std::vector<double> ol, rf, rl, tf, tl, sp;
         for (int r = 0; r < rounds; ++r) {
           const unsigned long long* q = st.data() + size_t(r) * G * kStamps;
-          unsigned long long smin = ~0ull, smax = 0, omax = 0, t0min = ~0ull, t0max = 0, rmin = ~0ull, rmax = 0;
-          for (int b = 0; b < G; ++b) {
-            smin = std::min(smin, q[b * kStamps]);
-            smax = std::max(smax, q[b * kStamps]);
-            omax = std::max(omax, q[b * kStamps + 1]);
-            t0min = std::min(t0min, q[b * kStamps + 2]);
-            t0max = std::max(t0max, q[b * kStamps + 2]);
-            rmin = std::min(rmin, q[b * kStamps + 3]);
-            rmax = std::max(rmax, q[b * kStamps + 3]);
-          }
-          ol.push_back((double(omax) - double(smax)) / 1e3);
-          rf.push_back((double(rmin) - double(smax)) / 1e3);
-          rl.push_back((double(rmax) - double(smax)) / 1e3);
-          tf.push_back((double(t0min) - double(smax)) / 1e3);
-          tl.push_back((double(t0max) - double(smax)) / 1e3);
-          sp.push_back((double(smax) - double(smin)) / 1e3);
+          const ProbeStampRange out = probe_stamp_range(q, G, kStamps, 0), adds = probe_stamp_range(q, G, kStamps, 1),
+                                t0 = probe_stamp_range(q, G, kStamps, 2), ready = probe_stamp_range(q, G, kStamps, 3);
+          ol.push_back(probe_us(out.hi, adds.hi));
+          rf.push_back(probe_us(out.hi, ready.lo));
+          rl.push_back(probe_us(out.hi, ready.hi));
+          tf.push_back(probe_us(out.hi, t0.lo));
+          tl.push_back(probe_us(out.hi, t0.hi));
+          sp.push_back(probe_us(out.lo, out.hi));
         }
         Row row{c.mode, C, G, load, dly, median(ol), median(rf), median(rl), probe_quantile(rl, 0.9), median(tf),
                 median(tl), median(sp), load ? double(loaded) / (ms * 1e-3) / 1e12 : 0.0,

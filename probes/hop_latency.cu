@@ -46,12 +46,9 @@
 
 #include "probe_common.cuh"
 #include "ring.cuh"
+#include "probe_loader.cuh"
 
-using monolith::bulk_copy_g2s;
-using monolith::l2_evict_first_policy;
-using monolith::mbar_arrive_expect_tx;
 using monolith::mbar_init;
-using monolith::mbar_try_wait;
 
 constexpr int kConsumers = 512;               // 16 consumer warps, as the stream schedule
 constexpr int kThreads = kConsumers + 32;     // + the loader warp
@@ -219,13 +216,7 @@ __device__ void consumer(const Params& p, int* s_ok, int* s_stop) {
     // every block starts the round together (grid barrier), then waits its pseudo-random delay
     if (t == 0) {
       if (probe_arrive_and_wait(p.bar, p.abort, unsigned(r) * G, p.timeout_ns) != 0) *s_ok = 0;
-      if (p.delay_ns > 0) {
-        uint32_t x = uint32_t(b) * 0x9E3779B1u ^ uint32_t(r) * 0x85EBCA6Bu;
-        x ^= x >> 15;
-        x *= 0x2C1B3C6Du;
-        x ^= x >> 12;
-        __nanosleep(x % uint32_t(p.delay_ns));
-      }
+      probe_spread_sleep(b, r, p.delay_ns);
     }
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory");
     if (*(volatile int*)s_ok == 0) break;
@@ -262,35 +253,6 @@ __device__ void consumer(const Params& p, int* s_ok, int* s_stop) {
   if (t == 0) *(volatile int*)s_stop = 1;
 }
 
-// warp 16 lane 0: keep kLoadSlots bulk copies of 16 KB in flight until the consumers stop
-__device__ void loader(const Params& p, uint8_t* ring, uint64_t* full, volatile int* s_stop) {
-  const uint64_t pol = l2_evict_first_policy();
-  const size_t chunks = kLoadBufBytes / kLoadSlotBytes;
-  size_t c = size_t(blockIdx.x) * 997;  // blocks start at different places
-  unsigned long long bytes = 0;
-  uint32_t k = 0;
-  for (; !*s_stop; ++k) {
-    const int s = int(k % kLoadSlots);
-    if (k >= uint32_t(kLoadSlots)) {
-      const uint32_t par = ((k / kLoadSlots) - 1u) & 1u;
-      const uint64_t t0 = globaltimer();
-      while (!mbar_try_wait(&full[s], par))
-        if (globaltimer() - t0 > p.timeout_ns) return;
-    }
-    mbar_arrive_expect_tx(&full[s], kLoadSlotBytes);
-    bulk_copy_g2s(ring + size_t(s) * kLoadSlotBytes, p.load_buf + (c++ % chunks) * kLoadSlotBytes, kLoadSlotBytes,
-                  &full[s], pol);
-    bytes += kLoadSlotBytes;
-  }
-  // drain: no copy may write into shared memory after the block exits
-  for (uint32_t j = k > uint32_t(kLoadSlots) ? k - kLoadSlots : 0u; j < k; ++j) {
-    const uint64_t t0 = globaltimer();
-    while (!mbar_try_wait(&full[j % kLoadSlots], (j / kLoadSlots) & 1u))
-      if (globaltimer() - t0 > p.timeout_ns) break;
-  }
-  atomicAdd(p.loaded, bytes);
-}
-
 template <int K>
 __global__ void __launch_bounds__(kThreads, 1) hop_kernel(Params p) {
   extern __shared__ __align__(128) uint8_t ring[];
@@ -304,7 +266,8 @@ __global__ void __launch_bounds__(kThreads, 1) hop_kernel(Params p) {
   }
   __syncthreads();
   if (threadIdx.x >= kConsumers) {
-    if (threadIdx.x == kConsumers && p.load) loader(p, ring, full, &s_stop);
+    if (threadIdx.x == kConsumers && p.load)
+      probe_ring_loader<kLoadSlots, kLoadSlotBytes>(p.load_buf, kLoadBufBytes, ring, full, &s_stop, p.timeout_ns, p.loaded);
     return;
   }
   consumer<K>(p, &s_ok, &s_stop);
@@ -427,20 +390,13 @@ int main(int argc, char** argv) {
     std::vector<double> rf, rl, tf, tl, sp;
     for (int r = 0; r < rounds; ++r) {
       const unsigned long long* q = st.data() + size_t(r) * G * kStamps;
-      unsigned long long smin = ~0ull, smax = 0, t0min = ~0ull, t0max = 0, rmin = ~0ull, rmax = 0;
-      for (int b = 0; b < G; ++b) {
-        smin = std::min(smin, q[b * kStamps]);
-        smax = std::max(smax, q[b * kStamps]);
-        t0min = std::min(t0min, q[b * kStamps + 1]);
-        t0max = std::max(t0max, q[b * kStamps + 1]);
-        rmin = std::min(rmin, q[b * kStamps + 2]);
-        rmax = std::max(rmax, q[b * kStamps + 2]);
-      }
-      rf.push_back((double(rmin) - double(smax)) / 1e3);
-      rl.push_back((double(rmax) - double(smax)) / 1e3);
-      tf.push_back((double(t0min) - double(smax)) / 1e3);
-      tl.push_back((double(t0max) - double(smax)) / 1e3);
-      sp.push_back((double(smax) - double(smin)) / 1e3);
+      const ProbeStampRange out = probe_stamp_range(q, G, kStamps, 0), t0 = probe_stamp_range(q, G, kStamps, 1),
+                            ready = probe_stamp_range(q, G, kStamps, 2);
+      rf.push_back(probe_us(out.hi, ready.lo));
+      rl.push_back(probe_us(out.hi, ready.hi));
+      tf.push_back(probe_us(out.hi, t0.lo));
+      tl.push_back(probe_us(out.hi, t0.hi));
+      sp.push_back(probe_us(out.lo, out.hi));
     }
     if (s == 3 && flags[2] == 0) {  // S3: every word's value and count after the last round
       words_host.resize(size_t(c.parts) * n);

@@ -55,6 +55,23 @@ static inline int probe_int_arg(int argc, char** argv, const char* opt, int def,
   return v;
 }
 
+// Stamps of one round, kept per block as [block][n] (%globaltimer ns): the earliest and latest of
+// column `col` over the G blocks. The hop probes report every column against the latest of column 0
+// (the last producer).
+struct ProbeStampRange {
+  unsigned long long lo, hi;
+};
+static inline ProbeStampRange probe_stamp_range(const unsigned long long* round, int G, int n, int col) {
+  ProbeStampRange r{~0ull, 0ull};
+  for (int b = 0; b < G; ++b) {
+    r.lo = std::min(r.lo, round[size_t(b) * n + col]);
+    r.hi = std::max(r.hi, round[size_t(b) * n + col]);
+  }
+  return r;
+}
+// Microseconds from ns stamp `from` to ns stamp `to` (negative when `to` is earlier).
+static inline double probe_us(unsigned long long from, unsigned long long to) { return (double(to) - double(from)) / 1e3; }
+
 // Exit 1 with a clear message when a block cannot have `bytes` of dynamic shared memory here.
 static inline void probe_require_smem(const cudaDeviceProp& prop, size_t bytes) {
   if (prop.sharedMemPerBlockOptin < bytes) {
@@ -68,6 +85,17 @@ __device__ __forceinline__ uint64_t globaltimer() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+}
+
+// The producers' spread of the hop probes: block b sleeps a pseudo-random 0..max_ns before round r
+// (the same hash in every probe, so their delay columns are comparable).
+__device__ __forceinline__ void probe_spread_sleep(int b, int r, int max_ns) {
+  if (max_ns <= 0) return;
+  uint32_t x = uint32_t(b) * 0x9E3779B1u ^ uint32_t(r) * 0x85EBCA6Bu;
+  x ^= x >> 15;
+  x *= 0x2C1B3C6Du;
+  x ^= x >> 12;
+  __nanosleep(x % uint32_t(max_ns));
 }
 
 // One thread's bounded wait for a grid counter (the arrive/wait half of a grid barrier; the
