@@ -160,9 +160,11 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     kernel_name, rows = read_csv(a.csv)
     mangled = None
-    m = re.search(r"decode_step<\(int\)(\d+)>", kernel_name)
+    # decode_step (every position) or decode_step_long (a streaming variant from kLongKernelFrom on)
+    m = re.search(r"(decode_step(?:_long)?)<\(int\)(\d+)>", kernel_name)
     if m:
-        mangled = f"_ZN8monolith11plain_build11decode_stepILi{m.group(1)}EEEvNS_10StepParamsE"
+        name = m.group(1)
+        mangled = f"_ZN8monolith11plain_build{len(name)}{name}ILi{m.group(2)}EEEvNS_10StepParamsE"
     lines = read_dump(a.lines, mangled or kernel_name)
     if not lines:
         raise SystemExit(f"{a.lines}: no .text section for {mangled or kernel_name}")

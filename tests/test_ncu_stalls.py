@@ -105,3 +105,25 @@ def test_shared_wavefronts_per_site(tmp_path):
     sh = json.loads(out.read_text())["shared"]
     assert (sh["wavefronts"], sh["ideal"], sh["excessive"]) == (12, 8, 4)
     assert sh["sites"] == [{"site": "schedule_stream.cuh:1441", "wavefronts": 8, "ideal": 4, "excessive": 4}]
+
+
+def test_long_position_kernel_is_found_in_the_dump(tmp_path):
+    """A report of decode_step_long (the long-position kernel) reads that kernel's section of the
+    dump, not decode_step's: the two sections hold different code."""
+    long_kernel = "_ZN8monolith11plain_build16decode_step_longILi2EEEvNS_10StepParamsE"
+    (tmp_path / "d.sass").write_text(DUMP.replace(f".text.{KERNEL}:", ".text.short_only:") + DUMP.replace(
+        ".text.other:\n        /*0000*/                   NOP ;\n", "").replace(KERNEL, long_kernel))
+    p = tmp_path / "l.csv"
+    with open(p, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["Kernel Name", "void monolith::plain_build::decode_step_long<(int)2>(monolith::StepParams)"])
+        w.writerow(HDR)
+        w.writerows(ROWS)
+    out = tmp_path / "o.json"
+    assert ncu.main([str(p), "--lines", str(tmp_path / "d.sass"), "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["samples"] == 100 and {s["site"] for s in r["sites"]} == {"schedule_stream.cuh:1441", "schedule_stream.cuh:1467"}
+    # the short kernel's name finds no section in a dump that holds only the long one's
+    (tmp_path / "only_long.sass").write_text(DUMP.replace(KERNEL, long_kernel))
+    with pytest.raises(SystemExit, match="no .text section"):
+        ncu.main([str(write(tmp_path, ROWS)), "--lines", str(tmp_path / "only_long.sass")])
