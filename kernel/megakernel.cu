@@ -1012,8 +1012,9 @@ cudaError_t launch_step(const StepParams& p, int variant, int blocks, int positi
   cudaError_t e = prepare(k);
   if (e != cudaSuccess) return e;
   void* args[] = {const_cast<StepParams*>(&p)};
-  // the host's position (the kernel reads its own from SyncState; both kernels are correct at any
-  // position, so a host that disagrees loses time, never bits it was promised)
+  // the host's position picks the kernel (each reads its own position from SyncState, and both are
+  // correct at any position; a host count that disagreed would give the other kernel's summation
+  // order above 4 partials, and MegakernelEngine.check raises on such a disagreement anyway)
   const void* fn = k.fn_long != nullptr && position >= kLongKernelFrom ? k.fn_long : k.fn;
   return cudaLaunchKernel(fn, dim3(blocks), dim3(k.threads), args, size_t(k.dynamic_smem), stream);
 }
