@@ -695,16 +695,6 @@ constexpr bool kAttnLocalMerge = MONOLITH_ATTN_LOCAL_MERGE != 0;
 #ifndef MONOLITH_MERGE_HALVES
 #define MONOLITH_MERGE_HALVES -1
 #endif
-// MONOLITH_NV_ROUND_PAIRS (twelfth session; measured slower, off): NVFP4's round (round_nv) as a
-// loop of two iterations, one warp_sum4 each, instead of 8 dot16B unrolled: the same values in the
-// same order, bitwise. Why it was tried: ncu on nvfp4-stream finds 12 % of its warps' samples in
-// "no instruction" (fp8: 5.6 %), 36 % of the down phase's, and each rows_nv site inlines ~1,700
-// instructions. Predicted +2-4 %; measured (dev, position 2) 1 (down only: 1,838 -> 1,077
-// instructions) -2.7 %, 2 (every site) -4.8 %, both spilling 52-68 B at the 96-register cap.
-#ifndef MONOLITH_NV_ROUND_PAIRS
-#define MONOLITH_NV_ROUND_PAIRS 0
-#endif
-constexpr int kNvRoundPairs = MONOLITH_NV_ROUND_PAIRS;  // 1: down only, 2: every rows_nv site
 static_assert(2 * kGroupCols <= kStreamConsumerThreads, "MONOLITH_MERGE_HALVES: two threads per (head, dim)");
 static_assert(3 * kGroupCols <= kStreamConsumerWarps * kGroupCols,
               "MONOLITH_MERGE_HALVES: the upper half's (m, num, den) fit in sm.vpart");
@@ -1299,53 +1289,30 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   };
   // kSeg: down's segments (each row's input is sm.act's segment (q + row) % 3, read per row from
   // shared memory: three XFull would not fit in registers); else every row's input is x.
+  // (Twelfth session, MONOLITH_NV_ROUND_PAIRS, removed: this round as a two-iteration loop, to cut
+  // each site's ~1,700 instructions for the instruction cache (ncu: 12 % "no instruction"), ran
+  // 2.7 % (down only) / 4.8 % (every site) slower, spilling at the 96-register cap; NOTES.md.)
   auto round_nv = [&](auto kSegC, int q, int n, int nr, const XFull& x, const uint32_t(&bs)[kRoundSlots], float* part) {
-    if constexpr (kNvRoundPairs > 1 || (kNvRoundPairs == 1 && decltype(kSegC)::value)) {
-      // The same sums, one pair of slots per iteration (not unrolled): half the code of a round.
-      uint32_t c0 = bs[0], c1 = bs[1];  // this iteration's two slots' scale words (no local memory)
-#pragma unroll 1
-      for (int h = 0; h < kRoundSlots / 2; ++h, c0 = bs[2], c1 = bs[3]) {
-        float a[4];
+    float a[2 * kRoundSlots];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int i = 2 * h + (k >> 1), row = kStreamConsumerWarps * (k & 1) + warp;  // row of slot i
-          a[k] = 0.f;
-          if (i < n && NF::kRows1024 * i + row < nr) {
-            const uint4 w = slot_at(i)[row * (NF::kRowBytes1024 / 16) + lane];
-            const uint32_t b2 = (k & 1) ? ((k >> 1) ? c1 : c0) >> 16 : ((k >> 1) ? c1 : c0);  // dot16B reads the low 16 bits
-            if constexpr (decltype(kSegC)::value) {
-              const XFull xs = load_x32(sm.act + ((q + NF::kRows1024 * i + row) % 3) * kHidden, lane);
-              a[k] = WeightsNvfp4::dot16B(w, xs.v, b2, 0.f);
-            } else {
-              a[k] = WeightsNvfp4::dot16B(w, x.v, b2, 0.f);
-            }
-          }
-        }
-        const float r = warp_sum4(a[0], a[1], a[2], a[3]);
-        if ((lane & 7) == 0) part[nv_row(4 * h + (lane >> 3))] = r;
-      }
-    } else {
-      float a[2 * kRoundSlots];
-#pragma unroll
-      for (int k = 0; k < 2 * kRoundSlots; ++k) {
-        const int i = k >> 1, row = kStreamConsumerWarps * (k & 1) + warp;  // row of slot i
-        a[k] = 0.f;
-        if (i < n && NF::kRows1024 * i + row < nr) {
-          const uint4 w = slot_at(i)[row * (NF::kRowBytes1024 / 16) + lane];
-          const uint32_t b2 = (k & 1) ? bs[i] >> 16 : bs[i];  // dot16B reads the low 16 bits
-          if constexpr (decltype(kSegC)::value) {
-            const XFull xs = load_x32(sm.act + ((q + NF::kRows1024 * i + row) % 3) * kHidden, lane);
-            a[k] = WeightsNvfp4::dot16B(w, xs.v, b2, 0.f);
-          } else {
-            a[k] = WeightsNvfp4::dot16B(w, x.v, b2, 0.f);
-          }
+    for (int k = 0; k < 2 * kRoundSlots; ++k) {
+      const int i = k >> 1, row = kStreamConsumerWarps * (k & 1) + warp;  // row of slot i
+      a[k] = 0.f;
+      if (i < n && NF::kRows1024 * i + row < nr) {
+        const uint4 w = slot_at(i)[row * (NF::kRowBytes1024 / 16) + lane];
+        const uint32_t b2 = (k & 1) ? bs[i] >> 16 : bs[i];  // dot16B reads the low 16 bits
+        if constexpr (decltype(kSegC)::value) {
+          const XFull xs = load_x32(sm.act + ((q + NF::kRows1024 * i + row) % 3) * kHidden, lane);
+          a[k] = WeightsNvfp4::dot16B(w, xs.v, b2, 0.f);
+        } else {
+          a[k] = WeightsNvfp4::dot16B(w, x.v, b2, 0.f);
         }
       }
-      const float lo = warp_sum4(a[0], a[1], a[2], a[3]), hi = warp_sum4(a[4], a[5], a[6], a[7]);
-      if ((lane & 7) == 0) {
-        part[nv_row(lane >> 3)] = lo;
-        part[nv_row(4 + (lane >> 3))] = hi;
-      }
+    }
+    const float lo = warp_sum4(a[0], a[1], a[2], a[3]), hi = warp_sum4(a[4], a[5], a[6], a[7]);
+    if ((lane & 7) == 0) {
+      part[nv_row(lane >> 3)] = lo;
+      part[nv_row(4 + (lane >> 3))] = hi;
     }
   };
   // Rows [0, nrows) of a phase in rounds of kNvRowsRound (the producer issued them in slots of 32
