@@ -1043,6 +1043,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // the swizzle cost nvfp4-stream 1.9 % in the harness (2,011.1 -> 1,972.6 tok/s, the LM head
   // being its only change: a register-allocation effect at its 96-register cap, NOTES.md)
   constexpr bool kHeadSwz = kXSwz && !kNv;
+  // the layers' GEMV inputs (s_x, sm.attn, sm.act) stored with nv_swz: NVFP4's always,
+  // bf16 / E4M3's under MONOLITH_X_SWIZZLE
+  constexpr bool kInSwz = kNv || kXSwz;
   // MONOLITH_MERGE_HALVES (above): by default in the long-position kernel only
   constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES < 0 ? kLong : MONOLITH_MERGE_HALVES != 0;
   constexpr int kMergeThreads = (kMergeHalves ? 2 : 1) * kGroupCols;  // threads that gather partials
@@ -1433,7 +1436,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // the residual connection, added at once: every block has read the O stage of layer L-2
       // (this buffer's previous content) before any block could finish layer L-1's MLP
       if (ok) seed_o(acc_o, v);
-      stream_prenorm<kNv || kXSwz>(v, nin, sm.x, sm.ssq);
+      stream_prenorm<kInSwz>(v, nin, sm.x, sm.ssq);
       if (L > 0) XRAY_SUB2(x_prenorm, L);
       float inv = 0.f;
       auto on_qkv = [&](int q, float a) {  // group row q's dot product, row-scaled
@@ -1949,7 +1952,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           den = den * ca + sm.vpart[2 * kGroupCols + tid] * cb;
         }
         const float a = num / den;
-        sm.attn[kNv || kXSwz ? nv_swz(tid) : tid] = a;  // NVFP4's O reads it swizzled (and MONOLITH_X_SWIZZLE's)
+        sm.attn[kInSwz ? nv_swz(tid) : tid] = a;  // O reads it through x4_swz / load_x32
         if (s.gi == 0 && scr_on) scr[kScrAttn + g * kGroupCols + tid] = a;
       }
     }
@@ -2090,7 +2093,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int e = 0; e < 2; ++e) scr[kScrHidden + tid + e * kStreamConsumerThreads] = v[e];
         return;
       }
-      stream_prenorm<kNv || kXSwz>(v, npost, sm.x, sm.ssq);
+      stream_prenorm<kInSwz>(v, npost, sm.x, sm.ssq);
       XRAY_SUB2(x_prenorm, L);
       if constexpr (kNv) {
         float inv = 0.f;
@@ -2178,7 +2181,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
         const int i = tid + k * kStreamConsumerThreads;
-        sm.act[kNv || kXSwz ? nv_swz(i) : i] = av[k];  // swizzled for NVFP4's down (per 1024-wide segment) and MONOLITH_X_SWIZZLE
+        sm.act[kInSwz ? nv_swz(i) : i] = av[k];  // down reads it swizzled (NVFP4: per 1024-wide segment)
       }
       if (!csync_and(ok)) return;  // also publishes sm.act
       XRAY_END(s_wait_act, L);

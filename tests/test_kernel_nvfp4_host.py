@@ -437,9 +437,10 @@ def test_x_swizzle_makes_the_bf16_and_e4m3_input_loads_conflict_free():
     text = SCHEDULE.read_text()
     assert "return kSwz ? (f & ~7) | ((f & 7) ^ ((f >> 3) & 7)) : f;" in text
     for line in ("x.v[2 * j] = x4[x4_swz<kSwz>(2 * q)];", "x.v[2 * j + 1] = x4[x4_swz<kSwz>(2 * q + 1)];",
-                 "x.v[j] = x4[x4_swz<kSwz>(128 * h + 4 * lane + j)];", "stream_prenorm<kNv || kXSwz>(v, nin, sm.x, sm.ssq);",
-                 "stream_prenorm<kNv || kXSwz>(v, npost, sm.x, sm.ssq);", "stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);",
-                 "sm.attn[kNv || kXSwz ? nv_swz(tid) : tid] = a;", "sm.act[kNv || kXSwz ? nv_swz(i) : i] = av[k];",
+                 "x.v[j] = x4[x4_swz<kSwz>(128 * h + 4 * lane + j)];", "constexpr bool kInSwz = kNv || kXSwz;",
+                 "stream_prenorm<kInSwz>(v, nin, sm.x, sm.ssq);",
+                 "stream_prenorm<kInSwz>(v, npost, sm.x, sm.ssq);", "stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);",
+                 "sm.attn[kInSwz ? nv_swz(tid) : tid] = a;", "sm.act[kInSwz ? nv_swz(i) : i] = av[k];",
                  "reinterpret_cast<const float4*>(sm.attn)[x4_swz(2 * lane)];",
                  "const float4 qa0 = q4[x4_swz<kQSwz>(2 * ql16)], qa1 = q4[x4_swz<kQSwz>(2 * ql16 + 1)];",
                  "sm.q[q_at(seg * kHeadDim + d)] = y0;", "{ return kQSwz ? nv_swz(e) : e; }"):
