@@ -58,6 +58,7 @@ struct UpstreamCfg {
   using Weights = WeightsBf16;                  // weight format of every GEMV and the embedding (dequant.cuh)
   static constexpr int kBlockThreads = kThreads;
   static constexpr int kDynamicSmem = 0;
+  static constexpr bool kLongKernel = false;    // one kernel at every position (StreamCfg's has two)
   static constexpr bool kPreloadL2 = false;     // step 0 of M4: see VariantCfg<kVariantBf16UpstreamL2Pre>
   // Upstream's "productive wait": while 16 blocks do attention, the others ask L2 for the next
   // phases' weights. 0 off, 1 this layer's O, gate/up, down (23 MB), 2 those and the next
@@ -965,9 +966,7 @@ template <int kVariant>
 KernelInfo info_of() {
   using Cfg = VariantCfg<kVariant>;
   const void* fn_long = nullptr;
-  if constexpr (Cfg::kStream) {
-    if constexpr (Cfg::kLongKernel) fn_long = reinterpret_cast<const void*>(&decode_step_long<kVariant>);
-  }
+  if constexpr (Cfg::kLongKernel) fn_long = reinterpret_cast<const void*>(&decode_step_long<kVariant>);
   return {reinterpret_cast<const void*>(&decode_step<kVariant>), fn_long, Cfg::kBlockThreads, Cfg::kDynamicSmem,
           Cfg::Weights::kRowScale, Cfg::kStream};
 }
@@ -1025,25 +1024,27 @@ int max_coresident_blocks(int variant, int device, cudaError_t* err) {
     *err = cudaErrorInvalidValue;
     return 0;
   }
-  int per_sm = 0, sms = 0, optin = 0;
+  int sms = 0, optin = 0;
   *err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (*err != cudaSuccess) return 0;
-  cudaFuncAttributes a{};
-  *err = cudaFuncGetAttributes(&a, k.fn);
-  if (*err != cudaSuccess) return 0;
-  if (int(a.sharedSizeBytes) + k.dynamic_smem > optin) return 0;  // cannot launch at all on this GPU
+  // the grid must fit with either kernel of the variant (decode_step, decode_step_long)
+  const void* fns[2] = {k.fn, k.fn_long};
+  for (const void* fn : fns) {
+    if (fn == nullptr) continue;
+    cudaFuncAttributes a{};
+    *err = cudaFuncGetAttributes(&a, fn);
+    if (*err != cudaSuccess) return 0;
+    if (int(a.sharedSizeBytes) + k.dynamic_smem > optin) return 0;  // cannot launch at all on this GPU
+  }
   *err = prepare(k);
   if (*err != cudaSuccess) return 0;
-  *err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.fn, k.threads, size_t(k.dynamic_smem));
-  if (*err != cudaSuccess) return 0;
-  if (k.fn_long != nullptr) {  // the grid must fit with either kernel
-    int per_sm_long = 0;
-    *err = cudaFuncGetAttributes(&a, k.fn_long);
+  int per_sm = 1 << 30;  // the smaller of the two (k.fn is never null)
+  for (const void* fn : fns) {
+    if (fn == nullptr) continue;
+    int n = 0;
+    *err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, k.threads, size_t(k.dynamic_smem));
     if (*err != cudaSuccess) return 0;
-    if (int(a.sharedSizeBytes) + k.dynamic_smem > optin) return 0;
-    *err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_long, k.fn_long, k.threads, size_t(k.dynamic_smem));
-    if (*err != cudaSuccess) return 0;
-    per_sm = per_sm_long < per_sm ? per_sm_long : per_sm;
+    if (n < per_sm) per_sm = n;
   }
   *err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   return *err == cudaSuccess ? per_sm * sms : 0;
