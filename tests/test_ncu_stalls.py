@@ -32,12 +32,13 @@ HDR = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Avg. Threads E
        "stall_long_sb", "stall_barrier (Not Issued)"]
 
 
-def write(tmp: Path, rows, gz=True) -> Path:
+def write(tmp: Path, rows, gz=True, hdr=HDR, kernel="decode_step<(int)2>") -> Path:
+    """The source page's CSV as `ncu --page source --csv` writes it: the kernel's name, then the table."""
     p = tmp / ("s.csv.gz" if gz else "s.csv")
     with (gzip.open(p, "wt", newline="") if gz else open(p, "w", newline="")) as f:
         w = csv.writer(f)
-        w.writerow(["Kernel Name", "void monolith::plain_build::decode_step<(int)2>(monolith::StepParams)"])
-        w.writerow(HDR)
+        w.writerow(["Kernel Name", f"void monolith::plain_build::{kernel}(monolith::StepParams)"])
+        w.writerow(hdr)
         w.writerows(rows)
     return p
 
@@ -94,12 +95,7 @@ def test_shared_wavefronts_per_site(tmp_path):
     (tmp_path / "d.sass").write_text(DUMP)
     hdr = HDR + ["L1 Wavefronts Shared", "L1 Wavefronts Shared Ideal", "L1 Wavefronts Shared Excessive"]
     rows = [ROWS[0] + ["0", "0", "0"], ROWS[1] + ["4", "4", "0"], ROWS[2] + ["8", "4", "4"]]
-    p = tmp_path / "w.csv"
-    with open(p, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["Kernel Name", "void monolith::plain_build::decode_step<(int)2>(monolith::StepParams)"])
-        w.writerow(hdr)
-        w.writerows(rows)
+    p = write(tmp_path, rows, gz=False, hdr=hdr)
     out = tmp_path / "o.json"
     assert ncu.main([str(p), "--lines", str(tmp_path / "d.sass"), "--json", str(out)]) == 0
     sh = json.loads(out.read_text())["shared"]
@@ -108,17 +104,12 @@ def test_shared_wavefronts_per_site(tmp_path):
 
 
 def test_long_position_kernel_is_found_in_the_dump(tmp_path):
-    """A report of decode_step_long (the long-position kernel) reads that kernel's section of the
-    dump, not decode_step's: the two sections hold different code."""
+    """A report of decode_step_long (the long-position kernel) is joined with that kernel's section
+    of the dump (found under its own mangled name), and decode_step's name does not find it."""
     long_kernel = "_ZN8monolith11plain_build16decode_step_longILi2EEEvNS_10StepParamsE"
     (tmp_path / "d.sass").write_text(DUMP.replace(f".text.{KERNEL}:", ".text.short_only:") + DUMP.replace(
         ".text.other:\n        /*0000*/                   NOP ;\n", "").replace(KERNEL, long_kernel))
-    p = tmp_path / "l.csv"
-    with open(p, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["Kernel Name", "void monolith::plain_build::decode_step_long<(int)2>(monolith::StepParams)"])
-        w.writerow(HDR)
-        w.writerows(ROWS)
+    p = write(tmp_path, ROWS, gz=False, kernel="decode_step_long<(int)2>")
     out = tmp_path / "o.json"
     assert ncu.main([str(p), "--lines", str(tmp_path / "d.sass"), "--json", str(out)]) == 0
     r = json.loads(out.read_text())
