@@ -72,10 +72,15 @@ if want racecheck-first; then
 fi
 # the streaming schedule's reduced configuration: 16 blocks, a 2-token prompt, each tool capped
 # (SANITIZE_TOOLS: which of the three, e.g. "memcheck synccheck" beside racecheck-stream's reduced run)
+# SANITIZE_VARIANTS: comma list (default bf16-stream); MONOLITH_SANITIZE_START=300 (exported) puts the
+# prompt and both steps past kLongKernelFrom = 256, i.e. on the long-position kernel.
 if want sanitize-stream; then
-  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
-    run "$tool-stream" env MONOLITH_VARIANT=bf16-stream MONOLITH_SANITIZE_BLOCKS=16 MONOLITH_SANITIZE_PROMPT=2 \
-      timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tests/gpu/sanitize_step.py
+  IFS=, read -ra sz_variants <<< "${SANITIZE_VARIANTS:-bf16-stream}"
+  for variant in "${sz_variants[@]}"; do
+    for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+      run "$tool-$variant" env MONOLITH_VARIANT="$variant" MONOLITH_SANITIZE_BLOCKS=16 MONOLITH_SANITIZE_PROMPT=2 \
+        timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tests/gpu/sanitize_step.py
+    done
   done
 fi
 # The ring's WAR reports (consumer reads in half_row_lane, the producer's next cp.async.bulk into the
