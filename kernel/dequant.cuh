@@ -25,7 +25,8 @@
 // - E2M1 on sm_100a/sm_120a: the native `cvt.rn.f16x2.e2m1x2` (compiled for sm_120a; our
 //   measurements are on the H200, where it does not exist). Same pairing and same API; the
 //   unbias factor differs per arch (e2m1_unbias()), so the kernel code is identical.
-// - FMAs are fp32 (f16 -> f32 is exact); only the conversion goes through f16.
+// - NVFP4's FMAs are f16x2 on pre-scaled f16 inputs by default (MONOLITH_NV_HALF2, below: half the
+//   instructions); with MONOLITH_NV_HALF2=0 and for E4M3 they are fp32 (f16 -> f32 is exact).
 #pragma once
 #include <cstdint>
 #include <cuda_fp16.h>
@@ -274,6 +275,37 @@ __device__ __forceinline__ float dot8_e2m1_biased(uint32_t w, float4 a0, float4 
   return acc;
 }
 
+// The half2 path (MONOLITH_NV_HALF2, default 1; 0 = the fp32 path above, for A/Bs): HFMA2 straight
+// on the decoded pairs against inputs that are already f16, so no f16 -> f32 widening and one
+// fused op per two weights. Why it pays: NVFP4's rows were bound by their instruction stream at
+// ~3.6 instructions per weight (decode 1.5, widen 1, FMA 1; ncu, twelfth session); the M5 probe
+// (probes/e2m1_decode.cu, lop3_h2 against lop3_f32) turned 5.02 TB/s of codes against 3.48.
+// Range: the caller pre-scales each 32-element word of x by 2^(kE2M1UnbiasLog2 - E), E the
+// exponent of the word's largest |x| (schedule_stream.cuh store_xh2), so the decoded values (e2m1
+// * 2^-kE2M1UnbiasLog2) times the inputs are w * x * 2^-E: |product| < 12, a block's two 8-term
+// half sums < 96, far inside f16, and every input within 2^14 of the word's max stays a normal
+// f16. The word's factor f = 2^E returns the sum to scale; it multiplies the block scale (exact:
+// a power of two), so the row needs no unbias: row_scale(g) = g.
+#ifndef MONOLITH_NV_HALF2
+#define MONOLITH_NV_HALF2 1
+#endif
+constexpr bool kNvHalf2 = MONOLITH_NV_HALF2 != 0;
+// log2(e2m1_unbias()): the exponent the inputs are lifted to, so the biased decode needs no unbias
+constexpr int kE2M1UnbiasLog2 = MONOLITH_HAS_E2M1_CVT ? 0 : 14;
+static_assert(MONOLITH_HAS_E2M1_CVT || float(1 << kE2M1UnbiasLog2) == kE2M1F16Bias, "the lift is the decode's bias");
+
+// acc + the products of 8 E2M1 weights in w with their inputs x: pair k = (element k, element k + 4)
+// of w meets the half2 in x's 32-bit word k (fused f16 FMAs in pair order k = 0..3).
+__device__ __forceinline__ __half2 hdot8_e2m1(uint32_t w, uint4 x, __half2 acc) {
+  __half2 p[4];
+  e2m1x8_to_half2x4(w, p);
+  acc = __hfma2(p[0], u32_as_half2(x.x), acc);
+  acc = __hfma2(p[1], u32_as_half2(x.y), acc);
+  acc = __hfma2(p[2], u32_as_half2(x.z), acc);
+  acc = __hfma2(p[3], u32_as_half2(x.w), acc);
+  return acc;
+}
+
 // WeightsNvfp4: `nvfp4-e2m1-b16-e4m3`, layout nvfp4-rowmajor-v1 (quant/nvfp4_layout.py): two E2M1
 // codes per byte, one E4M3 block scale per 16 weights (a buffer of its own), one fp32 tensor scale
 // per matrix. One 16-byte load is 32 weights = two whole blocks, so it meets exactly two scale
@@ -299,8 +331,20 @@ struct WeightsNvfp4 {
     const float b1 = dot8_e2m1_biased(w.w, a[6], a[7], dot8_e2m1_biased(w.z, a[4], a[5], 0.f));
     return fmaf(b1, s.y, acc);
   }
-  // the factor a row's lane-reduced sum is multiplied by: the tensor scale with the decode's unbias
-  static __device__ __forceinline__ float row_scale(float g) { return g * e2m1_unbias(); }
+  // The half2 path's dot16B (kNvHalf2): xh[u] = the lifted inputs of u32 u of w (hdot8_e2m1's
+  // pairs), f = their word's factor 2^E. Per block a half2 from 0 over its two u32s, then
+  // fmaf(lo + hi, e4m3(s_b) * f, acc): quant/nvfp4_kernel_model.py kernel_gemv(half2=True).
+  static __device__ __forceinline__ float dot16B_h2(uint4 w, const uint4 (&xh)[4], float f, uint32_t bs2, float acc) {
+    const float2 s = __half22float2(e4m3x2_to_half2(uint16_t(bs2)));  // exact: E4M3 -> f16 -> f32
+    const __half2 z = __float2half2_rn(0.f);
+    const __half2 h0 = hdot8_e2m1(w.y, xh[1], hdot8_e2m1(w.x, xh[0], z));
+    acc = fmaf(__low2float(h0) + __high2float(h0), s.x * f, acc);
+    const __half2 h1 = hdot8_e2m1(w.w, xh[3], hdot8_e2m1(w.z, xh[2], z));
+    return fmaf(__low2float(h1) + __high2float(h1), s.y * f, acc);
+  }
+  // the factor a row's lane-reduced sum is multiplied by: the tensor scale, with the decode's
+  // unbias on the fp32 path (the half2 path's word factors already undo it)
+  static __device__ __forceinline__ float row_scale(float g) { return kNvHalf2 ? g : g * e2m1_unbias(); }
 };
 static_assert(WeightsNvfp4::kPer16B == 2 * WeightsNvfp4::kBlock, "a 16-byte load of codes is two whole blocks");
 

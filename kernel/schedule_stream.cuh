@@ -223,19 +223,69 @@ __device__ __forceinline__ XFull load_x32(const float* v, int i) {
   for (int j = 0; j < 8; ++j) x.v[j] = x4[j ^ (i & 7)];
   return x;
 }
+// NVFP4's half2 inputs (kNvHalf2, dequant.cuh's dot16B_h2): a vector of kWords 32-element words,
+// each stored as 16 half2 in the pair order of the codes (16-byte chunk c = the pairs (8c + k,
+// 8c + k + 4), k = 0..3, the inputs of the word's u32 c), lifted by 2^(kE2M1UnbiasLog2 - E), E
+// the exponent of the word's largest |x|; after the kWords * 16 half2, kWords floats: word i's
+// factor 2^E. Half the floats of the vector plus kWords, so it lives in the float array it stands
+// in for (sm.x, sm.attn, sm.act). Chunk c of word i sits at chunk 4 i + (c ^ ((i >> 1) & 3)): the
+// 8 lanes of a quarter-warp, reading chunk c of 8 consecutive words (64 bytes apart), hit 8
+// different 16-byte bank groups; linear, they would hit 2 (a 4-way conflict).
+struct XH2 {
+  uint4 c[4];
+  float f;
+};
+// E clamped so that 2^E and the lift stay normal fp32 (a word of zeros has E = -127)
+constexpr int kNvXExpClamp = 100;
+template <int kWords>
+__device__ __forceinline__ XH2 load_xh2(const float* buf, int i) {
+  const uint4* c4 = reinterpret_cast<const uint4*>(buf) + 4 * i;
+  XH2 x;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) x.c[c] = c4[c ^ ((i >> 1) & 3)];
+  x.f = buf[kWords * 16 + i];
+  return x;
+}
+// Word i's element 32 i + lane is v; called by all 32 lanes of a warp. The word's max |x| is one
+// redux.sync on the bit patterns (non-negative floats order as their bits), and each lane stores
+// its own f16 (element k and k + 4 share a 32-bit word, low and high half: no shuffle). The first
+// version reduced with 5 shuffles and paired values with a 6th: the down phase's 6 words per
+// thread made its activation hop ~1 us longer (X-ray, thirteenth session, call 3).
+template <int kWords>
+__device__ __forceinline__ void store_xh2(float* buf, int i, float v) {
+  const int lane = threadIdx.x & 31;
+  const uint32_t m = __reduce_max_sync(0xffffffffu, __float_as_uint(fabsf(v)));
+  const int e = min(max(int(m >> 23) - 127, -kNvXExpClamp), kNvXExpClamp);  // m < 2^31: no sign bit
+  const float lift = __uint_as_float(uint32_t(127 + kE2M1UnbiasLog2 - e) << 23);  // exact: a power of two
+  const int c = lane >> 3, k = lane & 3, hi = (lane >> 2) & 1;  // lane = 8 c + 4 hi + k
+  reinterpret_cast<__half*>(buf)[2 * (16 * i + 4 * (c ^ ((i >> 1) & 3)) + k) + hi] = __float2half_rn(v * lift);
+  if (lane == 0) buf[kWords * 16 + i] = __uint_as_float(uint32_t(127 + e) << 23);
+}
+// One NVFP4 input word as the rows read it: fp32 (XFull) or half2 (XH2), from a vector of kWords.
+using NvIn = std::conditional_t<kNvHalf2, XH2, XFull>;
+template <int kWords>
+__device__ __forceinline__ NvIn load_nv_in(const float* buf, int i) {
+  if constexpr (kNvHalf2) return load_xh2<kWords>(buf, i);
+  else return load_x32(buf, i);
+}
+__device__ __forceinline__ float nv_dot(uint4 w, const XFull& x, uint32_t bs2) { return WeightsNvfp4::dot16B(w, x.v, bs2, 0.f); }
+__device__ __forceinline__ float nv_dot(uint4 w, const XH2& x, uint32_t bs2) { return WeightsNvfp4::dot16B_h2(w, x.c, x.f, bs2, 0.f); }
+
 // RMSNorm without its own barriers. RMSNorm(v) * w = (v * w) / rms(v), and 1/rms is one scalar
 // per token, so the GEMV that follows can multiply its dot products by it at the end: the norm
 // then needs no block reduction before the first round, only the round's own opening barrier,
 // which publishes s_x and this warp's sum of squares (ssq[warp]) together. Thread t holds
 // elements t and t + 512 (v). (Two barriers and a reduction less per norm than normalising first.)
 // kSwz: s_x swizzled for NVFP4 rows (nv_swz), else linear.
-template <bool kSwz = false>
+// kH2: s_x holds NVFP4's half2 inputs (store_xh2) instead.
+template <bool kSwz = false, bool kH2 = false>
 __device__ __forceinline__ void stream_prenorm(const float v[2], const Norm2& nw, float* s_x, float* ssq) {
   const int t = threadIdx.x;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int e = t + j * kStreamConsumerThreads;
-    s_x[kSwz ? nv_swz(e) : e] = v[j] * nw.w[j];
+    if constexpr (kH2) store_xh2<kHidden / 32>(s_x, e >> 5, v[j] * nw.w[j]);
+    else s_x[kSwz ? nv_swz(e) : e] = v[j] * nw.w[j];
   }
   const float q = warp_sum(v[0] * v[0] + v[1] * v[1]);
   if ((t & 31) == 0) ssq[t >> 5] = q;
@@ -1046,6 +1096,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // the layers' GEMV inputs (s_x, sm.attn, sm.act) stored with nv_swz: NVFP4's always,
   // bf16 / E4M3's under MONOLITH_X_SWIZZLE
   constexpr bool kInSwz = kNv || kXSwz;
+  // NVFP4's layer inputs (s_x, sm.attn, sm.act) as half2 words (store_xh2), read by dot16B_h2
+  constexpr bool kNvH2 = kNv && kNvHalf2;
   // MONOLITH_MERGE_HALVES (above): by default in the long-position kernel only
   constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES < 0 ? kLong : MONOLITH_MERGE_HALVES != 0;
   constexpr int kMergeThreads = (kMergeHalves ? 2 : 1) * kGroupCols;  // threads that gather partials
@@ -1269,7 +1321,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // kRoundSlots slots (value k = 2 i + j: slot i, row 16 j + w), lane l the row's 16-byte word l
   // (blocks 2l, 2l + 1) and the row's block-scale bytes 2l, 2l + 1. A row's lane sum is reduced by
   // warp_sum4 (for each value the xor tree 16, 8, 4, 2, 1: bitwise the kernel model's butterfly),
-  // so part[t] is row t of the round, unscaled: quant/nvfp4_kernel_model.py kernel_gemv with g = 2^-14.
+  // so part[t] is row t of the round, unscaled: quant/nvfp4_kernel_model.py kernel_gemv with g = 1
+  // (half2 path, kNvH2) or 2^-14 (fp32 path).
   static_assert(kRoundSlots == 4 && NF::kRows1024 * kRoundSlots <= kRoundRbMax * kStreamConsumerWarps,
                 "an NVFP4 round is two warp_sum4 per warp; part[] holds its 128 rows");
   constexpr int kNvRowsRound = kRoundSlots * NF::kRows1024;  // 128
@@ -1295,7 +1348,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // (Twelfth session, MONOLITH_NV_ROUND_PAIRS, removed: this round as a two-iteration loop, to cut
   // each site's ~1,700 instructions for the instruction cache (ncu: 12 % "no instruction"), ran
   // 2.7 % (down only) / 4.8 % (every site) slower, spilling at the 96-register cap; NOTES.md.)
-  auto round_nv = [&](auto kSegC, int q, int n, int nr, const XFull& x, const uint32_t(&bs)[kRoundSlots], float* part) {
+  auto round_nv = [&](auto kSegC, int q, int n, int nr, const NvIn& x, const uint32_t(&bs)[kRoundSlots], float* part) {
     float a[2 * kRoundSlots];
 #pragma unroll
     for (int k = 0; k < 2 * kRoundSlots; ++k) {
@@ -1305,10 +1358,15 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const uint4 w = slot_at(i)[row * (NF::kRowBytes1024 / 16) + lane];
         const uint32_t b2 = (k & 1) ? bs[i] >> 16 : bs[i];  // dot16B reads the low 16 bits
         if constexpr (decltype(kSegC)::value) {
-          const XFull xs = load_x32(sm.act + ((q + NF::kRows1024 * i + row) % 3) * kHidden, lane);
-          a[k] = WeightsNvfp4::dot16B(w, xs.v, b2, 0.f);
+          const int seg = (q + NF::kRows1024 * i + row) % 3;
+          if constexpr (kNvH2) {
+            a[k] = nv_dot(w, load_xh2<kIntermediate / 32>(sm.act, 32 * seg + lane), b2);
+          } else {
+            const XFull xs = load_x32(sm.act + seg * kHidden, lane);
+            a[k] = WeightsNvfp4::dot16B(w, xs.v, b2, 0.f);
+          }
         } else {
-          a[k] = WeightsNvfp4::dot16B(w, x.v, b2, 0.f);
+          a[k] = nv_dot(w, x, b2);
         }
       }
     }
@@ -1340,8 +1398,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // this lane's 32 inputs, read again each round (swizzled: conflict-free) rather than held
       // across the rounds: 32 registers live over the epilogue and the slot waits spilled at the
       // 96-register cap (and at the default grid qkv and MLP-1 are one round per block anyway)
-      XFull x;
-      if constexpr (!decltype(kSegC)::value) x = load_x32(s_x, lane);
+      NvIn x;
+      if constexpr (!decltype(kSegC)::value) x = load_nv_in<kHidden / 32>(s_x, lane);
       round_nv(kSegC, q, n, nr, x, bs, part);
       // the next round's scales, issued before this round's barrier (their registers are free now)
       nv_bs_load(bs0, q + kNvRowsRound, nrows, bs);
@@ -1436,7 +1494,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // the residual connection, added at once: every block has read the O stage of layer L-2
       // (this buffer's previous content) before any block could finish layer L-1's MLP
       if (ok) seed_o(acc_o, v);
-      stream_prenorm<kInSwz>(v, nin, sm.x, sm.ssq);
+      stream_prenorm<kInSwz, kNvH2>(v, nin, sm.x, sm.ssq);
       if (L > 0) XRAY_SUB2(x_prenorm, L);
       float inv = 0.f;
       auto on_qkv = [&](int q, float a) {  // group row q's dot product, row-scaled
@@ -1952,7 +2010,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           den = den * ca + sm.vpart[2 * kGroupCols + tid] * cb;
         }
         const float a = num / den;
-        sm.attn[kInSwz ? nv_swz(tid) : tid] = a;  // O reads it through x4_swz / load_x32
+        if constexpr (kNvH2) store_xh2<kGroupCols / 32>(sm.attn, tid >> 5, a);  // warps 0-7 whole
+        else sm.attn[kInSwz ? nv_swz(tid) : tid] = a;  // O reads it through x4_swz / load_x32
         if (s.gi == 0 && scr_on) scr[kScrAttn + g * kGroupCols + tid] = a;
       }
     }
@@ -1965,7 +2024,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // 2 l8, 2 l8 + 1), warp w takes rows 8 w + lane / 8 and + 4. The eight lanes' sums meet in
       // an xor tree 4, 2, 1: kernel_gemv(..., lanes=8) of quant/nvfp4_kernel_model.py.
       const int l8 = lane & 7;
-      const XFull at = load_x32(sm.attn, l8);
+      const NvIn at = load_nv_in<kGroupCols / 32>(sm.attn, l8);
       for (int o = s.o0, i = 0; o < s.o1; o += F::kRowsO, ++i) {
         const int nr = min(F::kRowsO, s.o1 - o);
         const int r0 = 8 * warp + (lane >> 3), r1 = r0 + 4;
@@ -1977,8 +2036,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
         if (!acquire_n(1, kPhase_s_oproj, L, true, false, i == 0)) return;  // i = 0: after the barrier above
         const uint4* slot = slot_at(0);
-        float a0 = r0 < nr ? WeightsNvfp4::dot16B(slot[r0 * (F::kRowBytesO / 16) + l8], at.v, b0, 0.f) : 0.f;
-        float a1 = r1 < nr ? WeightsNvfp4::dot16B(slot[r1 * (F::kRowBytesO / 16) + l8], at.v, b1, 0.f) : 0.f;
+        float a0 = r0 < nr ? nv_dot(slot[r0 * (F::kRowBytesO / 16) + l8], at, b0) : 0.f;
+        float a1 = r1 < nr ? nv_dot(slot[r1 * (F::kRowBytesO / 16) + l8], at, b1) : 0.f;
 #pragma unroll
         for (int m = 4; m > 0; m >>= 1) {  // within each group of 8 lanes, fixed order
           a0 += __shfl_xor_sync(0xffffffffu, a0, m);
@@ -2093,7 +2152,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int e = 0; e < 2; ++e) scr[kScrHidden + tid + e * kStreamConsumerThreads] = v[e];
         return;
       }
-      stream_prenorm<kInSwz>(v, npost, sm.x, sm.ssq);
+      stream_prenorm<kInSwz, kNvH2>(v, npost, sm.x, sm.ssq);
       XRAY_SUB2(x_prenorm, L);
       if constexpr (kNv) {
         float inv = 0.f;
@@ -2181,7 +2240,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
         const int i = tid + k * kStreamConsumerThreads;
-        sm.act[kInSwz ? nv_swz(i) : i] = av[k];  // down reads it swizzled (NVFP4: per 1024-wide segment)
+        if constexpr (kNvH2) store_xh2<kIntermediate / 32>(sm.act, i >> 5, av[k]);  // whole warps
+        else sm.act[kInSwz ? nv_swz(i) : i] = av[k];  // down reads it swizzled (NVFP4: per 1024-wide segment)
       }
       if (!csync_and(ok)) return;  // also publishes sm.act
       XRAY_END(s_wait_act, L);

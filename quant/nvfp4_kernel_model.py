@@ -10,10 +10,13 @@ It shares no code with the packer's dequantizer (quant/pack_nvfp4.py looks value
   block's two u32s in dot8_e2m1_biased's pair order (element k, then k + 4, for k = 0..3), then
   the lane adds it times the block scale (fmaf(a_b, e4m3(s_b), y)); an xor butterfly over lanes;
   finally one multiply by the tensor scale times 2^14 (exact: a power of two).
-- `half2=True` models the candidate decode the probe (probes/e2m1_decode.cu) measures: true e2m1
-  values in f16, activations rounded to f16, a half2 accumulator per block (low half: elements k,
-  high half: elements k + 4, fused f16 FMAs), a_b = f32(lo) + f32(hi), then the same block-scale
-  fmaf, butterfly, and a multiply by g.
+- `half2=True` is the kernel's default path (MONOLITH_NV_HALF2, kernel/dequant.cuh dot16B_h2; the
+  probe probes/e2m1_decode.cu measured it as lop3_h2): the same biased f16 values, inputs lifted per
+  32-element word (a lane's 16-byte word of codes) by 2^(14 - E), E the fp32 exponent field of the
+  word's max |x| minus 127, clamped to +-100 (kernel/schedule_stream.cuh store_xh2), then rounded
+  to f16; a half2 accumulator per block (low half: elements k, high half: elements k + 4, fused
+  f16 FMAs), a_b = f32(lo) + f32(hi), then fmaf(a_b, s_b * 2^E, y) (the word's factor folded into
+  the block scale, exact), the butterfly, and a multiply by g (the lift undid the bias).
 
 fp32 FMA is emulated in float64 (product exact, one extra rounding possible in rare near-midpoint
 cases); an f16 FMA likewise (float64, then rounded to f16 once). With one-hot activations every
@@ -35,6 +38,26 @@ def e2m1_to_f16_bits(codes: torch.Tensor) -> torch.Tensor:
 def f16_bits_to_f32(bits: torch.Tensor) -> torch.Tensor:
     b16 = torch.where(bits >= 0x8000, bits - 0x10000, bits).to(torch.int16)
     return b16.view(torch.float16).float()
+
+
+WORD = 32          # weights per 16-byte word of codes: one lane's share of a row per load
+X_EXP_CLAMP = 100  # kernel/schedule_stream.cuh kNvXExpClamp
+LIFT_LOG2 = 14     # kernel/dequant.cuh kE2M1UnbiasLog2 on sm_90
+
+
+def _pow2(e: torch.Tensor) -> torch.Tensor:
+    """fp32 2^e for integer e in the normal range, built from its exponent bits as the kernel does."""
+    return ((e.to(torch.int32) + 127) << 23).view(torch.float32)
+
+
+def word_lift(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x fp32 [K, B] -> (the f16 inputs [K, B], the factor 2^E per word [K / 32, B]) of the half2
+    path: E from the exponent field of each word's max |x| (as store_xh2 reads it), clamped."""
+    K, B = x.shape
+    m = x.abs().reshape(K // WORD, WORD, B).amax(1)
+    e = (((m.contiguous().view(torch.int32) >> 23) & 0xFF) - 127).clamp(-X_EXP_CLAMP, X_EXP_CLAMP)
+    lift = _pow2(LIFT_LOG2 - e).repeat_interleave(WORD, 0)
+    return (x * lift).half(), _pow2(e)
 
 
 def kernel_weight_values(codes: torch.Tensor) -> torch.Tensor:
@@ -68,11 +91,10 @@ def kernel_gemv(codes: torch.Tensor, bscales: torch.Tensor, g: float, x: torch.T
     B = X.shape[1]
     nib = torch.stack([codes & 0xF, codes >> 4], dim=-1).reshape(R, K).long()     # element order
     s = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()[bscales.long()]  # [R, K/16]
+    W = kernel_weight_values(nib)
     if half2:
-        W = torch.tensor(L.E2M1_MAGNITUDES + tuple(-m for m in L.E2M1_MAGNITUDES)).half()[nib]
-        Xh = X.half()
-    else:
-        W = kernel_weight_values(nib)
+        W = W.half()                                         # exact: the decode's f16 values
+        Xh, fw = word_lift(X)
     y = torch.zeros(lanes, R, B, dtype=torch.float32)
     words = K // 32
     for w0 in range(0, words, lanes):                       # each lane's next 16-byte word
@@ -96,6 +118,8 @@ def kernel_gemv(codes: torch.Tensor, bscales: torch.Tensor, g: float, x: torch.T
             if half2:
                 a = lo.float() + hi.float()
             sb = s[:, (base + 16 * blk) // L.BLOCK].T.unsqueeze(-1)          # [lanes, R, 1]
+            if half2:
+                sb = sb * fw[base // WORD].unsqueeze(1)                       # exact: times 2^E
             y = _fmaf(a, sb, y)
     off = lanes // 2
     while off:                                               # xor butterfly, lane 0's view

@@ -275,6 +275,67 @@ def test_dot16B_follows_the_kernel_models_order():
     assert "g * e2m1_unbias()" in body
 
 
+def test_dot16B_h2_follows_the_kernel_models_half2_order():
+    """The half2 path (kNvHalf2): per block a half2 from 0 over its two u32s (u32 u meets the lifted
+    inputs xh[u]; pair k = elements (k, k + 4) meets their half2 k, fused f16 FMAs in k order), then
+    fmaf(lo + hi, block scale * the word's factor, acc), block 0 first; the row scale is g alone
+    (quant/nvfp4_kernel_model.py kernel_gemv(half2=True))."""
+    deq = (REPO_ROOT / "kernel" / "dequant.cuh").read_text()
+    body = deq[deq.index("struct WeightsNvfp4 {"):]
+    body = body[:body.index("\n};")]
+    assert "const __half2 h0 = hdot8_e2m1(w.y, xh[1], hdot8_e2m1(w.x, xh[0], z));" in body
+    assert "const __half2 h1 = hdot8_e2m1(w.w, xh[3], hdot8_e2m1(w.z, xh[2], z));" in body
+    assert body.index("acc = fmaf(__low2float(h0) + __high2float(h0), s.x * f, acc);") < \
+        body.index("return fmaf(__low2float(h1) + __high2float(h1), s.y * f, acc);")
+    assert "row_scale(float g) { return kNvHalf2 ? g : g * e2m1_unbias(); }" in body
+    hdot = deq[deq.index("__half2 hdot8_e2m1(uint32_t w, uint4 x, __half2 acc) {"):]
+    hdot = hdot[:hdot.index("\n}")]
+    lines = [f"acc = __hfma2(p[{k}], u32_as_half2(x.{c}), acc);" for k, c in enumerate("xyzw")]
+    assert all(ln in hdot for ln in lines) and [hdot.index(ln) for ln in lines] == sorted(hdot.index(ln) for ln in lines)
+    assert "constexpr int kE2M1UnbiasLog2 = MONOLITH_HAS_E2M1_CVT ? 0 : 14;" in deq
+    assert "#define MONOLITH_NV_HALF2 1" in deq
+
+
+def test_half2_input_words_are_a_conflict_free_layout():
+    """store_xh2 / load_xh2 (the half2 path's inputs in sm.x, sm.attn, sm.act): lane l of a word's
+    warp stores element 32 i + l as half `hi` (l / 4 % 2) of half2 16 i + 4 (c ^ ((i >> 1) & 3)) + k
+    (c = l / 8, k = l % 4), so pair (l, l + 4) shares one half2; lane i of a reading warp loads chunk c of word i from 16-byte slot
+    4 i + (c ^ ((i >> 1) & 3)). Emulated over sm.act's 96 words: every half2 written once, every
+    reader's chunk u holds the pairs (8 u + k, 8 u + k + 4), k = 0..3 (the code word's u32 u, as
+    hdot8_e2m1 meets them), the factors sit after the pairs inside the float array, and the 8 lanes
+    of a quarter-warp read 8 different 16-byte bank groups."""
+    text = SCHEDULE.read_text()
+    for line in ("reinterpret_cast<__half*>(buf)[2 * (16 * i + 4 * (c ^ ((i >> 1) & 3)) + k) + hi] = __float2half_rn(v * lift);",
+                 "const int c = lane >> 3, k = lane & 3, hi = (lane >> 2) & 1;",
+                 "for (int c = 0; c < 4; ++c) x.c[c] = c4[c ^ ((i >> 1) & 3)];", "x.f = buf[kWords * 16 + i];",
+                 "if (lane == 0) buf[kWords * 16 + i] = __uint_as_float(uint32_t(127 + e) << 23);",
+                 "store_xh2<kHidden / 32>(s_x, e >> 5, v[j] * nw.w[j]);",
+                 "store_xh2<kGroupCols / 32>(sm.attn, tid >> 5, a);", "store_xh2<kIntermediate / 32>(sm.act, i >> 5, av[k]);",
+                 "load_xh2<kIntermediate / 32>(sm.act, 32 * seg + lane)", "load_nv_in<kHidden / 32>(s_x, lane)",
+                 "load_nv_in<kGroupCols / 32>(sm.attn, l8)"):
+        assert line in text, line
+    words = C.INTERMEDIATE // 32
+    store: dict[int, tuple[int, int]] = {}
+    halves: dict[int, int] = {}
+    for i in range(words):
+        for lane in range(32):
+            c, k, hi = lane >> 3, lane & 3, (lane >> 2) & 1
+            at = 2 * (16 * i + 4 * (c ^ ((i >> 1) & 3)) + k) + hi
+            assert at not in halves
+            halves[at] = 32 * i + lane
+    for at in range(0, 2 * 16 * words, 2):
+        store[at // 2] = (halves[at], halves[at + 1])
+    assert sorted(store) == list(range(16 * words))
+    assert 16 * words + words <= C.INTERMEDIATE and 16 * 8 + 8 <= 256 and 16 * 32 + 32 <= C.HIDDEN
+    for i in range(words):
+        for u in range(4):
+            slot = 4 * i + (u ^ ((i >> 1) & 3))
+            assert [store[4 * slot + k] for k in range(4)] == [(32 * i + 8 * u + k, 32 * i + 8 * u + k + 4) for k in range(4)]
+    for base in range(0, words, 8):
+        for u in range(4):
+            assert len({(4 * i + (u ^ ((i >> 1) & 3))) % 8 for i in range(base, base + 8)}) == 8
+
+
 def test_nvfp4_bytes_and_time_model():
     nv = bytemodel.ByteModel.nvfp4()
     assert nv.weight_bytes == L.bytes_per_token(C.NUM_LAYERS)
@@ -438,8 +499,8 @@ def test_x_swizzle_makes_the_bf16_and_e4m3_input_loads_conflict_free():
     assert "return kSwz ? (f & ~7) | ((f & 7) ^ ((f >> 3) & 7)) : f;" in text
     for line in ("x.v[2 * j] = x4[x4_swz<kSwz>(2 * q)];", "x.v[2 * j + 1] = x4[x4_swz<kSwz>(2 * q + 1)];",
                  "x.v[j] = x4[x4_swz<kSwz>(128 * h + 4 * lane + j)];", "constexpr bool kInSwz = kNv || kXSwz;",
-                 "stream_prenorm<kInSwz>(v, nin, sm.x, sm.ssq);",
-                 "stream_prenorm<kInSwz>(v, npost, sm.x, sm.ssq);", "stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);",
+                 "stream_prenorm<kInSwz, kNvH2>(v, nin, sm.x, sm.ssq);",
+                 "stream_prenorm<kInSwz, kNvH2>(v, npost, sm.x, sm.ssq);", "stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);",
                  "sm.attn[kInSwz ? nv_swz(tid) : tid] = a;", "sm.act[kInSwz ? nv_swz(i) : i] = av[k];",
                  "reinterpret_cast<const float4*>(sm.attn)[x4_swz(2 * lane)];",
                  "const float4 qa0 = q4[x4_swz<kQSwz>(2 * ql16)], qa1 = q4[x4_swz<kQSwz>(2 * ql16 + 1)];",

@@ -207,7 +207,7 @@ def test_kernel_model_reproduces_packer_dequant_bit_for_bit(ckpt2, half2):
 
 def test_kernel_model_dot_products(ckpt2):
     """fp32 path within the fp32 summation bound of the exact dot products; the half2 path's error
-    (activations rounded to f16, f16 block sums) recorded beside it."""
+    (activations lifted per word and rounded to f16, f16 block sums) recorded beside it."""
     w = ckpt2.tensors["model.layers.0.mlp.down_proj.weight"][:32]             # K = 3072
     m = quantize_matrix(w)
     x = torch.randn(3072, 2, generator=torch.Generator().manual_seed(4))
@@ -222,6 +222,31 @@ def test_kernel_model_dot_products(ckpt2):
     assert rel2 < 2e-3   # f16 rounding of x (2^-11) dominates
     assert torch.equal(kernel_gemv(m.codes, m.bscales, m.g, x[:, 0]), y[:, 0])
     print(f"\nnvfp4 kernel model, K=3072: fp32 path max rel err {float((err / scale).max()):.2e}, half2 path {rel2:.2e}")
+
+
+def test_half2_word_lift_keeps_every_word_in_f16_range(ckpt2):
+    """The half2 path lifts each 32-element word by 2^(14 - E) (E: its max's exponent), so a word's
+    largest f16 input lies in [2^14, 2^15) whatever its scale, and a word of zeros stays zeros.
+    Words 2^13 apart in scale (2^13 * 2^15 would overflow f16 65,504 with one shared lift) keep
+    the path within the same error bound as unit-scale inputs."""
+    from monolith.quant.nvfp4_kernel_model import word_lift
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(1024, 2, generator=gen)
+    x[:, 0] *= (2.0 ** torch.arange(-6, 7, 0.5))[torch.arange(1024) // 32 % 26]   # words 2^-6 .. 2^6.5
+    x[:, 1] *= torch.where(torch.arange(1024) // 32 % 2 == 0, 2.0 ** 10, 2.0 ** -3)
+    x[64:96, 1] = 0.0
+    xh, fw = word_lift(x)
+    top = xh.float().abs().reshape(32, 32, 2).amax(1)
+    nz = torch.ones(32, 2, dtype=torch.bool)
+    nz[2, 1] = False
+    assert ((top[nz] >= 2.0 ** 14) & (top[nz] < 2.0 ** 15)).all()
+    assert top[2, 1] == 0 and fw[2, 1] == 2.0 ** -100
+    m = quantize_matrix(ckpt2.tensors["model.layers.0.self_attn.q_proj.weight"][:64])
+    dq = dequantize_matrix(m.codes, m.bscales, m.g).double()
+    exact, scale = dq @ x.double(), dq.abs() @ x.double().abs()
+    y2 = kernel_gemv(m.codes, m.bscales, m.g, x, half2=True)
+    assert torch.isfinite(y2).all()
+    assert float(((y2.double() - exact).abs() / scale).max()) < 2e-3
 
 
 def test_shared_scalar_pins_the_kernels_1_over_rms(ckpt2):
