@@ -20,8 +20,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 # attention may differ by a few 1e-3; error grows with depth.
 TOL_PRE_ATTN = 1e-4
 # nvfp4-stream's default path multiplies f16 inputs (MONOLITH_NV_HALF2, kernel/dequant.cuh
-# dot16B_h2): each input rounded to f16 (2^-11 relative) and 8-term f16 block sums, ~2-3e-4 of
-# q's norm (the CPU model on random inputs), so its pre-attention bound is 10x the fp32 paths'
+# dot16B_h2): each input rounded to f16 (2^-11 relative) and 8-term f16 block sums: q and k at
+# layer 0 were 4.7e-4 off the fp32 reference on the H200 (thirteenth session; the fp32 path < 1e-4),
+# so its pre-attention bound is 10x the fp32 paths'
 TOL_PRE_ATTN_F16 = 1e-3
 TOL_POST_ATTN_L0 = 1e-2
 TOL_DEEP = 3e-2
