@@ -393,10 +393,10 @@ def _nvfp4_qkv_matrices(t: dict, codes: torch.Tensor) -> list[tuple[torch.Tensor
             for kind, (r0, r1) in rows.items()]
 
 
-def _nvfp4_qkv_input(t: dict, tok: int) -> torch.Tensor:
-    """The vector layer 0's qkv rows multiply in the kernel, s_x = v * w: the residual (the token's
-    E4M3 embedding row, one fp32 multiply as WeightsE4M3::value) times the RMSNorm weight, before
-    1/rms (which the kernel applies to each row's sum, after the tensor scale)."""
+def _nvfp4_qkv_input(t: dict, tok: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(v, s_x): the residual v (the token's E4M3 embedding row, one fp32 multiply as
+    WeightsE4M3::value) and the vector layer 0's qkv rows multiply in the kernel, s_x = v * w (the
+    RMSNorm weight), before 1/rms (which the kernel applies to each row's sum, after the tensor scale)."""
     from monolith.quant import nvfp4_layout as NL
 
     v = t[NL.T_EMBED_CODES][tok].view(torch.float8_e4m3fn).float() * t[NL.T_EMBED_SCALES][tok].float()
