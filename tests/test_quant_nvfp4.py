@@ -227,8 +227,8 @@ def test_kernel_model_dot_products(ckpt2):
 def test_half2_word_lift_keeps_every_word_in_f16_range(ckpt2):
     """The half2 path lifts each 32-element word by 2^(14 - E) (E: its max's exponent), so a word's
     largest f16 input lies in [2^14, 2^15) whatever its scale, and a word of zeros stays zeros.
-    Words 2^13 apart in scale (2^13 * 2^15 would overflow f16 65,504 with one shared lift) keep
-    the path within the same error bound as unit-scale inputs."""
+    Inputs whose words are 2^13 apart in scale stay within the error bound of unit-scale inputs:
+    each word gets its own lift, so the small words keep f16's 11 bits."""
     from monolith.quant.nvfp4_kernel_model import word_lift
     gen = torch.Generator().manual_seed(11)
     x = torch.randn(1024, 2, generator=gen)
