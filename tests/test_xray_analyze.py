@@ -276,6 +276,13 @@ def test_compare_shows_a_slower_phase_in_its_milestone_and_the_layer(tmp_path, c
     assert 1.5 < lay["b"] - lay["a"] < 2.5, lay
     assert abs(rows["qkv segment, µs"]["b"] - rows["qkv segment, µs"]["a"]) < 0.3
     assert rows["SM clock over the token, GHz"]["a"] == pytest.approx(1.98, rel=1e-3)
+    # the hops: B's block 64 sees the release of the gate/up barrier 1.5 µs late in every layer
+    c = generate(seed=3, extra_wait_ns={(64, L, "bar_gateup"): 1500.0 for L in range(28)})
+    rows_c = {r["metric"]: r for r in compare(analyze(*a), analyze(*c))}
+    hop = rows_c["hop gateup → bar_gateup: last block sees it, µs"]
+    assert 1.2 < hop["b"] - hop["a"] < 1.8, hop
+    other = rows_c["hop qkv → bar_qkv: last block sees it, µs"]
+    assert abs(other["b"] - other["a"]) < 0.3, other
     # one side without milestones: None there
     s_b = analyze(*b)
     s_b["milestones"] = None

@@ -497,8 +497,9 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
 
 
 def compare(a: dict, b: dict) -> list[dict]:
-    """Two summaries (analyze()) side by side, for an A/B of two builds: the headline numbers and
-    each layer milestone's segment and work (medians over layers, µs), as rows {metric, a, b}.
+    """Two summaries (analyze()) side by side, for an A/B of two builds: the headline numbers,
+    each layer milestone's segment and work, and each hop's latency (medians over layers, µs:
+    last block sees it; every thread's words in, where the trace has them), as rows {metric, a, b}.
     A metric one summary lacks is None there (e.g. milestones of another schedule)."""
     def get(summ, *path):
         x = summ
@@ -526,6 +527,17 @@ def compare(a: dict, b: dict) -> list[dict]:
     for phase, d in seg.items():
         for key, label in (("segment_us", "segment"), ("work_us", "work")):
             out.append({"metric": f"{phase} {label}, µs", "a": d.get("a", {}).get(key), "b": d.get("b", {}).get(key)})
+    # the hops (hop_latency): where a faster phase's gain can go (thirteenth session: NVFP4's half2
+    # stores shortened every phase's work and lengthened the hop into down by 1 µs)
+    hop = {}
+    for side, summ in (("a", a), ("b", b)):
+        for h in (get(summ, "hops", "latency") or []):
+            hop.setdefault((h["producer"], h["wait"]), {})[side] = h
+    for (prod, wait), d in hop.items():
+        for key, label in (("last_sees_us", "last block sees it"), ("last_ready_us", "every thread's words in, last block")):
+            if any(key in d.get(side, {}) for side in ("a", "b")):
+                out.append({"metric": f"hop {prod} → {wait}: {label}, µs",
+                            "a": d.get("a", {}).get(key), "b": d.get("b", {}).get(key)})
     return out
 
 
