@@ -112,11 +112,6 @@ struct Result {
   bool sum_ok;
 };
 
-static double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 int main(int argc, char** argv) {
   int reps = 5;
   bool quick = false;
@@ -225,11 +220,11 @@ int main(int argc, char** argv) {
           CUDA_CHECK(cudaFuncGetAttributes(&fa, fn));
           res.regs = fa.numRegs;  // fewer than 4*loads+~8 would mean the loads were serialized
           res.bytes = n16 * 16;
-          res.stream_us = median(st);
+          res.stream_us = probe_median(st);
           res.stream_us_min = *std::min_element(st.begin(), st.end());
           res.stream_us_max = *std::max_element(st.begin(), st.end());
           res.stream_tbs = double(res.bytes) / (res.stream_us * 1e-6) * 1e-12;
-          res.single_us = median(si);
+          res.single_us = probe_median(si);
           res.single_tbs = double(res.bytes) / (res.single_us * 1e-6) * 1e-12;
           res.sum_ok = sum_ok;
           results.push_back(res);

@@ -221,8 +221,6 @@ struct Row {
   bool ok;
 };
 
-static double median(const std::vector<double>& v) { return probe_quantile(v, 0.5); }
-
 int main(int argc, char** argv) {
   int rounds = 200, delay = 1500;
   double timeout_ms = 2000;
@@ -367,8 +365,8 @@ int main(int argc, char** argv) {
           tl.push_back(probe_us(out.hi, t0.hi));
           sp.push_back(probe_us(out.lo, out.hi));
         }
-        Row row{c.mode, C, G, load, dly, median(ol), median(rf), median(rl), probe_quantile(rl, 0.9), median(tf),
-                median(tl), median(sp), load ? double(loaded) / (ms * 1e-3) / 1e12 : 0.0,
+        Row row{c.mode, C, G, load, dly, probe_median(ol), probe_median(rf), probe_median(rl), probe_quantile(rl, 0.9), probe_median(tf),
+                probe_median(tl), probe_median(sp), load ? double(loaded) / (ms * 1e-3) / 1e12 : 0.0,
                 (long long)(c.mode == 1 ? G / C : G) * kN, bad, flags[1] == 0 && bad == 0};
         all_ok = all_ok && row.ok;
         rows.push_back(row);

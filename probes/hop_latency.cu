@@ -282,8 +282,6 @@ struct Row {
   int parts;  // S3's P (1 otherwise)
 };
 
-static double median(const std::vector<double>& v) { return probe_quantile(v, 0.5); }
-
 int main(int argc, char** argv) {
   int rounds = 200, offset = 700, delay = 1500;
   double timeout_ms = 2000;
@@ -409,7 +407,7 @@ int main(int argc, char** argv) {
           if (words_host[size_t(q) * n + i] != want) ++flags[3];
         }
     }
-    Row row{names[s], n, load, dly, median(rf), median(rl), probe_quantile(rl, 0.9), median(tf), median(tl), median(sp),
+    Row row{names[s], n, load, dly, probe_median(rf), probe_median(rl), probe_quantile(rl, 0.9), probe_median(tf), probe_median(tl), probe_median(sp),
             load ? double(loaded) / (ms * 1e-3) / 1e12 : 0.0, flags[3], flags[2] == 0 && flags[3] == 0, c.parts};
     all_ok = all_ok && row.ok;
     rows.push_back(row);

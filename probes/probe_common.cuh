@@ -35,6 +35,7 @@ static inline double probe_quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, size_t(q * v.size()))];
 }
+static inline double probe_median(const std::vector<double>& v) { return probe_quantile(v, 0.5); }
 
 // The command line of a probe with one integer option: `--json` and `opt N` (default `def`, in
 // [lo, hi]). Anything else prints the usage, a value out of range says the range; both exit 2.
