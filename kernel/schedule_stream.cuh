@@ -1361,7 +1361,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           const int seg = (q + NF::kRows1024 * i + row) % 3;
           if constexpr (kNvH2) {
             a[k] = nv_dot(w, load_xh2<kIntermediate / 32>(sm.act, 32 * seg + lane), b2);
-          } else {
+          } else {  // as before the half2 path: with MONOLITH_NV_HALF2=0 the SASS is the twelfth
+                    // session's measured build (load_nv_in here would change its address code)
             const XFull xs = load_x32(sm.act + seg * kHidden, lane);
             a[k] = WeightsNvfp4::dot16B(w, xs.v, b2, 0.f);
           }
