@@ -199,6 +199,7 @@ def test_layer_milestones_split_a_layer_along_the_schedule():
     seg = {x["phase"]: x for x in m["segments"]}
     assert seg["s_qkv"]["layers"] == 1  # layer 0's first phase has no previous layer
     assert all(x["segment_us"] == pytest.approx(2.0) for x in m["segments"])
+    assert all(x["segment_max_us"] == pytest.approx(2.0) for x in m["segments"])
     assert all(x["work_us"] == pytest.approx(1.2) for x in m["segments"])  # median of 1.0 and 1.4
     assert m["sum_us"] == pytest.approx(10.0)
     keep = ph == pid["s_wait_resid"]
@@ -283,6 +284,16 @@ def test_compare_shows_a_slower_phase_in_its_milestone_and_the_layer(tmp_path, c
     assert 1.2 < hop["b"] - hop["a"] < 1.8, hop
     other = rows_c["hop qkv → bar_qkv: last block sees it, µs"]
     assert abs(other["b"] - other["a"]) < 0.3, other
+    # one slow layer: the mean and the slowest layer move, the median and the milestone medians
+    # hardly (fourteenth session: an A/B whose medians moved 0.07 µs and whose mean moved 0.55)
+    d = generate(seed=3, slow_work_ns={(64, 7, "gateup"): 5000.0})
+    rows_d = {r["metric"]: r for r in compare(analyze(*a), analyze(*d))}
+    assert 3.5 < rows_d["layer, µs (max)"]["b"] - rows_d["layer, µs (max)"]["a"] < 6.0, rows_d["layer, µs (max)"]
+    assert 0.1 < rows_d["layer, µs (mean)"]["b"] - rows_d["layer, µs (mean)"]["a"] < 0.3
+    assert abs(rows_d["layer, µs (median)"]["b"] - rows_d["layer, µs (median)"]["a"]) < 0.1
+    assert abs(rows_d["gateup segment, µs"]["b"] - rows_d["gateup segment, µs"]["a"]) < 0.1
+    slow = rows_d["gateup segment, slowest layer, µs"]
+    assert 3.5 < slow["b"] - slow["a"] < 6.0, slow
     # one side without milestones: None there
     s_b = analyze(*b)
     s_b["milestones"] = None

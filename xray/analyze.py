@@ -322,8 +322,8 @@ def layer_milestones(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarr
             prev = (present[i - 1], L) if i > 0 else (present[-1], L - 1)
             if (n, L) in last_end and prev in last_end:
                 segs[n].append(last_end[(n, L)] - last_end[prev])
-    out = [{"phase": n, "segment_us": float(np.median(segs[n]) / 1e3), "work_us": float(np.median(work[n]) / 1e3),
-            "layers": len(segs[n])} for n in present if segs[n] and work[n]]
+    out = [{"phase": n, "segment_us": float(np.median(segs[n]) / 1e3), "segment_max_us": float(np.max(segs[n]) / 1e3),
+            "work_us": float(np.median(work[n]) / 1e3), "layers": len(segs[n])} for n in present if segs[n] and work[n]]
     if not out:
         return None
     return {"chain": [x["phase"] for x in out], "segments": out,
@@ -449,6 +449,10 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
                                             mean_layer * 1e3) if mean_layer else None},
         "layers": {"count": n_layers, "mean_us": mean_layer, "min_us": float(layer_us.min()) if len(layer_us) else None,
                    "max_us": float(layer_us.max()) if len(layer_us) else None,
+                   # a mean above the median is a few slow layers, not every layer (fourteenth
+                   # session: an A/B whose milestone medians moved 0.07 µs and whose mean moved 0.55)
+                   "median_us": float(np.median(layer_us)) if len(layer_us) else None,
+                   "p90_us": float(np.percentile(layer_us, 90)) if len(layer_us) else None,
                    "per_layer_us": [round(float(x), 4) for x in layer_us]},
         "waits": {
             "per_block_us": [round(float(x) / 1e3, 4) for x in wait_ns],
@@ -515,6 +519,8 @@ def compare(a: dict, b: dict) -> list[dict]:
         ("SM clock over the token, GHz", ("clock_alignment", "sm_ghz", "median")),
         ("clock fit residual rms, ns", ("clock_alignment", "residual_ns", "rms")),
         ("layer, µs (mean)", ("layers", "mean_us")),
+        ("layer, µs (median)", ("layers", "median_us")),
+        ("layer, µs (max)", ("layers", "max_us")),
         ("dependency waits, share of the token", ("token_waits", "dependency_share")),
         ("ring waits, share of the token", ("token_waits", "ring_share")),
         ("grid bandwidth over the token, TB/s", ("grid_bandwidth_token_tbs",)),
@@ -525,7 +531,7 @@ def compare(a: dict, b: dict) -> list[dict]:
         for x in (get(summ, "milestones", "segments") or []):
             seg.setdefault(x["phase"], {})[side] = x
     for phase, d in seg.items():
-        for key, label in (("segment_us", "segment"), ("work_us", "work")):
+        for key, label in (("segment_us", "segment"), ("segment_max_us", "segment, slowest layer"), ("work_us", "work")):
             out.append({"metric": f"{phase} {label}, µs", "a": d.get("a", {}).get(key), "b": d.get("b", {}).get(key)})
     # the hops (hop_latency): where a faster phase's gain can go (thirteenth session: NVFP4's half2
     # stores shortened every phase's work and lengthened the hop into down by 1 µs)
@@ -599,6 +605,10 @@ def print_report(summ: dict, console=None) -> None:
                   f"({bs['wait_share']:.1%}), grid barriers {bs['grid_barrier_us_per_layer']:.2f} µs "
                   f"({bs['grid_barrier_share']:.1%}) · upstream {UPSTREAM['barrier_us_per_layer']} of "
                   f"{UPSTREAM['us_per_layer']} µs ({bs['upstream']['share']:.1%})")
+    ly = summ.get("layers", {})
+    if ly.get("median_us") is not None:
+        con.print(f"layers: median {ly['median_us']:.2f} µs, p90 {ly['p90_us']:.2f}, min {ly['min_us']:.2f}, "
+                  f"max {ly['max_us']:.2f} (mean {ly['mean_us']:.2f}; {len(ly['per_layer_us'])} layers)")
     tw = summ.get("token_waits")
     if tw and tw.get("dependency_share") is not None:
         con.print(f"token: dependency waits {tw['dependency_us']:.1f} µs/block ({tw['dependency_share']:.1%}), "
@@ -613,9 +623,10 @@ def print_report(summ: dict, console=None) -> None:
                   f"(median of {h['layers']} layers)")
     ms = summ.get("milestones")
     if ms:
-        segs = " · ".join(f"{x['phase']} {x['segment_us']:.2f} ({x['work_us']:.2f})" for x in ms["segments"])
+        segs = " · ".join(f"{x['phase']} {x['segment_us']:.2f} ({x['work_us']:.2f}; slowest layer "
+                          f"{x['segment_max_us']:.2f})" for x in ms["segments"])
         con.print(f"layer milestones, µs from the previous phase's last end to this one's (the phase's median work "
-                  f"per block): {segs} = {ms['sum_us']:.2f} µs", markup=False)
+                  f"per block; the segment's slowest layer): {segs} = {ms['sum_us']:.2f} µs", markup=False)
     subs = summ.get("sub_intervals")
     if subs:  # MONOLITH_XRAY_SUB=1 traces only
         con.print("sub-intervals (MONOLITH_XRAY_SUB; median / max µs, cut from the parent; the parent's own rest "
