@@ -4,6 +4,7 @@
 #     chromium     the page's browser tests (playwright-core drives it; CHROMIUM=path overrides)
 #     nginx        the deploy config's test on loopback (NGINX=path overrides)
 #     the shellcheck linter, for the shell scripts (a test fails without it)
+#     patch        scripts/gpu.sh abpatch applies a diff to a copy of the tree (its test runs it)
 #     python3-venv `make install`'s virtual environment (only when the interpreter lacks ensurepip)
 #   checked, never installed (a clear line says what to do):
 #     node >= 20.19 and npm (vite 8), nvcc (CUDA 13.0; NVCC=path overrides)
@@ -21,6 +22,7 @@ apt_missing() {  # the apt packages whose tool is absent
   [ -x "$CHROMIUM" ] || out+=(chromium)
   [ -x "$NGINX" ] || out+=(nginx)
   command -v shellcheck >/dev/null 2>&1 || out+=(shellcheck)
+  command -v patch >/dev/null 2>&1 || out+=(patch)
   "$PYTHON" -c "import ensurepip" >/dev/null 2>&1 || out+=(python3-venv)
   echo "${out[@]}"
 }

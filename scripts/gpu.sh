@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [m4] [m3] [m3quality] [m5quality] [m5sens] [hop] [fold] [attn] [round] [tcclock] [xraylong] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [abpatch] [m4] [m3] [m3quality] [m5quality] [m5sens] [hop] [fold] [attn] [round] [tcclock] [xraylong] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -168,6 +168,46 @@ if want abdev; then
     fi
     i=$((i + 1))
   done
+fi
+# A/B of a code change that is not a knob (fourteenth session): AB_PATCH, a `git diff` of the change
+# (paths relative to the repository root), is applied to a copy of this tree (AB_TREE, default
+# /tmp/ab-patch; build/, checkpoints/ and results/ left out, the checkpoints linked). Dev timings
+# of AB_VARIANTS at 128 blocks: this tree, the patched copy, this tree again (the machine's drift),
+# the patched build's tokens checked bitwise against this tree's (AB_TOKENS_REF=0: not checked);
+# then each build's X-ray in results/ab/xray-base/ and xray-patch/ (AB_XRAY=0: none). Everything
+# lands under results/ab/, so it comes back in results.tgz (a call returns only a few files).
+if want abpatch; then
+  rm -rf results/ab; mkdir -p results/ab
+  ab_root=$PWD ab_tree=${AB_TREE:-/tmp/ab-patch} ab_v=${AB_VARIANTS:-bf16-stream,fp8-stream}
+  ab_patch=$(realpath -e "${AB_PATCH:-/nonexistent}" 2>/dev/null)
+  ab_ref=(); [ "${AB_TOKENS_REF:-1}" = 0 ] || ab_ref=(--tokens-ref "$ab_root/results/ab/tokens-ref.json")
+  in_tree() {  # in_tree DIR CMD...: CMD in DIR, with DIR's package first on the Python path
+    local dir=$1; shift
+    (cd "$dir" && PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}" exec "$@")
+  }
+  make_tree() {  # a copy of this tree without build/, checkpoints/, results/, with the patch applied
+    rm -rf "$ab_tree" && mkdir -p "$ab_tree/results" &&
+      tar --exclude=./build --exclude=./checkpoints --exclude=./results -cf - . | (cd "$ab_tree" && tar xf -) &&
+      ln -sfn "$ab_root/checkpoints" "$ab_tree/checkpoints" && in_tree "$ab_tree" patch -p1 --forward --batch -i "$ab_patch"
+  }
+  if [ -z "$ab_patch" ]; then
+    echo "abpatch: AB_PATCH='${AB_PATCH:-}' is not a file (a git diff of the change, relative to the repository root)" |
+      tee -a "$OUT/log.txt"
+    summary+=("abpatch                rc=2   no AB_PATCH")
+  elif run abpatch-tree make_tree; then
+    for side in base patch base2; do
+      dir=$ab_root; [ "$side" = patch ] && dir=$ab_tree
+      run "abpatch-dev-$side" in_tree "$dir" python3 scripts/dev_bench.py --variant "$ab_v" --blocks 128 --runs 3 \
+        ${ab_ref[@]+"${ab_ref[@]}"} --out "$ab_root/results/ab/dev-$side.json" || break
+    done
+    if [ "${AB_XRAY:-1}" != 0 ]; then
+      for side in base patch; do
+        dir=$ab_root; [ "$side" = patch ] && dir=$ab_tree
+        run "abpatch-xray-$side" in_tree "$dir" python3 scripts/xray_raw.py --variant "$ab_v" \
+          --position "${AB_XRAY_POS:-128}" --out "$ab_root/results/ab/xray-$side"
+      done
+    fi
+  fi
 fi
 # M4: the streaming schedule against bf16-upstream in one harness session (gate, determinism,
 # benchmark, sweep), then the X-ray raw traces of both at position 128 (analyzed off the GPU).

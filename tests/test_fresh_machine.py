@@ -28,7 +28,7 @@ def machine(tmp_path):
     b = tmp_path / "bin"
     b.mkdir()
     calls = tmp_path / "apt.calls"
-    for tool in ("shellcheck", "npm", "nvcc"):
+    for tool in ("shellcheck", "patch", "npm", "nvcc"):
         _stub(b, tool)
     _stub(b, "node", 'case "$1" in --version) echo v20.20.2;; esac; exit 0')
     _stub(b, "python3", "exit 0")

@@ -318,3 +318,34 @@ def test_gpu_sh_abdev_runs_tests_per_build_and_places_or_skips_the_xray(tmp_path
     r, calls, _ = _gpu_sh(tmp_path / "b", "abdev", AB_XRAY="0")
     assert r.returncode == 0 and not any("xray_raw" in c or "pytest" in c for c in calls)
     assert (tmp_path / "test_variants").read_text().split() == ["bf16-stream", "bf16-stream"]  # the A/B's variants
+
+
+def test_gpu_sh_abpatch_times_this_tree_the_patched_copy_and_this_tree_again(tmp_path):
+    """AB_PATCH is applied to a copy of the tree (AB_TREE), never to the tree itself; dev timings run
+    base, patch, base again, each from its own tree, the patched build's tokens checked against the
+    base's; then both X-rays, all under results/ab/. A missing patch or one that does not apply
+    stops the stage before any timing."""
+    root = tmp_path / "repo"
+    (root / "kernel").mkdir(parents=True)
+    (root / "kernel" / "x.cuh").write_text("int knob = 1;\n")
+    patch = tmp_path / "change.patch"
+    patch.write_text("--- a/kernel/x.cuh\n+++ b/kernel/x.cuh\n@@ -1 +1 @@\n-int knob = 1;\n+int knob = 2;\n")
+    tree = tmp_path / "tree"
+    r, calls, _ = _gpu_sh(tmp_path, "abpatch", AB_PATCH=str(patch), AB_TREE=str(tree), AB_VARIANTS="nvfp4-stream")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (root / "kernel" / "x.cuh").read_text() == "int knob = 1;\n"  # the tree itself is untouched
+    assert (tree / "kernel" / "x.cuh").read_text() == "int knob = 2;\n"
+    assert (tree / "checkpoints").is_symlink() and not (tree / "results" / "ab").exists()
+    dev = [c.split(" | ")[0] for c in calls if "dev_bench.py" in c]
+    ref = f"--tokens-ref {root}/results/ab/tokens-ref.json"
+    assert dev == [f"python3 scripts/dev_bench.py --variant nvfp4-stream --blocks 128 --runs 3 {ref} "
+                   f"--out {root}/results/ab/dev-{side}.json" for side in ("base", "patch", "base2")]
+    xr = [c.split(" | ")[0] for c in calls if "xray_raw.py" in c]
+    assert xr == [f"python3 scripts/xray_raw.py --variant nvfp4-stream --position 128 --out {root}/results/ab/xray-{s}"
+                  for s in ("base", "patch")]
+    # a patch that does not apply (here: its file is missing from the copy) stops the stage
+    patch.write_text("--- a/kernel/x.cuh\n+++ b/kernel/x.cuh\n@@ -1 +1 @@\n-int other = 1;\n+int other = 2;\n")
+    r, calls, _ = _gpu_sh(tmp_path / "b", "abpatch", AB_PATCH=str(patch), AB_TREE=str(tmp_path / "tree2"))
+    assert not any("dev_bench" in c for c in calls) and "abpatch-tree" in r.stdout.split("==== summary")[1]
+    r, calls, _ = _gpu_sh(tmp_path / "c", "abpatch", AB_TOKENS_REF="0")
+    assert not any("dev_bench" in c for c in calls) and "no AB_PATCH" in r.stdout
