@@ -29,11 +29,13 @@ SAMPLES = "Warp Stall Sampling (All Samples)"
 WF_SHARED = "L1 Wavefronts Shared"
 LINE = re.compile(r'\s*//## File "([^"]+)", line (\d+)')
 INSN = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*$")
+LABEL = re.compile(r"\s*(\.L_x_\d+):")
 
 
-def read_dump(path: Path, kernel: str) -> dict[int, tuple[str, list[tuple[str, int]]]]:
-    """offset -> (instruction text, inline chain innermost first) for the kernel's .text section."""
-    out, chain, pend, inside = {}, [], [], False
+def read_insns(path: Path, kernel: str) -> list[dict]:
+    """The kernel's .text section in order: per instruction its offset, text, inline chain
+    (innermost first) and the label on it, if any (scripts/sass_waits.py finds loops by them)."""
+    out, chain, pend, inside, label = [], [], [], False, None
     for line in path.read_text().splitlines():
         if line.startswith(".text."):
             inside = line[len(".text."):].rstrip(":") == kernel
@@ -44,12 +46,22 @@ def read_dump(path: Path, kernel: str) -> dict[int, tuple[str, list[tuple[str, i
         if m:
             pend.append((Path(m.group(1)).name, int(m.group(2))))
             continue
+        m = LABEL.match(line)
+        if m:
+            label = m.group(1)
+            continue
         m = INSN.match(line)
         if m:
             if pend:
                 chain, pend = pend, []
-            out[int(m.group(1), 16)] = (m.group(2).rstrip(" ;"), chain)
+            out.append({"off": int(m.group(1), 16), "text": m.group(2).rstrip(" ;"), "chain": chain, "label": label})
+            label = None
     return out
+
+
+def read_dump(path: Path, kernel: str) -> dict[int, tuple[str, list[tuple[str, int]]]]:
+    """offset -> (instruction text, inline chain innermost first) for the kernel's .text section."""
+    return {i["off"]: (i["text"], i["chain"]) for i in read_insns(path, kernel)}
 
 
 def site_of(chain: list[tuple[str, int]]) -> str:

@@ -33,43 +33,16 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ncu_stalls import INSN, LINE, site_of  # noqa: E402  (a script beside this one, not a package)
+from ncu_stalls import read_insns, site_of  # noqa: E402  (a script beside this one, not a package)
 
 # the streaming schedule's kernels of the plain build (bf16 / E4M3 / NVFP4, short and long)
 KERNELS = tuple(f"_ZN8monolith11plain_build{n}decode_step{s}ILi{v}EEEvNS_10StepParamsE"
                 for v in (2, 4, 5) for n, s in (("11", ""), ("16", "_long")))
 POLL = re.compile(r"^(@!?U?P\w+\s+)?LDG\.E\.64\.STRONG\.GPU\b")
 LOAD = re.compile(r"^(@!?U?P\w+\s+)?LDG\.(?!.*STRONG)\S*\s+R(\d+)")
-LABEL = re.compile(r"^(\.L_x_\d+):")
 BRANCH = re.compile(r"\b(?:BRA|BRX|JMP)\b.*?(\.L_x_\d+|0x[0-9a-f]+)")
 REG = re.compile(r"\bR(\d+)(?:\.(64|128))?\b")
 GAP, WINDOW, LOOP_MIN = 40, 400, 1000
-
-
-def read(path: Path, kernel: str) -> list[dict]:
-    """The kernel's instructions in order: offset, text, inline chain, and the label on it."""
-    out, chain, pend, inside, label = [], [], [], False, None
-    for line in path.read_text().splitlines():
-        if line.startswith(".text."):
-            inside = line[len(".text."):].rstrip(":") == kernel
-            continue
-        if not inside:
-            continue
-        m = LINE.match(line)
-        if m:
-            pend.append((Path(m.group(1)).name, int(m.group(2))))
-            continue
-        m = LABEL.match(line.strip())
-        if m:
-            label = m.group(1)
-            continue
-        m = INSN.match(line)
-        if m:
-            if pend:
-                chain, pend = pend, []
-            out.append({"off": int(m.group(1), 16), "text": m.group(2).rstrip(" ;"), "chain": chain, "label": label})
-            label = None
-    return out
 
 
 def regs(operands: str) -> set[int]:
@@ -138,7 +111,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     report = {}
     for k in a.kernel or KERNELS:
-        ins = read(a.dump, k)
+        ins = read_insns(a.dump, k)
         if not ins:
             raise SystemExit(f"sass_waits: no .text.{k} in {a.dump} (another build, or not nvdisasm -gi -c?)")
         waits = early_uses(ins)
