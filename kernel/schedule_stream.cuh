@@ -664,6 +664,21 @@ constexpr long long kHopHold = MONOLITH_HOP_HOLD_CYCLES >= 0 ? (long long)(MONOL
                                : (W::kRowScale ? 2000ll : 1500ll);
 static_assert(MONOLITH_HOP_HOLD_CYCLES >= -1 && MONOLITH_HOP_HOLD_CYCLES <= 100000,
               "a hold is bounded: at most ~50 us (-1: the format's default)");
+// MONOLITH_RESID_HOLD_CYCLES=C (fourteenth session, prepared, not yet run; -1 = off, the default):
+//   the hop into the next layer's qkv (down's residual words) holds the producer for up to C cycles
+//   instead of kHopHold<W>; the other hops keep kHopHold<W>. Why: in bf16's slow layers (qkv
+//   segment 5.4-5.9 us against 3.1-3.2) every block sees the residual words 0.6-1.2 us later than in
+//   median layers, past the 1,500-cycle (0.76 us) hold, while fp8 (2,000 cycles, half the bytes)
+//   has no such layers (NOTES.md, fourteenth session). The mark carries the longer hold in bit 30
+//   of the hold word (hop marks are small odd counts: at most 2 per hop, ~300 per launch).
+#ifndef MONOLITH_RESID_HOLD_CYCLES
+#define MONOLITH_RESID_HOLD_CYCLES -1
+#endif
+static_assert(MONOLITH_RESID_HOLD_CYCLES >= -1 && MONOLITH_RESID_HOLD_CYCLES <= 100000,
+              "the residual hop's hold is bounded: at most ~50 us (-1: off)");
+template <class W>
+constexpr bool kResidHold = MONOLITH_RESID_HOLD_CYCLES >= 0 && kHopHold<W> > 0;
+constexpr int kResidHoldFlag = 1 << 30;
 constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
 static_assert(kRingInflight >= 0 && kRingInflight < kStages, "0 (off) or fewer copies in flight than slots");
 // MONOLITH_ATTN_FLASH=1 (fifth session, compiled but not yet run: the next GPU session's A/B,
@@ -903,7 +918,10 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
       if ((h & 1) && h != held_seen) {
         held_seen = h;
         const long long t0 = clock64();
-        while ((kProducerCalm ? *(volatile int*)r.hold : atomicAdd(r.hold, 0)) == h && clock64() - t0 < kHopHold<W>) {
+        long long cap = kHopHold<W>;
+        if constexpr (kResidHold<W>)
+          if (h & kResidHoldFlag) cap = MONOLITH_RESID_HOLD_CYCLES;
+        while ((kProducerCalm ? *(volatile int*)r.hold : atomicAdd(r.hold, 0)) == h && clock64() - t0 < cap) {
           if constexpr (kProducerCalm) __nanosleep(64);
           land();
         }
@@ -1129,9 +1147,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // MONOLITH_HOP_HOLD_CYCLES: thread 0 raises the hop mark (odd) before a phase's last hand-back
   // and drops it (even) at the next round's opening barrier, or before it would wait for a slot
   int hword = 0;
-  auto hop_mark = [&] {
+  auto hop_mark = [&](bool resid = false) {  // resid: the hop into the next layer (MONOLITH_RESID_HOLD_CYCLES)
     if constexpr (kHopHold<W> > 0)
-      if (tid == 0) atomicExch(r.hold, ++hword);
+      if (tid == 0) atomicExch(r.hold, (++hword) | (kResidHold<W> && resid ? kResidHoldFlag : 0));
   };
   auto hop_unmark = [&] {
     if constexpr (kHopHold<W> > 0)
@@ -2299,7 +2317,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         tagged_store(acc + kTagResid + i, v, tag);
         if (p.stop_layer == L && (p.stop_phase == kStopGateUp || p.stop_phase == kStopDown)) scr[kScrHidden + i] = v;
       }
-      hop_mark();
+      hop_mark(true);
       hand_back(held);
     }
     XRAY_END(s_down, L);
