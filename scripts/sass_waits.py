@@ -12,7 +12,7 @@ load is scheduled beside it, and the warp then begins to poll one L2 round trip 
 
 What it is worth is measured, not assumed (NOTES.md, fourteenth session): every streaming kernel
 had such sites, and moving the shifts and packs after the waits (0 sites left in bf16 / E4M3)
-made all three formats 1.2-1.7 % slower, with bitwise the same tokens. So a site is a fact about
+made all three formats 1.1-1.8 % slower, with bitwise the same tokens. So a site is a fact about
 the SASS to read beside an X-ray, not a defect to remove blind.
 
 A wait is a run of polls: `LDG.E.64.STRONG.GPU` (ld.relaxed.gpu, the tagged words and counted
