@@ -679,6 +679,17 @@ static_assert(MONOLITH_RESID_HOLD_CYCLES >= -1 && MONOLITH_RESID_HOLD_CYCLES <= 
 template <class W>
 constexpr bool kResidHold = MONOLITH_RESID_HOLD_CYCLES >= 0 && kHopHold<W> > 0;
 constexpr int kResidHoldFlag = 1 << 30;
+// MONOLITH_NV_PREFETCH_SPREAD=1 (fourteenth session, prepared, not yet run; 0 = off, the default):
+//   NVFP4's producer asks L2 for each of the next layer's four block-scale spans after the copies
+//   of the same phase, instead of all four when it enters a layer. Why: the four spans are ~8.6 KB
+//   per block and distinct per block, ~1.1 MB from DRAM grid-wide, asked for at once by every
+//   producer at a layer boundary, outside the hop hold (which only holds bulk copies); fp8's row
+//   scales are one shared 48 KB. NVFP4's O -> MLP-1 hop is 0.6 us longer than fp8's and holds 77 %
+//   of its layer-to-layer variance (NOTES.md, fourteenth session); a DRAM burst at a hop would do both.
+#ifndef MONOLITH_NV_PREFETCH_SPREAD
+#define MONOLITH_NV_PREFETCH_SPREAD 0
+#endif
+constexpr bool kNvPrefetchSpread = MONOLITH_NV_PREFETCH_SPREAD != 0;
 constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
 static_assert(kRingInflight >= 0 && kRingInflight < kStages, "0 (off) or fewer copies in flight than slots");
 // MONOLITH_ATTN_FLASH=1 (fifth session, compiled but not yet run: the next GPU session's A/B,
@@ -858,6 +869,28 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
          int64_t(2 * kMlpUnitCols * (s.u1 - s.u0)) * NF::kBsRow1024);
     span(kBsDown + int64_t(s.h0) * 3 * NF::kBsRow1024, int64_t(s.h1 - s.h0) * 3 * NF::kBsRow1024);
   };
+  // MONOLITH_NV_PREFETCH_SPREAD=1: the next layer's span of one phase (0 qkv, 1 O, 2 gate/up, 3
+  // down), asked for after that phase's copies instead of all four at the top of the layer (the
+  // knob's note above kNvPrefetchSpread). A lambda of its own: folding it into the one above
+  // changed the default NVFP4 kernel's SASS.
+  auto nv_prefetch_part = [&](int L, int part) {
+    if constexpr (kNv && kNvPrefetchSpread) {
+      if (L + 1 >= kNumLayers) return;
+      const uint8_t* b = nv_block_scales(p) + int64_t(L + 1) * kNvLayerBscaleBytes;
+      int64_t off = 0, bytes = 0;
+      if (part == 0) {
+        off = kBsQKV + int64_t(s.g * kGroupRows + s.q0) * NF::kBsRow1024, bytes = int64_t(s.q1 - s.q0) * NF::kBsRow1024;
+      } else if (part == 1) {
+        off = kBsO + int64_t(s.g * kHidden + s.o0) * NF::kBsRowO, bytes = int64_t(s.o1 - s.o0) * NF::kBsRowO;
+      } else if (part == 2) {
+        off = kBsGateUp + int64_t(2 * kMlpUnitCols * s.u0) * NF::kBsRow1024;
+        bytes = int64_t(2 * kMlpUnitCols * (s.u1 - s.u0)) * NF::kBsRow1024;
+      } else {
+        off = kBsDown + int64_t(s.h0) * 3 * NF::kBsRow1024, bytes = int64_t(s.h1 - s.h0) * 3 * NF::kBsRow1024;
+      }
+      if (bytes > 0) prefetch_l2_bulk(b + off, uint32_t(bytes));
+    }
+  };
   if constexpr (kNv) {
     prefetch_l2_bulk(p.row_scales, kNumLayers * kNvTscaleSlots * 4);
     nv_prefetch_scales(0);
@@ -941,11 +974,12 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
     if (L + 1 < kNumLayers) prefetch_l2_bulk(p.norms + int64_t(L + 1) * kNormLayerElems, kNormLayerElems * 2);
     if constexpr (W::kRowScale && !kNv)  // this layer's scales (48 KB) to L2: the consumers load a few each phase
       if (L + 1 < kNumLayers) prefetch_l2_bulk(p.row_scales + int64_t(L + 1) * kLayerRows, kLayerRows * 4);
-    if constexpr (kNv)
+    if constexpr (kNv && !kNvPrefetchSpread)
       if (L + 1 < kNumLayers) nv_prefetch_scales(L + 1);
     constexpr int R = F::kRows1024;
     for (int q = s.q0; q < s.q1; q += R)
       issue(at(kOffQKV + int64_t(s.g * kGroupRows + q) * kHidden), uint32_t(min(R, s.q1 - q)) * F::kRowBytes1024, info);
+    nv_prefetch_part(L, 0);
     for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
       int t0, t1;
       split_range(sp, s.nsplit, pos, s.ng, t0, t1);
@@ -956,6 +990,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
     }
     for (int o = s.o0; o < s.o1; o += F::kRowsO)
       issue(at(kOffO + int64_t(s.g * kHidden + o) * kGroupCols), uint32_t(min(F::kRowsO, s.o1 - o)) * F::kRowBytesO, info);
+    nv_prefetch_part(L, 1);
     if constexpr (F::kSlotsPerUnit > 0) {
       for (int u = s.u0; u < s.u1; ++u)  // a unit: 8 gate/up row pairs, 16 rows
         for (int j = 0; j < F::kSlotsPerUnit; ++j)
@@ -965,12 +1000,14 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
       for (int q = g0; q < g1; q += R)
         issue(at(kOffGateUp + int64_t(q) * kHidden), uint32_t(min(R, g1 - q)) * F::kRowBytes1024, info);
     }
+    nv_prefetch_part(L, 2);
     {  // down rows h0..h1, row-major (K = 3072): contiguous, cut into slots of R segments of 1024
       const uint8_t* d0 = at(kOffDown + int64_t(s.h0) * kIntermediate);
       const int64_t bytes = int64_t(s.h1 - s.h0) * F::kRowBytesDown;
       for (int64_t off = 0; off < bytes; off += kSlotBytes)
         issue(d0 + off, uint32_t(min(int64_t(kSlotBytes), bytes - off)), info);
     }
+    nv_prefetch_part(L, 3);
   }
   static_assert((kVocab * 4) % 16 == 0, "the LM-head scale array ends 16-byte aligned");
   if constexpr (W::Head::kRowScale) {  // the block's LM-head scales, widened to 16-byte bounds (the array's are)
