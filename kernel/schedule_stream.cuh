@@ -1460,6 +1460,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // the next round's scales, issued before this round's barrier (their registers are free now)
       nv_bs_load(bs0, q + kNvRowsRound, nrows, bs);
       csync();  // publishes part
+      if (rd == 0) XRAY_SUB(x_dot, layer);  // MONOLITH_XRAY_SUB: as rows_1024's cuts (fourteenth session)
       epi(q, nr, part);
       const bool last = q + kNvRowsRound >= nrows;
       if (last && keep_last) {
@@ -1468,6 +1469,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (last) hop_mark();  // the phase's outputs are out: a hop follows
         hand_back(n);
       }
+      if (rd == 0) XRAY_SUB(x_out, layer);
     }
     return true;
   };
