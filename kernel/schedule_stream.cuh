@@ -410,6 +410,78 @@ __device__ __forceinline__ float half_row_lane(const uint4* slot, int row, const
   }
 }
 
+// MONOLITH_HEAD_WARP: a whole K = 1024 row per warp. Lane l reads the row's 16-byte words l + 32 i
+// (consecutive lanes, consecutive words: conflict-free), i < 2 (E4M3, 1 KB rows) or 4 (bf16, 2 KB),
+// so it needs the 32 inputs of those words in registers (XRow), loaded once for the head.
+struct XRow {
+  float4 v[8];
+};
+template <class W, bool kSwz>
+__device__ __forceinline__ XRow load_xrow(const float* s_x) {
+  const int lane = threadIdx.x & 31;
+  const float4* x4 = reinterpret_cast<const float4*>(s_x);
+  XRow x;
+#pragma unroll
+  for (int f = 0; f < 8; ++f) {
+    // bf16: word lane + 32 i holds elements 8 (lane + 32 i) ..: float4s 2 (lane + 32 i), + 1
+    // E4M3: word lane + 32 i holds elements 16 (lane + 32 i) ..: float4s 4 (lane + 32 i) .. + 3
+    const int q = StreamFmt<W>::kRb == 1 ? 2 * (lane + 32 * (f >> 1)) + (f & 1) : 4 * (lane + 32 * (f >> 2)) + (f & 3);
+    x.v[f] = x4[x4_swz<kSwz>(q)];
+  }
+  return x;
+}
+// This lane's part of row `row` of a slot (not reduced, not scaled), two accumulators.
+template <class W>
+__device__ __forceinline__ float row_lane(const uint4* slot, int row, const XRow& x) {
+  const int lane = threadIdx.x & 31;
+  if constexpr (StreamFmt<W>::kRb == 1) {
+    const uint4* r = slot + row * (kHidden / 8) + lane;
+    const float a = dot8_bf16(r[32], x.v[2], x.v[3], dot8_bf16(r[0], x.v[0], x.v[1], 0.f));
+    const float b = dot8_bf16(r[96], x.v[6], x.v[7], dot8_bf16(r[64], x.v[4], x.v[5], 0.f));
+    return a + b;
+  } else {
+    const uint4* r = slot + row * (kHidden / 16) + lane;
+    const float4(&lo)[4] = *reinterpret_cast<const float4(*)[4]>(&x.v[0]);
+    const float4(&hi)[4] = *reinterpret_cast<const float4(*)[4]>(&x.v[4]);
+    return dot16_e4m3(r[0], lo, 0.f) + dot16_e4m3(r[32], hi, 0.f);
+  }
+}
+// R values per lane summed over the warp, R a power of two <= 32: each level halves the set a
+// lane holds (the lane with bit o set keeps the upper half and sends the lower), then the last
+// value is summed over the remaining lanes. R - 1 + log2(32 / R) shuffles (16 rows: 16, not 80);
+// a fixed tree, so deterministic. Lanes whose index differs only below 32 / R hold the same sum,
+// of row scatter_row<R>(lane).
+// (one level: lanes with bit O keep values W .. 2W - 1, the others 0 .. W - 1; recursion, not a loop,
+// so that every index is a constant: a loop left the 16 values in local memory)
+template <int W, int O, int R>
+__device__ __forceinline__ void reduce_scatter_level(float (&v)[R], int lane) {
+  if constexpr (W >= 1) {
+    const bool hi = (lane & O) != 0;
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      const float keep = hi ? v[i + W] : v[i], send = hi ? v[i] : v[i + W];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+    }
+    reduce_scatter_level<W / 2, O / 2>(v, lane);
+  }
+}
+template <int R>
+__device__ __forceinline__ float warp_reduce_scatter(float (&v)[R]) {
+  static_assert(R >= 1 && R <= 32 && (R & (R - 1)) == 0, "a power of two, at most a warp");
+  const int lane = threadIdx.x & 31;
+  reduce_scatter_level<R / 2, 16>(v, lane);
+#pragma unroll
+  for (int o = 16 / R; o >= 1; o >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+  return v[0];
+}
+template <int R>
+__device__ __forceinline__ int scatter_row(int lane) {
+  int r = 0;
+#pragma unroll
+  for (int w = R / 2, o = 16; w >= 1; w >>= 1, o >>= 1) r += (lane & o) ? w : 0;
+  return r;
+}
+
 // Four warp sums in 6 shuffles instead of 20: halve the lanes' set of values at xor 16 and 8,
 // then reduce within groups of 8. Lane 8 v (v = 0..3) ends with the sum of value v over all
 // 32 lanes, added in a fixed order (deterministic).
@@ -679,17 +751,44 @@ static_assert(MONOLITH_RESID_HOLD_CYCLES >= -1 && MONOLITH_RESID_HOLD_CYCLES <= 
 template <class W>
 constexpr bool kResidHold = MONOLITH_RESID_HOLD_CYCLES >= 0 && kHopHold<W> > 0;
 constexpr int kResidHoldFlag = 1 << 30;
-// MONOLITH_NV_PREFETCH_SPREAD=1 (fourteenth session, prepared, not yet run; 0 = off, the default):
-//   NVFP4's producer asks L2 for each of the next layer's four block-scale spans after the copies
-//   of the same phase, instead of all four when it enters a layer. Why: the four spans are ~8.6 KB
-//   per block and distinct per block, ~1.1 MB from DRAM grid-wide, asked for at once by every
-//   producer at a layer boundary, outside the hop hold (which only holds bulk copies); fp8's row
-//   scales are one shared 48 KB. NVFP4's O -> MLP-1 hop is 0.6 us longer than fp8's and holds 77 %
-//   of its layer-to-layer variance (NOTES.md, fourteenth session); a DRAM burst at a hop would do both.
+// MONOLITH_NV_PREFETCH_SPREAD (fourteenth session, measured and made the default in the fifteenth;
+// 0 = the old way, for A/Bs): NVFP4's producer asks L2 for each of the next layer's four
+//   block-scale spans after the copies of the same phase, instead of all four when it enters a
+//   layer. Why: the four spans are ~8.6 KB per block and distinct per block, ~1.1 MB from DRAM
+//   grid-wide, asked for at once by every producer at a layer boundary, outside the hop hold (which
+//   only holds bulk copies); fp8's row scales are one shared 48 KB. Measured (NOTES.md, fifteenth
+//   session; dev, position 2, tokens bitwise equal): nvfp4-stream 2,107 -> 2,129 tok/s (+1.0 %).
 #ifndef MONOLITH_NV_PREFETCH_SPREAD
-#define MONOLITH_NV_PREFETCH_SPREAD 0
+#define MONOLITH_NV_PREFETCH_SPREAD 1
 #endif
 constexpr bool kNvPrefetchSpread = MONOLITH_NV_PREFETCH_SPREAD != 0;
+// MONOLITH_HEAD_WARP=1 (fifteenth session, A/B): the LM head with no block barrier per round. A
+// warp takes whole slots (slot j of the block's head rows: warp j % 16), waits on the slot's
+// mbarrier itself (lane 0, then __syncwarp), reduces its rows' lane sums in-warp (a reduce-scatter:
+// 16 shuffles for 16 rows), writes the logits and keeps its own argmax, and releases the slot for
+// every arrival its `empty` barrier expects. Why: the X-ray (fifteenth session) has fp8 / NVFP4's
+// head at 48.7 / 53.6 us for 156 MB (3.2 / 2.9 TB/s) with no ring stall longer than 200 cycles,
+// i.e. consumer-bound at ~3.9 us per 96 KB round where the rounds' dot products need ~1 us: the
+// rest is the round's fixed chain (thread 0's slot tests, two block barriers, the combine by 96
+// threads) that every warp waits through. Rows are independent in the head, so nothing needs it.
+// Each row's sum is one warp's, in a fixed order: deterministic, not bitwise the round's sums.
+#ifndef MONOLITH_HEAD_WARP
+#define MONOLITH_HEAD_WARP 0
+#endif
+constexpr bool kHeadWarp = MONOLITH_HEAD_WARP != 0;
+static_assert(kEmptyArrivals < 32 || kEmptyArrivals % 32 == 0, "a head warp's lanes share a slot's arrivals evenly");
+// MONOLITH_HEAD_L2_KEEP=N (fifteenth session, A/B; 0 = off): the producer copies N of its block's
+// LM-head slots (those right after the first kStages, which the ring already holds when the head
+// starts) with an L2 evict_last policy instead of evict_first, so that they stay in L2 across
+// tokens (every other weight line is evict_first) and the next token's head reads N x 16 KB per
+// block from L2 instead of DRAM. Why: the head is the token's one DRAM-bound phase (bf16: 311 MB
+// at 4.2 TB/s); the layers leave DRAM half idle but nothing can move head bytes into them except
+// a cache. 128 blocks x N x 16 KB: N = 16 is 32 MB of the H200's 60 MB L2.
+#ifndef MONOLITH_HEAD_L2_KEEP
+#define MONOLITH_HEAD_L2_KEEP 0
+#endif
+constexpr int kHeadL2Keep = MONOLITH_HEAD_L2_KEEP;
+static_assert(kHeadL2Keep >= 0 && kHeadL2Keep <= 24, "at most 24 x 16 KB per block (48 MB grid-wide) kept in L2");
 constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
 static_assert(kRingInflight >= 0 && kRingInflight < kStages, "0 (off) or fewer copies in flight than slots");
 // MONOLITH_ATTN_FLASH=1 (fifth session, compiled but not yet run: the next GPU session's A/B,
@@ -848,7 +947,8 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
   const long long tmo = p.timeout_cycles;
   uint32_t k = 0;
   bool ok = true;
-  const uint64_t pol = l2_evict_first_policy();
+  const uint64_t first = l2_evict_first_policy();
+  uint64_t pol = first;  // every copy's L2 policy (MONOLITH_HEAD_L2_KEEP changes it in the head only)
   // The small vectors the consumers read on their critical path go to L2 ahead of time: a miss
   // there would queue behind the ring's copies in DRAM. Each layer's norms are asked for a layer
   // ahead (below); here layer 0's, the RoPE row, the final norm and the token's embedding row.
@@ -858,38 +958,30 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
   if constexpr (W::kRowScale && !kNv) prefetch_l2_bulk(p.row_scales, kLayerRows * 4);
   // NVFP4: every layer's tensor scales (896 B), and this block's block-scale spans a layer ahead
   // (layer 0's here): the consumers read them with __ldg, a round ahead (StreamFmt<WeightsNvfp4>)
-  auto nv_prefetch_scales = [&](int L) {
+  // one of this block's four block-scale spans of layer L (0 qkv, 1 O, 2 gate/up, 3 down) to L2
+  auto nv_scale_span = [&](int L, int part) {
     const uint8_t* b = nv_block_scales(p) + int64_t(L) * kNvLayerBscaleBytes;
-    auto span = [&](int64_t off, int64_t bytes) {
-      if (bytes > 0) prefetch_l2_bulk(b + off, uint32_t(bytes));
-    };
-    span(kBsQKV + int64_t(s.g * kGroupRows + s.q0) * NF::kBsRow1024, int64_t(s.q1 - s.q0) * NF::kBsRow1024);
-    span(kBsO + int64_t(s.g * kHidden + s.o0) * NF::kBsRowO, int64_t(s.o1 - s.o0) * NF::kBsRowO);
-    span(kBsGateUp + int64_t(2 * kMlpUnitCols * s.u0) * NF::kBsRow1024,
-         int64_t(2 * kMlpUnitCols * (s.u1 - s.u0)) * NF::kBsRow1024);
-    span(kBsDown + int64_t(s.h0) * 3 * NF::kBsRow1024, int64_t(s.h1 - s.h0) * 3 * NF::kBsRow1024);
-  };
-  // MONOLITH_NV_PREFETCH_SPREAD=1: the next layer's span of one phase (0 qkv, 1 O, 2 gate/up, 3
-  // down), asked for after that phase's copies instead of all four at the top of the layer (the
-  // knob's note above kNvPrefetchSpread). A lambda of its own: folding it into the one above
-  // changed the default NVFP4 kernel's SASS.
-  auto nv_prefetch_part = [&](int L, int part) {
-    if constexpr (kNv && kNvPrefetchSpread) {
-      if (L + 1 >= kNumLayers) return;
-      const uint8_t* b = nv_block_scales(p) + int64_t(L + 1) * kNvLayerBscaleBytes;
-      int64_t off = 0, bytes = 0;
-      if (part == 0) {
-        off = kBsQKV + int64_t(s.g * kGroupRows + s.q0) * NF::kBsRow1024, bytes = int64_t(s.q1 - s.q0) * NF::kBsRow1024;
-      } else if (part == 1) {
-        off = kBsO + int64_t(s.g * kHidden + s.o0) * NF::kBsRowO, bytes = int64_t(s.o1 - s.o0) * NF::kBsRowO;
-      } else if (part == 2) {
-        off = kBsGateUp + int64_t(2 * kMlpUnitCols * s.u0) * NF::kBsRow1024;
-        bytes = int64_t(2 * kMlpUnitCols * (s.u1 - s.u0)) * NF::kBsRow1024;
-      } else {
-        off = kBsDown + int64_t(s.h0) * 3 * NF::kBsRow1024, bytes = int64_t(s.h1 - s.h0) * 3 * NF::kBsRow1024;
-      }
-      if (bytes > 0) prefetch_l2_bulk(b + off, uint32_t(bytes));
+    int64_t off = 0, bytes = 0;
+    if (part == 0) {
+      off = kBsQKV + int64_t(s.g * kGroupRows + s.q0) * NF::kBsRow1024, bytes = int64_t(s.q1 - s.q0) * NF::kBsRow1024;
+    } else if (part == 1) {
+      off = kBsO + int64_t(s.g * kHidden + s.o0) * NF::kBsRowO, bytes = int64_t(s.o1 - s.o0) * NF::kBsRowO;
+    } else if (part == 2) {
+      off = kBsGateUp + int64_t(2 * kMlpUnitCols * s.u0) * NF::kBsRow1024;
+      bytes = int64_t(2 * kMlpUnitCols * (s.u1 - s.u0)) * NF::kBsRow1024;
+    } else {
+      off = kBsDown + int64_t(s.h0) * 3 * NF::kBsRow1024, bytes = int64_t(s.h1 - s.h0) * 3 * NF::kBsRow1024;
     }
+    if (bytes > 0) prefetch_l2_bulk(b + off, uint32_t(bytes));
+  };
+  auto nv_prefetch_scales = [&](int L) {  // all four spans of layer L
+    for (int part = 0; part < 4; ++part) nv_scale_span(L, part);
+  };
+  // MONOLITH_NV_PREFETCH_SPREAD (default): the next layer's span of one phase, asked for after that
+  // phase's copies instead of all four at the top of the layer (the knob's note above kNvPrefetchSpread)
+  auto nv_prefetch_part = [&](int L, int part) {
+    if constexpr (kNv && kNvPrefetchSpread)
+      if (L + 1 < kNumLayers) nv_scale_span(L + 1, part);
   };
   if constexpr (kNv) {
     prefetch_l2_bulk(p.row_scales, kNumLayers * kNvTscaleSlots * 4);
@@ -1015,9 +1107,18 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
     const uintptr_t a1 = (reinterpret_cast<uintptr_t>(p.embed_scales + s.v1) + 15) & ~uintptr_t(15);
     prefetch_l2_bulk(reinterpret_cast<const void*>(a0), uint32_t(a1 - a0));
   }
-  for (int v = s.v0; v < s.v1 && ok; v += HF::kRows1024)
-    issue(e8 + int64_t(v) * kHidden * HE, uint32_t(min(HF::kRows1024, s.v1 - v)) * kHidden * HE,
-          uint32_t(kNumLayers) * 16u + 13u);
+  if constexpr (kHeadL2Keep > 0) {  // (MONOLITH_HEAD_L2_KEEP) slots kStages .. kStages + N - 1: evict_last
+    const uint64_t keep = l2_evict_last_policy();
+    for (int v = s.v0, j = 0; v < s.v1 && ok; v += HF::kRows1024, ++j) {
+      pol = j >= kStages && j < kStages + kHeadL2Keep ? keep : first;
+      issue(e8 + int64_t(v) * kHidden * HE, uint32_t(min(HF::kRows1024, s.v1 - v)) * kHidden * HE,
+            uint32_t(kNumLayers) * 16u + 13u);
+    }
+  } else {
+    for (int v = s.v0; v < s.v1 && ok; v += HF::kRows1024)
+      issue(e8 + int64_t(v) * kHidden * HE, uint32_t(min(HF::kRows1024, s.v1 - v)) * kHidden * HE,
+            uint32_t(kNumLayers) * 16u + 13u);
+  }
   // Drain: no bulk copy may still be writing into this block's shared memory when it exits.
   // (MONOLITH_SLOT_LANDED: each landing is published, so the LM head's last rounds see it.)
   for (uint32_t j = k > uint32_t(kStages) ? k - kStages : 0u; j < k; ++j) {
@@ -2369,7 +2470,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   bool ok = true;
   const Norm2 nfin = load_norm2(p.final_norm);  // in flight during the wait below
   constexpr int kHeadRows = HF::kHeadSlots * HF::kRows1024;  // LM-head rows per round: 32 | 96
-  const float sch0 = first_scale(p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
+  const float sch0 = kHeadWarp ? 1.f : first_scale(p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
   {
     const long long* rp = acc + kTagResid + tid;
     tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, kNumLayers - 1), v, S,
@@ -2388,42 +2489,111 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       }
     }
   }
-  // Thread t < kHeadRows (32 bf16, 96 E4M3) combines row t of every round: rows are visited in
-  // increasing order per thread and only a strictly larger logit replaces the best, so ties keep
-  // the lowest index (as torch.argmax); the threads' winners are reduced with the same rule, per
-  // warp and then over the kArgWarps warps in order.
   float best = -INFINITY;
   int best_i = 0x7fffffff;
-  float inv = 0.f;
-  if (!rows_1024(std::integral_constant<int, HF::kHeadSlots>{}, s.v0, s.v1, kPhase_lmhead, kNumLayers, sm.x, ok, p.embed_scales, sch0, [&](int row, float a) {
-        const float logit = a * inv;
-        p.logits[row] = logit;
+  if constexpr (kHeadWarp) {  // MONOLITH_HEAD_WARP: whole slots per warp, no block barrier per round
+    constexpr int R = HF::kRows1024;  // rows per slot: 8 bf16, 16 E4M3
+    static_assert(R <= 32 && 32 % R == 0, "a slot's rows reduce-scatter over one warp");
+    // publishes s_x and the sums of squares, carries `ok`; then the producer may run (the hop is over)
+    if (!csync_and(ok)) return;
+    hop_unmark();
+    const float inv = norm_inv(sm.ssq);
+    if (b == 0 && scr_on)  // phase diff only
+      for (int e = 0; e < 2; ++e) scr[kScrFinalNorm + tid + e * kStreamConsumerThreads] = v[e] * inv * nfin.w[e];
+    const XRow xrow = load_xrow<HW, kHeadSwz>(sm.x);
+    const int nslots = (s.v1 - s.v0 + R - 1) / R, my_r = scatter_row<R>(lane);
+    const bool owner = lane % (32 / R) == 0;
+    for (int j = warp; j < nslots; j += kStreamConsumerWarps) {
+      const uint32_t c = kc + uint32_t(j), slot = c % kStages;
+      const int r0 = s.v0 + j * R, nr = min(R, s.v1 - r0);
+      float sc = 1.f;  // E4M3: this lane's row scale, asked for before the slot wait
+      if constexpr (HW::kRowScale)
+        if (owner && my_r < nr) sc = __ldg(p.embed_scales + r0 + my_r);
+      bool wok = true;
+      if (lane == 0) {  // lane 0 waits (acquire); __syncwarp orders the slot's bytes for the others
+        XRAY_STAMP(tg, tcy);
+        // A parity wait only tells the current phase from the one before it, and another warp owns
+        // copy c - kStages of this slot: while that copy has not landed, a wait on c's parity would
+        // return at once. So first that copy's phase (done at once if it has landed: the barrier
+        // cannot be further ahead, copy c + kStages needs this warp's release of c), then c's.
+        const uint32_t info = uint32_t(kNumLayers) * 16u + 12u;
+        if (c >= uint32_t(kStages)) wok = mbar_wait_bounded(&r.full[slot], ((c / kStages) - 1u) & 1u, S, tmo, kErrRingTimeout, info);
+        wok = wok && mbar_wait_bounded(&r.full[slot], (c / kStages) & 1u, S, tmo, kErrRingTimeout, info);
+        if (wok) XRAY_STALL(kPhase_lmhead, kPhase_ring_head, kNumLayers, tg, tcy);  // (warp 0's only)
+      }
+      if (!__shfl_sync(0xffffffffu, wok, 0)) {
+        ok = false;
+        break;
+      }
+      __syncwarp();
+      const uint4* sl = reinterpret_cast<const uint4*>(r.slots + size_t(slot) * kSlotBytes);
+      float a[R];
+#pragma unroll
+      for (int i = 0; i < R; ++i) a[i] = i < nr ? row_lane<HW>(sl, i, xrow) : 0.f;
+      __syncwarp();  // every lane's reads of the slot, then the release: all the arrivals it expects
+      if constexpr (kEmptyArrivals >= 32) mbar_arrive_cnt(&r.empty[slot], uint32_t(kEmptyArrivals / 32));
+      else if (lane < kEmptyArrivals) mbar_arrive(&r.empty[slot]);
+      const float dot = warp_reduce_scatter<R>(a);
+      if (owner && my_r < nr) {  // rows in increasing order per lane: a strictly larger logit wins
+        const float logit = (HW::kRowScale ? dot * sc : dot) * inv;
+        p.logits[r0 + my_r] = logit;
         if (logit > best) {
           best = logit;
-          best_i = row;
+          best_i = r0 + my_r;
         }
-      }, [&] {
-        inv = norm_inv(sm.ssq);
-        if (b == 0 && scr_on)  // phase diff only
-          for (int e = 0; e < 2; ++e) scr[kScrFinalNorm + tid + e * kStreamConsumerThreads] = v[e] * inv * nfin.w[e];
-      }))
-    return;
-  constexpr int kArgWarps = kHeadRows / 32;
-  static_assert(kHeadRows % 32 == 0 && kArgWarps <= kStreamConsumerWarps, "whole warps hold the candidates");
-  if (warp < kArgWarps) warp_argmax(best, best_i);
-  if constexpr (kArgWarps > 1) {  // the other warps' winners to warp 0 (sm.red is free here)
-    int* idx = reinterpret_cast<int*>(sm.ssq);
-    if (warp > 0 && warp < kArgWarps && lane == 0) {
-      sm.red[warp] = best;
-      idx[warp] = best_i;
+      }
     }
-    csync();
+    kc += uint32_t(nslots);
+    warp_argmax(best, best_i);
+    float* wv = sm.part[0];  // the warps' winners (part[] is not used by this head)
+    int* wi = reinterpret_cast<int*>(sm.part[1]);
+    if (lane == 0) {
+      wv[warp] = best;
+      wi[warp] = best_i;
+    }
+    if (!csync_and(ok)) return;
     if (tid == 0)
-      for (int w = 1; w < kArgWarps; ++w)
-        if (sm.red[w] > best || (sm.red[w] == best && idx[w] < best_i)) {
-          best = sm.red[w];
-          best_i = idx[w];
+      for (int w = 1; w < kStreamConsumerWarps; ++w)
+        if (wv[w] > best || (wv[w] == best && wi[w] < best_i)) {
+          best = wv[w];
+          best_i = wi[w];
         }
+  } else {
+    // Thread t < kHeadRows (32 bf16, 96 E4M3) combines row t of every round: rows are visited in
+    // increasing order per thread and only a strictly larger logit replaces the best, so ties keep
+    // the lowest index (as torch.argmax); the threads' winners are reduced with the same rule, per
+    // warp and then over the kArgWarps warps in order.
+    float inv = 0.f;
+    if (!rows_1024(std::integral_constant<int, HF::kHeadSlots>{}, s.v0, s.v1, kPhase_lmhead, kNumLayers, sm.x, ok, p.embed_scales, sch0, [&](int row, float a) {
+          const float logit = a * inv;
+          p.logits[row] = logit;
+          if (logit > best) {
+            best = logit;
+            best_i = row;
+          }
+        }, [&] {
+          inv = norm_inv(sm.ssq);
+          if (b == 0 && scr_on)  // phase diff only
+            for (int e = 0; e < 2; ++e) scr[kScrFinalNorm + tid + e * kStreamConsumerThreads] = v[e] * inv * nfin.w[e];
+        }))
+      return;
+    constexpr int kArgWarps = kHeadRows / 32;
+    static_assert(kHeadRows % 32 == 0 && kArgWarps <= kStreamConsumerWarps, "whole warps hold the candidates");
+    if (warp < kArgWarps) warp_argmax(best, best_i);
+    if constexpr (kArgWarps > 1) {  // the other warps' winners to warp 0 (sm.red is free here)
+      int* idx = reinterpret_cast<int*>(sm.ssq);
+      if (warp > 0 && warp < kArgWarps && lane == 0) {
+        sm.red[warp] = best;
+        idx[warp] = best_i;
+      }
+      csync();
+      if (tid == 0)
+        for (int w = 1; w < kArgWarps; ++w)
+          if (sm.red[w] > best || (sm.red[w] == best && idx[w] < best_i)) {
+            best = sm.red[w];
+            best_i = idx[w];
+          }
+    }
   }
   if (tid == 0) {
     const float bv = best;
