@@ -762,33 +762,29 @@ constexpr int kResidHoldFlag = 1 << 30;
 #define MONOLITH_NV_PREFETCH_SPREAD 1
 #endif
 constexpr bool kNvPrefetchSpread = MONOLITH_NV_PREFETCH_SPREAD != 0;
-// MONOLITH_HEAD_WARP=1 (fifteenth session, A/B): the LM head with no block barrier per round. A
-// warp takes whole slots (slot j of the block's head rows: warp j % 16), waits on the slot's
-// mbarrier itself (lane 0, then __syncwarp), reduces its rows' lane sums in-warp (a reduce-scatter:
-// 16 shuffles for 16 rows), writes the logits and keeps its own argmax, and releases the slot for
-// every arrival its `empty` barrier expects. Why: the X-ray (fifteenth session) has fp8 / NVFP4's
-// head at 48.7 / 53.6 us for 156 MB (3.2 / 2.9 TB/s) with no ring stall longer than 200 cycles,
-// i.e. consumer-bound at ~3.9 us per 96 KB round where the rounds' dot products need ~1 us: the
-// rest is the round's fixed chain (thread 0's slot tests, two block barriers, the combine by 96
-// threads) that every warp waits through. Rows are independent in the head, so nothing needs it.
-// Each row's sum is one warp's, in a fixed order: deterministic, not bitwise the round's sums.
+// MONOLITH_HEAD_WARP (fifteenth session): the LM head with no block barrier per round. Warp w < 12
+// (kStages) takes the block's head slots j = w, w + 12, ..., so always the same ring slot: it waits
+// on that slot's mbarrier itself (lane 0, then __syncwarp), reduces its rows' lane sums in-warp (a
+// reduce-scatter: 16 shuffles for 16 rows), writes the logits, keeps its own argmax and releases
+// the slot for every arrival its `empty` barrier expects. One owner per slot is what keeps the
+// mbarrier parity waits sound: a parity tells the current phase only from the one before it, and a
+// warp taking slots of other warps (16 warps round-robin over 12 slots) could arrive a lap early,
+// read a stale "completed" and race (its first build did, then timed out in a two-phase wait).
+// Why: the X-ray has fp8 / NVFP4's E4M3 head at 48.7 / 53.6 us for 156 MB (3.2 / 2.9 TB/s) with no
+// ring stall longer than 200 cycles: consumer-bound at ~3.9 us per 96 KB round where the round's
+// dot products need ~1 us; the rest is the round's fixed chain (thread 0's slot tests, two block
+// barriers, the combine by 96 threads) that every warp waits through. Rows are independent in the
+// head, so nothing needs that chain. Each row's sum is one warp's, in a fixed order: deterministic,
+// but not bitwise the rounds' sums (the logits move in the last bits).
+// -1 (default): E4M3 heads (fp8-stream, nvfp4-stream); bf16's head is DRAM-bound (4.2 TB/s) and
+// keeps its rounds. 1: every head; 0: none.
 #ifndef MONOLITH_HEAD_WARP
-#define MONOLITH_HEAD_WARP 0
+#define MONOLITH_HEAD_WARP -1
 #endif
-constexpr bool kHeadWarp = MONOLITH_HEAD_WARP != 0;
+template <class HW>
+constexpr bool kHeadWarp = MONOLITH_HEAD_WARP < 0 ? HW::kRowScale : MONOLITH_HEAD_WARP != 0;
+static_assert(kStages <= kStreamConsumerWarps, "a head warp per ring slot");
 static_assert(kEmptyArrivals < 32 || kEmptyArrivals % 32 == 0, "a head warp's lanes share a slot's arrivals evenly");
-// MONOLITH_HEAD_L2_KEEP=N (fifteenth session, A/B; 0 = off): the producer copies N of its block's
-// LM-head slots (those right after the first kStages, which the ring already holds when the head
-// starts) with an L2 evict_last policy instead of evict_first, so that they stay in L2 across
-// tokens (every other weight line is evict_first) and the next token's head reads N x 16 KB per
-// block from L2 instead of DRAM. Why: the head is the token's one DRAM-bound phase (bf16: 311 MB
-// at 4.2 TB/s); the layers leave DRAM half idle but nothing can move head bytes into them except
-// a cache. 128 blocks x N x 16 KB: N = 16 is 32 MB of the H200's 60 MB L2.
-#ifndef MONOLITH_HEAD_L2_KEEP
-#define MONOLITH_HEAD_L2_KEEP 0
-#endif
-constexpr int kHeadL2Keep = MONOLITH_HEAD_L2_KEEP;
-static_assert(kHeadL2Keep >= 0 && kHeadL2Keep <= 24, "at most 24 x 16 KB per block (48 MB grid-wide) kept in L2");
 constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
 static_assert(kRingInflight >= 0 && kRingInflight < kStages, "0 (off) or fewer copies in flight than slots");
 // MONOLITH_ATTN_FLASH=1 (fifth session, compiled but not yet run: the next GPU session's A/B,
@@ -947,8 +943,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
   const long long tmo = p.timeout_cycles;
   uint32_t k = 0;
   bool ok = true;
-  const uint64_t first = l2_evict_first_policy();
-  uint64_t pol = first;  // every copy's L2 policy (MONOLITH_HEAD_L2_KEEP changes it in the head only)
+  const uint64_t pol = l2_evict_first_policy();
   // The small vectors the consumers read on their critical path go to L2 ahead of time: a miss
   // there would queue behind the ring's copies in DRAM. Each layer's norms are asked for a layer
   // ahead (below); here layer 0's, the RoPE row, the final norm and the token's embedding row.
@@ -1107,18 +1102,9 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
     const uintptr_t a1 = (reinterpret_cast<uintptr_t>(p.embed_scales + s.v1) + 15) & ~uintptr_t(15);
     prefetch_l2_bulk(reinterpret_cast<const void*>(a0), uint32_t(a1 - a0));
   }
-  if constexpr (kHeadL2Keep > 0) {  // (MONOLITH_HEAD_L2_KEEP) slots kStages .. kStages + N - 1: evict_last
-    const uint64_t keep = l2_evict_last_policy();
-    for (int v = s.v0, j = 0; v < s.v1 && ok; v += HF::kRows1024, ++j) {
-      pol = j >= kStages && j < kStages + kHeadL2Keep ? keep : first;
-      issue(e8 + int64_t(v) * kHidden * HE, uint32_t(min(HF::kRows1024, s.v1 - v)) * kHidden * HE,
-            uint32_t(kNumLayers) * 16u + 13u);
-    }
-  } else {
-    for (int v = s.v0; v < s.v1 && ok; v += HF::kRows1024)
-      issue(e8 + int64_t(v) * kHidden * HE, uint32_t(min(HF::kRows1024, s.v1 - v)) * kHidden * HE,
-            uint32_t(kNumLayers) * 16u + 13u);
-  }
+  for (int v = s.v0; v < s.v1 && ok; v += HF::kRows1024)
+    issue(e8 + int64_t(v) * kHidden * HE, uint32_t(min(HF::kRows1024, s.v1 - v)) * kHidden * HE,
+          uint32_t(kNumLayers) * 16u + 13u);
   // Drain: no bulk copy may still be writing into this block's shared memory when it exits.
   // (MONOLITH_SLOT_LANDED: each landing is published, so the LM head's last rounds see it.)
   for (uint32_t j = k > uint32_t(kStages) ? k - kStages : 0u; j < k; ++j) {
@@ -2470,7 +2456,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   bool ok = true;
   const Norm2 nfin = load_norm2(p.final_norm);  // in flight during the wait below
   constexpr int kHeadRows = HF::kHeadSlots * HF::kRows1024;  // LM-head rows per round: 32 | 96
-  const float sch0 = kHeadWarp ? 1.f : first_scale(p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
+  const float sch0 = kHeadWarp<HW> ? 1.f : first_scale(p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
   {
     const long long* rp = acc + kTagResid + tid;
     tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, kNumLayers - 1), v, S,
@@ -2491,7 +2477,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   }
   float best = -INFINITY;
   int best_i = 0x7fffffff;
-  if constexpr (kHeadWarp) {  // MONOLITH_HEAD_WARP: whole slots per warp, no block barrier per round
+  if constexpr (kHeadWarp<HW>) {  // MONOLITH_HEAD_WARP: whole slots per warp, no block barrier per round
     constexpr int R = HF::kRows1024;  // rows per slot: 8 bf16, 16 E4M3
     static_assert(R <= 32 && 32 % R == 0, "a slot's rows reduce-scatter over one warp");
     // publishes s_x and the sums of squares, carries `ok`; then the producer may run (the hop is over)
@@ -2503,7 +2489,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     const XRow xrow = load_xrow<HW, kHeadSwz>(sm.x);
     const int nslots = (s.v1 - s.v0 + R - 1) / R, my_r = scatter_row<R>(lane);
     const bool owner = lane % (32 / R) == 0;
-    for (int j = warp; j < nslots; j += kStreamConsumerWarps) {
+    for (int j = warp; warp < kStages && j < nslots; j += kStages) {  // slot (kc + warp) % kStages, every time
       const uint32_t c = kc + uint32_t(j), slot = c % kStages;
       const int r0 = s.v0 + j * R, nr = min(R, s.v1 - r0);
       float sc = 1.f;  // E4M3: this lane's row scale, asked for before the slot wait
@@ -2512,13 +2498,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       bool wok = true;
       if (lane == 0) {  // lane 0 waits (acquire); __syncwarp orders the slot's bytes for the others
         XRAY_STAMP(tg, tcy);
-        // A parity wait only tells the current phase from the one before it, and another warp owns
-        // copy c - kStages of this slot: while that copy has not landed, a wait on c's parity would
-        // return at once. So first that copy's phase (done at once if it has landed: the barrier
-        // cannot be further ahead, copy c + kStages needs this warp's release of c), then c's.
-        const uint32_t info = uint32_t(kNumLayers) * 16u + 12u;
-        if (c >= uint32_t(kStages)) wok = mbar_wait_bounded(&r.full[slot], ((c / kStages) - 1u) & 1u, S, tmo, kErrRingTimeout, info);
-        wok = wok && mbar_wait_bounded(&r.full[slot], (c / kStages) & 1u, S, tmo, kErrRingTimeout, info);
+        wok = mbar_wait_bounded(&r.full[slot], (c / kStages) & 1u, S, tmo, kErrRingTimeout, uint32_t(kNumLayers) * 16u + 12u);
         if (wok) XRAY_STALL(kPhase_lmhead, kPhase_ring_head, kNumLayers, tg, tcy);  // (warp 0's only)
       }
       if (!__shfl_sync(0xffffffffu, wok, 0)) {
