@@ -736,7 +736,8 @@ constexpr long long kHopHold = MONOLITH_HOP_HOLD_CYCLES >= 0 ? (long long)(MONOL
                                : (W::kRowScale ? 2000ll : 1500ll);
 static_assert(MONOLITH_HOP_HOLD_CYCLES >= -1 && MONOLITH_HOP_HOLD_CYCLES <= 100000,
               "a hold is bounded: at most ~50 us (-1: the format's default)");
-// MONOLITH_RESID_HOLD_CYCLES=C (fourteenth session, prepared, not yet run; -1 = off, the default):
+// MONOLITH_RESID_HOLD_CYCLES=C (fourteenth session; measured in the fifteenth at C = 3000: bf16 -1.1 %, fp8 -0.2 %,
+// nvfp4 -0.2 % (dev, tokens bitwise equal; NOTES.md), so -1 = off stays the default):
 //   the hop into the next layer's qkv (down's residual words) holds the producer for up to C cycles
 //   instead of kHopHold<W>; the other hops keep kHopHold<W>. Why: in bf16's slow layers (qkv
 //   segment 5.4-5.9 us against 3.1-3.2) every block sees the residual words 0.6-1.2 us later than in
@@ -2511,8 +2512,15 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 #pragma unroll
       for (int i = 0; i < R; ++i) a[i] = i < nr ? row_lane<HW>(sl, i, xrow) : 0.f;
       __syncwarp();  // every lane's reads of the slot, then the release: all the arrivals it expects
-      if constexpr (kEmptyArrivals >= 32) mbar_arrive_cnt(&r.empty[slot], uint32_t(kEmptyArrivals / 32));
-      else if (lane < kEmptyArrivals) mbar_arrive(&r.empty[slot]);
+      // (MONOLITH_RING_RELEASE=512, racecheck's reference build: every reading lane arrives
+      // kEmptyArrivals / 32 times, single arrivals as in the layers' rounds; the fifteenth session's
+      // build used one counted arrive per lane here and racecheck reported this head's reads
+      // against the slot's next copy: NOTES.md)
+      if constexpr (kEmptyArrivals >= 32) {
+        for (int i = 0; i < kEmptyArrivals / 32; ++i) mbar_arrive(&r.empty[slot]);
+      } else if (lane < kEmptyArrivals) {
+        mbar_arrive(&r.empty[slot]);
+      }
       const float dot = warp_reduce_scatter<R>(a);
       if (owner && my_r < nr) {  // rows in increasing order per lane: a strictly larger logit wins
         const float logit = (HW::kRowScale ? dot * sc : dot) * inv;
