@@ -785,6 +785,17 @@ constexpr bool kNvPrefetchSpread = MONOLITH_NV_PREFETCH_SPREAD != 0;
 template <class HW>
 constexpr bool kHeadWarp = MONOLITH_HEAD_WARP < 0 ? HW::kRowScale : MONOLITH_HEAD_WARP != 0;
 static_assert(kStages <= kStreamConsumerWarps, "a head warp per ring slot");
+// MONOLITH_HEAD_GROUPS=NG (fifteenth session, prepared, not yet run): the warp head's slots go to NG
+// groups of 16 / NG warps, each warp taking 16 / G of a slot's rows, instead of 12 warps taking
+// whole slots (NG = kStages = 12, the default). Why: the X-ray of the 12-warp head has ring waits
+// (15 us per block) and 3.7 TB/s: a warp holds its slot for its whole 16 rows (~2 us), so up to 12
+// slots are held and few bytes are in flight. With NG = 4 all 16 warps work, a slot is held a
+// quarter as long and at most 4 are held. Parity waits stay sound: NG divides kStages, so a slot's
+// previous copy was the same group's, consumed by every warp of it in order.
+#ifndef MONOLITH_HEAD_GROUPS
+#define MONOLITH_HEAD_GROUPS 12
+#endif
+constexpr int kHeadGroups = MONOLITH_HEAD_GROUPS;
 static_assert(kEmptyArrivals < 32 || kEmptyArrivals % 32 == 0, "a head warp's lanes share a slot's arrivals evenly");
 constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
 static_assert(kRingInflight >= 0 && kRingInflight < kStages, "0 (off) or fewer copies in flight than slots");
@@ -2480,7 +2491,18 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   int best_i = 0x7fffffff;
   if constexpr (kHeadWarp<HW>) {  // MONOLITH_HEAD_WARP: whole slots per warp, no block barrier per round
     constexpr int R = HF::kRows1024;  // rows per slot: 8 bf16, 16 E4M3
-    static_assert(R <= 32 && 32 % R == 0, "a slot's rows reduce-scatter over one warp");
+    // MONOLITH_HEAD_GROUPS (above): NG groups of G warps; group g takes the slots j = g, g + NG, ...
+    // (NG divides kStages, so copy j - kStages of a slot was the same group's: every warp of a
+    // group is that slot's in-order consumer), warp gw of a group its RW rows gw RW .. of each.
+    constexpr int NG = kHeadGroups;
+    constexpr int G = NG == kStages ? 1 : kStreamConsumerWarps / NG, RW = R / G;
+    constexpr int kArrivals = kEmptyArrivals / G;  // each warp's share of a slot's release
+    static_assert(kStages % NG == 0 && NG * G <= kStreamConsumerWarps, "groups tile the ring and the warps");
+    static_assert(R % G == 0 && RW <= 32 && 32 % RW == 0, "a warp's rows of a slot reduce-scatter over one warp");
+    static_assert(kEmptyArrivals % G == 0 && (kArrivals < 32 || kArrivals % 32 == 0),
+                  "a slot's arrivals split evenly over its group's warps (MONOLITH_RING_RELEASE=1: groups of one warp)");
+    const int group = NG == kStages ? warp : warp % NG, rbase = G == 1 ? 0 : (warp / NG) * RW;
+    const bool active = NG == kStages ? warp < kStages : warp / NG < G;
     // publishes s_x and the sums of squares, carries `ok`; then the producer may run (the hop is over)
     if (!csync_and(ok)) return;
     hop_unmark();
@@ -2488,9 +2510,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     if (b == 0 && scr_on)  // phase diff only
       for (int e = 0; e < 2; ++e) scr[kScrFinalNorm + tid + e * kStreamConsumerThreads] = v[e] * inv * nfin.w[e];
     const XRow xrow = load_xrow<HW, kHeadSwz>(sm.x);
-    const int nslots = (s.v1 - s.v0 + R - 1) / R, my_r = scatter_row<R>(lane);
-    const bool owner = lane % (32 / R) == 0;
-    for (int j = warp; warp < kStages && j < nslots; j += kStages) {  // slot (kc + warp) % kStages, every time
+    const int nslots = (s.v1 - s.v0 + R - 1) / R, my_r = rbase + scatter_row<RW>(lane);
+    const bool owner = lane % (32 / RW) == 0;
+    for (int j = group; active && j < nslots; j += NG) {  // slot (kc + group) % kStages, every time
       const uint32_t c = kc + uint32_t(j), slot = c % kStages;
       const int r0 = s.v0 + j * R, nr = min(R, s.v1 - r0);
       float sc = 1.f;  // E4M3: this lane's row scale, asked for before the slot wait
@@ -2508,20 +2530,20 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       }
       __syncwarp();
       const uint4* sl = reinterpret_cast<const uint4*>(r.slots + size_t(slot) * kSlotBytes);
-      float a[R];
+      float a[RW];
 #pragma unroll
-      for (int i = 0; i < R; ++i) a[i] = i < nr ? row_lane<HW>(sl, i, xrow) : 0.f;
-      __syncwarp();  // every lane's reads of the slot, then the release: all the arrivals it expects
+      for (int i = 0; i < RW; ++i) a[i] = rbase + i < nr ? row_lane<HW>(sl, rbase + i, xrow) : 0.f;
+      __syncwarp();  // every lane's reads of the slot, then the release: this warp's share of the arrivals
       // (MONOLITH_RING_RELEASE=512, racecheck's reference build: every reading lane arrives
-      // kEmptyArrivals / 32 times, single arrivals as in the layers' rounds; the fifteenth session's
+      // kArrivals / 32 times, single arrivals as in the layers' rounds; the fifteenth session's
       // build used one counted arrive per lane here and racecheck reported this head's reads
       // against the slot's next copy: NOTES.md)
-      if constexpr (kEmptyArrivals >= 32) {
-        for (int i = 0; i < kEmptyArrivals / 32; ++i) mbar_arrive(&r.empty[slot]);
-      } else if (lane < kEmptyArrivals) {
+      if constexpr (kArrivals >= 32) {
+        for (int i = 0; i < kArrivals / 32; ++i) mbar_arrive(&r.empty[slot]);
+      } else if (lane < kArrivals) {
         mbar_arrive(&r.empty[slot]);
       }
-      const float dot = warp_reduce_scatter<R>(a);
+      const float dot = warp_reduce_scatter<RW>(a);
       if (owner && my_r < nr) {  // rows in increasing order per lane: a strictly larger logit wins
         const float logit = (HW::kRowScale ? dot * sc : dot) * inv;
         p.logits[r0 + my_r] = logit;
