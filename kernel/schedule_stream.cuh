@@ -796,7 +796,6 @@ static_assert(kStages <= kStreamConsumerWarps, "a head warp per ring slot");
 #define MONOLITH_HEAD_GROUPS 12
 #endif
 constexpr int kHeadGroups = MONOLITH_HEAD_GROUPS;
-static_assert(kEmptyArrivals < 32 || kEmptyArrivals % 32 == 0, "a head warp's lanes share a slot's arrivals evenly");
 constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
 static_assert(kRingInflight >= 0 && kRingInflight < kStages, "0 (off) or fewer copies in flight than slots");
 // MONOLITH_ATTN_FLASH=1 (fifth session, compiled but not yet run: the next GPU session's A/B,
