@@ -784,7 +784,6 @@ constexpr bool kNvPrefetchSpread = MONOLITH_NV_PREFETCH_SPREAD != 0;
 #endif
 template <class HW>
 constexpr bool kHeadWarp = MONOLITH_HEAD_WARP < 0 ? HW::kRowScale : MONOLITH_HEAD_WARP != 0;
-static_assert(kStages <= kStreamConsumerWarps, "a head warp per ring slot");
 // MONOLITH_HEAD_GROUPS=NG (fifteenth session, prepared, not yet run): the warp head's slots go to NG
 // groups of 16 / NG warps, each warp taking 16 / G of a slot's rows, instead of 12 warps taking
 // whole slots (NG = kStages = 12, the default). Why: the X-ray of the 12-warp head has ring waits
@@ -2526,6 +2525,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     static_assert(R % G == 0 && RW <= 32 && 32 % RW == 0, "a warp's rows of a slot reduce-scatter over one warp");
     static_assert(kEmptyArrivals % G == 0 && (kArrivals < 32 || kArrivals % 32 == 0),
                   "a slot's arrivals split evenly over its group's warps (MONOLITH_RING_RELEASE=1: groups of one warp)");
+    // (warp % NG, (warp / NG) * RW and warp / NG < G for every NG would be the same values; the
+    // NG = kStages forms keep the default build's SASS that of the measured one, which they alone do)
     const int group = NG == kStages ? warp : warp % NG, rbase = G == 1 ? 0 : (warp / NG) * RW;
     const bool active = NG == kStages ? warp < kStages : warp / NG < G;
     // publishes s_x and the sums of squares, carries `ok`; then the producer may run (the hop is over)
