@@ -784,18 +784,31 @@ constexpr bool kNvPrefetchSpread = MONOLITH_NV_PREFETCH_SPREAD != 0;
 #endif
 template <class HW>
 constexpr bool kHeadWarp = MONOLITH_HEAD_WARP < 0 ? HW::kRowScale : MONOLITH_HEAD_WARP != 0;
-// MONOLITH_HEAD_GROUPS=NG (fifteenth session, prepared, not yet run): the warp head's slots go to NG
-// groups of 16 / NG warps, each warp taking 16 / G of a slot's rows, instead of 12 warps taking
-// whole slots (NG = kStages = 12, the default). Why: the X-ray of the 12-warp head has ring waits
+// MONOLITH_HEAD_GROUPS=NG (prepared in the fifteenth session, measured and made the default in the
+// sixteenth): the warp head's slots go to NG groups of G = 16 / NG warps, each warp taking R / G of
+// a slot's rows (NG = 4: 4 rows of 16), instead of 12 warps taking whole slots (NG = kStages = 12,
+// the fifteenth session's build). Why: the X-ray of the 12-warp head has ring waits
 // (15 us per block) and 3.7 TB/s: a warp holds its slot for its whole 16 rows (~2 us), so up to 12
 // slots are held and few bytes are in flight. With NG = 4 all 16 warps work, a slot is held a
 // quarter as long and at most 4 are held. Parity waits stay sound: NG divides kStages, so a slot's
 // previous copy was the same group's, consumed by every warp of it in order.
 #ifndef MONOLITH_HEAD_GROUPS
-#define MONOLITH_HEAD_GROUPS 12
+#define MONOLITH_HEAD_GROUPS 4
 #endif
+// Measured (NOTES.md, sixteenth session; dev at 128 blocks, position 2, tokens bitwise equal to
+// NG = 12, as the reduce-scatter model in tests/test_head_ring_model.py says): fp8-stream 2,254 ->
+// 2,283 (NG = 4) / 2,275 (NG = 6); nvfp4-stream 2,202 -> 2,209 / 2,198.
 constexpr int kHeadGroups = MONOLITH_HEAD_GROUPS;
-// MONOLITH_NEXT_TOKEN_L2=N (fifteenth session, prepared, not yet run; 0 = off, the default): when a
+// In racecheck's reference build (MONOLITH_RING_RELEASE=512: every consumer thread releases a slot
+// itself) every lane of the warp head also waits on the slot's `full` barrier itself. Why: with lane
+// 0 waiting and __syncwarp passing the order on, racecheck reported every head read against the
+// slot's copy (sixteenth session, NOTES.md), as it reports the layers' reads when lane 0 releases
+// after __syncwarp (the default build's known reports): it credits bar.sync and each thread's own
+// mbarrier operations, not bar.warp.sync. The default build keeps lane 0's wait (the PTX memory model
+// orders the other lanes' reads after it through bar.warp.sync, as bar.sync does in the layers).
+constexpr bool kHeadLaneWait = kEmptyArrivals == kStreamConsumerThreads;
+// MONOLITH_NEXT_TOKEN_L2=N (prepared in the fifteenth session; 3, the default, since the sixteenth;
+// 0 = off): when a
 // block's producer has seen its last copy land (the LM head's tail), it asks L2 for its own spans of
 // layer 0's first N weight phases (1 qkv, 2 + O, 3 + gate/up): the next launch's first copies. Why:
 // layer 0 takes ~20.8 us against ~14.5 for the others (bf16 X-ray, position 128), its qkv phase
@@ -804,8 +817,11 @@ constexpr int kHeadGroups = MONOLITH_HEAD_GROUPS;
 // idle, and L2 keeps what was asked for (weights otherwise stream evict_first). A block's plan is
 // the same at the next position (only its attention splits change), so the spans are the same.
 #ifndef MONOLITH_NEXT_TOKEN_L2
-#define MONOLITH_NEXT_TOKEN_L2 0
+#define MONOLITH_NEXT_TOKEN_L2 3
 #endif
+// Measured (NOTES.md, sixteenth session; dev at 128 blocks, tokens bitwise equal): N = 3 bf16-stream
+// 2,097 -> 2,107, fp8-stream 2,254 -> 2,261, nvfp4-stream 2,202 -> 2,202; N = 1 within noise. Small,
+// the same sign in two calls for bf16 and fp8, none for NVFP4: one default for all three.
 constexpr int kNextTokenL2 = MONOLITH_NEXT_TOKEN_L2;
 static_assert(kNextTokenL2 >= 0 && kNextTokenL2 <= 3, "0 (off) or layer 0's first 1-3 weight phases");
 constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
@@ -1077,6 +1093,12 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
   // element offsets of the layout times the element size: the bf16 buffer or the E4M3 codes
   const uint8_t* w8 = W::kRowScale ? p.codes : reinterpret_cast<const uint8_t*>(p.w);
   const uint8_t* e8 = W::Head::kRowScale ? p.embed_codes : reinterpret_cast<const uint8_t*>(p.embed);
+  // element offsets in a layer of this block's rows of qkv (row q of its group), O (column o of its
+  // group's rows) and gate/up (row q of the interleaved matrix): the issue loop walks them in slots,
+  // MONOLITH_NEXT_TOKEN_L2 asks for layer 0's spans whole
+  auto qkv_elem = [&](int q) { return kOffQKV + int64_t(s.g * kGroupRows + q) * kHidden; };
+  auto o_elem = [&](int o) { return kOffO + int64_t(s.g * kHidden + o) * kGroupCols; };
+  auto gu_elem = [&](int q) { return kOffGateUp + int64_t(q) * kHidden; };
   for (int L = 0; L < kNumLayers && ok; ++L) {
     const uint8_t* Wl = w8 + F::bytes_of(int64_t(L) * kLayerElems);
     auto at = [&](int64_t elem) { return Wl + F::bytes_of(elem); };
@@ -1088,7 +1110,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
       if (L + 1 < kNumLayers) nv_prefetch_scales(L + 1);
     constexpr int R = F::kRows1024;
     for (int q = s.q0; q < s.q1; q += R)
-      issue(at(kOffQKV + int64_t(s.g * kGroupRows + q) * kHidden), uint32_t(min(R, s.q1 - q)) * F::kRowBytes1024, info);
+      issue(at(qkv_elem(q)), uint32_t(min(R, s.q1 - q)) * F::kRowBytes1024, info);
     nv_prefetch_part(L, 0);
     for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
       int t0, t1;
@@ -1099,16 +1121,16 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
       }
     }
     for (int o = s.o0; o < s.o1; o += F::kRowsO)
-      issue(at(kOffO + int64_t(s.g * kHidden + o) * kGroupCols), uint32_t(min(F::kRowsO, s.o1 - o)) * F::kRowBytesO, info);
+      issue(at(o_elem(o)), uint32_t(min(F::kRowsO, s.o1 - o)) * F::kRowBytesO, info);
     nv_prefetch_part(L, 1);
     if constexpr (F::kSlotsPerUnit > 0) {
       for (int u = s.u0; u < s.u1; ++u)  // a unit: 8 gate/up row pairs, 16 rows
         for (int j = 0; j < F::kSlotsPerUnit; ++j)
-          issue(at(kOffGateUp + int64_t(2 * kMlpUnitCols * u + j * R) * kHidden), kSlotBytes, info);
+          issue(at(gu_elem(2 * kMlpUnitCols * u + j * R)), kSlotBytes, info);
     } else {  // NVFP4: the units' rows 16 u0 .. 16 u1 are contiguous: slots of R rows, the last one partial
       const int g0 = 2 * kMlpUnitCols * s.u0, g1 = 2 * kMlpUnitCols * s.u1;
       for (int q = g0; q < g1; q += R)
-        issue(at(kOffGateUp + int64_t(q) * kHidden), uint32_t(min(R, g1 - q)) * F::kRowBytes1024, info);
+        issue(at(gu_elem(q)), uint32_t(min(R, g1 - q)) * F::kRowBytes1024, info);
     }
     nv_prefetch_part(L, 2);
     {  // down rows h0..h1, row-major (K = 3072): contiguous, cut into slots of R segments of 1024
@@ -1145,12 +1167,11 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
   if constexpr (kNextTokenL2 > 0) {
     if (ok) {
       auto span = [&](int64_t elem, int64_t bytes) { prefetch_l2_bulk(w8 + F::bytes_of(elem), uint32_t(bytes)); };
-      span(kOffQKV + int64_t(s.g * kGroupRows + s.q0) * kHidden, int64_t(s.q1 - s.q0) * F::kRowBytes1024);
+      span(qkv_elem(s.q0), int64_t(s.q1 - s.q0) * F::kRowBytes1024);
       if constexpr (kNextTokenL2 > 1)
-        span(kOffO + int64_t(s.g * kHidden + s.o0) * kGroupCols, int64_t(s.o1 - s.o0) * F::kRowBytesO);
+        span(o_elem(s.o0), int64_t(s.o1 - s.o0) * F::kRowBytesO);
       if constexpr (kNextTokenL2 > 2)
-        span(kOffGateUp + int64_t(2 * kMlpUnitCols * s.u0) * kHidden,
-             int64_t(2 * kMlpUnitCols * (s.u1 - s.u0)) * F::kRowBytes1024);
+        span(gu_elem(2 * kMlpUnitCols * s.u0), int64_t(2 * kMlpUnitCols * (s.u1 - s.u0)) * F::kRowBytes1024);
     }
   }
 }
@@ -2519,16 +2540,14 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     // (NG divides kStages, so copy j - kStages of a slot was the same group's: every warp of a
     // group is that slot's in-order consumer), warp gw of a group its RW rows gw RW .. of each.
     constexpr int NG = kHeadGroups;
-    constexpr int G = NG == kStages ? 1 : kStreamConsumerWarps / NG, RW = R / G;
+    constexpr int G = kStreamConsumerWarps / NG, RW = R / G;
     constexpr int kArrivals = kEmptyArrivals / G;  // each warp's share of a slot's release
     static_assert(kStages % NG == 0 && NG * G <= kStreamConsumerWarps, "groups tile the ring and the warps");
     static_assert(R % G == 0 && RW <= 32 && 32 % RW == 0, "a warp's rows of a slot reduce-scatter over one warp");
     static_assert(kEmptyArrivals % G == 0 && (kArrivals < 32 || kArrivals % 32 == 0),
                   "a slot's arrivals split evenly over its group's warps (MONOLITH_RING_RELEASE=1: groups of one warp)");
-    // (warp % NG, (warp / NG) * RW and warp / NG < G for every NG would be the same values; the
-    // NG = kStages forms keep the default build's SASS that of the measured one, which they alone do)
-    const int group = NG == kStages ? warp : warp % NG, rbase = G == 1 ? 0 : (warp / NG) * RW;
-    const bool active = NG == kStages ? warp < kStages : warp / NG < G;
+    const int group = warp % NG, rbase = (warp / NG) * RW;
+    const bool active = warp / NG < G;  // NG = 12: warps 12 .. 15 idle
     // publishes s_x and the sums of squares, carries `ok`; then the producer may run (the hop is over)
     if (!csync_and(ok)) return;
     hop_unmark();
@@ -2545,16 +2564,25 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       if constexpr (HW::kRowScale)
         if (owner && my_r < nr) sc = __ldg(p.embed_scales + r0 + my_r);
       bool wok = true;
-      if (lane == 0) {  // lane 0 waits (acquire); __syncwarp orders the slot's bytes for the others
-        XRAY_STAMP(tg, tcy);
-        wok = mbar_wait_bounded(&r.full[slot], (c / kStages) & 1u, S, tmo, kErrRingTimeout, uint32_t(kNumLayers) * 16u + 12u);
-        if (wok) XRAY_STALL(kPhase_lmhead, kPhase_ring_head, kNumLayers, tg, tcy);  // (warp 0's only)
+      if constexpr (kHeadLaneWait) {  // racecheck's reference build: every lane acquires the slot itself
+        wok = __all_sync(0xffffffffu, mbar_wait_bounded(&r.full[slot], (c / kStages) & 1u, S, tmo, kErrRingTimeout,
+                                                          uint32_t(kNumLayers) * 16u + 12u));
+        if (!wok) {
+          ok = false;
+          break;
+        }
+      } else {
+        if (lane == 0) {  // lane 0 waits (acquire); __syncwarp orders the slot's bytes for the others
+          XRAY_STAMP(tg, tcy);
+          wok = mbar_wait_bounded(&r.full[slot], (c / kStages) & 1u, S, tmo, kErrRingTimeout, uint32_t(kNumLayers) * 16u + 12u);
+          if (wok) XRAY_STALL(kPhase_lmhead, kPhase_ring_head, kNumLayers, tg, tcy);  // (warp 0's only)
+        }
+        if (!__shfl_sync(0xffffffffu, wok, 0)) {
+          ok = false;
+          break;
+        }
+        __syncwarp();
       }
-      if (!__shfl_sync(0xffffffffu, wok, 0)) {
-        ok = false;
-        break;
-      }
-      __syncwarp();
       const uint4* sl = reinterpret_cast<const uint4*>(r.slots + size_t(slot) * kSlotBytes);
       float a[RW];
 #pragma unroll
