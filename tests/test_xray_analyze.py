@@ -308,3 +308,33 @@ def test_compare_shows_a_slower_phase_in_its_milestone_and_the_layer(tmp_path, c
     assert "X-ray A/B" in out and "gateup segment" in out
     import json
     assert {x["metric"] for x in json.loads((tmp_path / "ab.json").read_text())["rows"]} >= {"gateup segment, µs"}
+
+
+def test_token_edges_report_layer_0_and_the_lm_head_and_their_compare_rows(capsys):
+    """The token's ends, which the layer medians leave out: a block whose layer-0 qkv runs 3 µs slower
+    moves layer 0's first-phase end and layer 0 by ~3 µs and the median layer not at all; a block
+    whose LM head runs 15 µs slower (the synthetic heads spread over ~75-82 µs) moves the head's span
+    and its per-block max by 5-15 µs, its per-block median hardly. A trace without ring_head (the upstream schedule) reports no ring waits."""
+    from monolith.xray.analyze import compare
+
+    a = analyze(*generate(seed=4))
+    b = analyze(*generate(seed=4, slow_work_ns={(11, 0, "qkv"): 3000.0, (40, 28, "lmhead"): 15000.0}))
+    fa, fb = a["edges"]["first_layer"], b["edges"]["first_layer"]
+    assert fa["first_phase"] == "qkv"
+    assert 2.5 < fb["first_phase_last_end_us"] - fa["first_phase_last_end_us"] < 3.5
+    assert 2.5 < fb["layer_us"] - fa["layer_us"] < 3.5
+    assert fb["next_layer_start_us"] > fb["first_phase_last_end_us"]
+    ha, hb = a["edges"]["lm_head"], b["edges"]["lm_head"]
+    assert 5.0 < hb["per_block_max_us"] - ha["per_block_max_us"] < 15.5
+    assert 5.0 < hb["span_us"] - ha["span_us"] < 15.5
+    assert abs(hb["per_block_median_us"] - ha["per_block_median_us"]) < 0.3
+    assert ha["ring_wait_per_block_us"] is None and abs(ha["after_last_layer_us"]) < 1.0
+    assert ha["per_block_max_us"] <= ha["span_us"]
+    rows = {r["metric"]: r for r in compare(a, b)}
+    assert 2.5 < rows["layer 0, µs"]["b"] - rows["layer 0, µs"]["a"] < 3.5
+    assert abs(rows["layer, µs (median)"]["b"] - rows["layer, µs (median)"]["a"]) < 0.2
+    assert rows["LM head ring waits per block, µs"] == {"metric": "LM head ring waits per block, µs", "a": None, "b": None}
+    from monolith.xray.analyze import print_report
+    print_report(b)
+    out = capsys.readouterr().out
+    assert "layer 0:" in out and "LM head: span" in out

@@ -289,6 +289,53 @@ def hop_latency(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, p
 CHAINS = (("s_qkv", "s_attn", "s_oproj", "s_mlp", "s_down"), ("qkv", "attn", "oproj", "gateup", "down"))
 
 
+def token_edges(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, phases, blk: np.ndarray,
+                n_layers: int, nblocks: int) -> dict:
+    """The token's two ends, which the layer medians and milestones leave out (sixteenth session: the
+    LM head's warp groups and the next launch's first copies asked into L2 were read off ad-hoc
+    scripts). first_layer: layer 0's time, and when its first work phase (the one starting earliest:
+    every block starts with an empty ring) ends, median and last block. lm_head: its span (first start
+    to last end over blocks), each block's own span (median, max), its ring waits per block and how
+    long after the last layer's last interval it starts. Times in µs from the token's first stamp;
+    None where the trace has no such phase."""
+    kind = {p.id: p.kind for p in phases}
+    scope = {p.id: p.scope for p in phases}
+    name_of = {p.id: p.name for p in phases}
+    layer_ph = np.array([scope[x] == "layer" for x in ph], dtype=bool)
+    # the work phases of a layer; the X-ray sub-intervals (x_*) are cut out of them, not phases of their own
+    layer_work = layer_ph & np.array([kind[x] == "work" and not name_of[x].startswith("x_") for x in ph], dtype=bool)
+    out = {"first_layer": None, "lm_head": None}
+    m0 = layer_work & (lay == 0)
+    if m0.any():
+        first = int(ph[m0][np.argmin(s[m0])])
+        mf = m0 & (ph == first)
+        nxt = layer_ph & (lay == 1)
+        l0_end = float(s[nxt].min()) if nxt.any() else float(e[layer_ph & (lay == 0)].max())
+        out["first_layer"] = {
+            "layer_us": (l0_end - float(s[layer_ph & (lay == 0)].min())) / 1e3,
+            "first_phase": name_of[first],
+            "first_phase_median_end_us": float(np.median([e[mf & (blk == b)].max() for b in np.unique(blk[mf])])) / 1e3,
+            "first_phase_last_end_us": float(e[mf].max()) / 1e3,
+            "next_layer_start_us": float(s[nxt].min()) / 1e3 if nxt.any() else None,
+        }
+    head_id = next((p.id for p in phases if p.name == "lmhead"), None)
+    head = ph == head_id
+    if head.any():
+        per = np.array([e[head & (blk == b)].max() - s[head & (blk == b)].min() for b in np.unique(blk[head])])
+        ring_id = next((p.id for p in phases if p.name == "ring_head"), None)
+        ring = ph == ring_id
+        layers_in = layer_ph & (lay < n_layers)
+        out["lm_head"] = {
+            "start_us": float(s[head].min()) / 1e3,
+            "span_us": float(e[head].max() - s[head].min()) / 1e3,
+            "per_block_median_us": float(np.median(per)) / 1e3,
+            "per_block_max_us": float(per.max()) / 1e3,
+            "ring_wait_per_block_us": float((e - s)[ring].sum()) / 1e3 / nblocks if ring.any() else None,
+            "after_last_layer_us": float(s[head].min() - e[layers_in].max()) / 1e3 if layers_in.any() else None,
+        }
+    return out
+
+
 def layer_milestones(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, phases,
                      blk: np.ndarray) -> dict | None:
     """Where a layer's time goes along the schedule: for each work phase P of the chain (CHAINS),
@@ -407,6 +454,7 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
     hops = hop_latency(s, e, ph, lay, phases, blk)
     hops_per_layer = len({h["wait"] for h in hops if h["wait"].startswith("s_")}) or len(hops)
     milestones = layer_milestones(s, e, ph, lay, phases, blk)
+    edges = token_edges(s, e, ph, lay, phases, blk, n_layers, nblocks)
     subs = sub_intervals(s, e, ph, blk, phases)
     bar_per_layer = float(d[bar & layer_mask].sum() / 1e3 / nblocks / max(n_layers, 1))
     mean_layer = float(layer_us.mean()) if len(layer_us) else None
@@ -481,6 +529,7 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
                            "(stamped after its stores); median over layers. *_sees_us: the wait's end (thread 0 "
                            "has its words); *_ready_us (traces with s_gather): the block has every thread's words"},
         "milestones": milestones,
+        "edges": edges,
         "sub_intervals": subs,
         "grid_bandwidth_token_tbs": _tbs(float(sum(v["bytes"] * (n_layers if v["per"] == "layer" else 1)
                                                    for v in bytes_model.values())), span) if span > 0 else None,
@@ -524,6 +573,11 @@ def compare(a: dict, b: dict) -> list[dict]:
         ("dependency waits, share of the token", ("token_waits", "dependency_share")),
         ("ring waits, share of the token", ("token_waits", "ring_share")),
         ("grid bandwidth over the token, TB/s", ("grid_bandwidth_token_tbs",)),
+        ("layer 0, µs", ("edges", "first_layer", "layer_us")),
+        ("layer 0's first phase, last block's end, µs", ("edges", "first_layer", "first_phase_last_end_us")),
+        ("LM head span, µs", ("edges", "lm_head", "span_us")),
+        ("LM head per block, µs (median)", ("edges", "lm_head", "per_block_median_us")),
+        ("LM head ring waits per block, µs", ("edges", "lm_head", "ring_wait_per_block_us")),
     ]
     out = [{"metric": name, "a": get(a, *path), "b": get(b, *path)} for name, path in rows]
     seg = {}
@@ -627,6 +681,17 @@ def print_report(summ: dict, console=None) -> None:
                           f"{x['segment_max_us']:.2f})" for x in ms["segments"])
         con.print(f"layer milestones, µs from the previous phase's last end to this one's (the phase's median work "
                   f"per block; the segment's slowest layer): {segs} = {ms['sum_us']:.2f} µs", markup=False)
+    ed = summ.get("edges") or {}
+    if ed.get("first_layer"):
+        f = ed["first_layer"]
+        con.print(f"layer 0: {f['layer_us']:.2f} µs; its first phase {f['first_phase']} ends at "
+                  f"{f['first_phase_median_end_us']:.2f} µs (median block), {f['first_phase_last_end_us']:.2f} (last)",
+                  markup=False)
+    if ed.get("lm_head"):
+        h = ed["lm_head"]
+        ring = f", ring waits {h['ring_wait_per_block_us']:.2f} µs/block" if h["ring_wait_per_block_us"] is not None else ""
+        con.print(f"LM head: span {h['span_us']:.2f} µs from {h['start_us']:.1f}; per block median "
+                  f"{h['per_block_median_us']:.2f}, max {h['per_block_max_us']:.2f} µs{ring}", markup=False)
     subs = summ.get("sub_intervals")
     if subs:  # MONOLITH_XRAY_SUB=1 traces only
         con.print("sub-intervals (MONOLITH_XRAY_SUB; median / max µs, cut from the parent; the parent's own rest "
