@@ -24,6 +24,28 @@
 // x_dot), after the row stores and a barrier (x_out); medians over rounds and blocks; SM clock
 // from clock64 over %globaltimer. Check: every row against a CPU dot product (rel. err < 1e-4).
 //
+//   shapes 5 / 6 (sixteenth session, tensor cores): the same round through mma.sync.m16n8k16 (bf16
+//   in, fp32 accumulate), never tried for a GEMV here. Why: the round is 1,387 cycles alone (tenth
+//   session), ~700 of them issue slots of bf16 -> fp32 conversions and FMAs; an mma consumes 256
+//   weights per instruction. Against it: any mma.sync holds this H200's SM clock at 1.80 GHz instead
+//   of 1.98 (results/m4_tc_clock.json), so a tensor-core round must win by more than 9 %; the run's
+//   SM clock is reported beside it, and shape 4 runs again after it (does the clock come back?).
+//   Layout (the kernel's slots, untouched): the round's 32 rows are two M tiles of 16 (rows g and
+//   g + 8 of a fragment come from slots 2 mt and 2 mt + 1); warp w takes tile w % 2 and the K range
+//   128 (w / 2) .. + 127: 8 steps of 16. A lane (g = lane / 4, t = lane % 4) loads 8 B of row g and
+//   8 B of row g + 8 per step (physical k 4t .. 4t + 3 of a 16-k chunk = the fragment's logical k
+//   2t, 2t + 1, 2t + 8, 2t + 9; any K order serves a dot product if A and B share it). Rows are 2 KB
+//   apart, so 4 rows reading the same chunk would hit the same banks: row g reads chunk
+//   (step + g % 4) % 8 instead, conflict-free, and B's 8 columns carry what that needs: column n < 4
+//   holds the chunk rows with g % 4 = n read, in bf16 (x_hi = bf16(x)), column n + 4 the same chunk's
+//   remainder (x_lo = bf16(x - x_hi)), so that the products keep ~16 bits of x (the kernel's GEMV
+//   multiplies by fp32 x). Row g's sum is C[g][g % 4] + C[g][g % 4 + 4] (a shuffle), its 8 K ranges
+//   are added after the barrier in fixed order (deterministic, not the FFMA round's order). Its x
+//   loads are 8 float4 per lane (each chunk is needed by 4 column pairs): 32 wavefronts per warp,
+//   twice the FFMA round's. Shape 6 halves the K range (64) and gives each warp both tiles, so one
+//   B fragment serves two mma (4 steps, the rotation over 4 chunks), and reads B as bf16 (hi, lo)
+//   quads stored once per phase (as the phase's norm could write them: here before the rounds), one
+//   8-byte load per step: 4 x 2 wavefronts per warp.
 // Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I kernel -I probes \
 //          -o /tmp/round_gemv probes/round_gemv.cu
 // Run:   /tmp/round_gemv [--json] [--rounds 200]      (seconds on an H200)
@@ -51,6 +73,7 @@ constexpr int kSlots = 4, kRows = kSlots * kRowsPerSlot;                        
 constexpr int kLoaderSlots = 8;
 constexpr size_t kLoadBufBytes = size_t(1) << 30;  // far larger than L2
 constexpr int kStamps = 3;
+static_assert(kRows == 32, "the tensor-core shapes: two M tiles of 16 rows");
 constexpr int kModes = 3;
 constexpr const char* kModeNames[kModes] = {"idle", "stream", "spin"};
 static_assert(kRowsPerSlot == 8 && kConsumerWarps == 2 * kRowsPerSlot, "two warps per slot row");
@@ -59,7 +82,8 @@ struct Smem {
   uint4 slot[kSlots][kSlotBytes / 16];        // the round's weights (fixed)
   uint4 ring[kLoaderSlots][kSlotBytes / 16];  // the loader's copies land here
   float x[kK];
-  float part[kSlots * kConsumerWarps];
+  float part[kRows * kConsumerWarps];  // FFMA: [slot][warp] (64); mma: [row][K range] (256 / 512)
+  uint2 xb[2][kK / 4];                 // shape 6: x as bf16 (hi, lo) quads, as a norm would store them
   uint64_t full[kLoaderSlots];
   uint64_t never;  // spin mode: a barrier no one completes
   int stop, atom;
@@ -87,6 +111,24 @@ __device__ __forceinline__ float warp_sum4(float a0, float a1, float a2, float a
   c += __shfl_xor_sync(0xffffffffu, c, 2);
   c += __shfl_xor_sync(0xffffffffu, c, 1);
   return c;
+}
+// D = A (16 x 16 bf16, row) x B (16 x 8 bf16, col) + D, fp32 accumulators
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// two consecutive x values as a bf16 pair (the lower k in the low half): their bf16 (hi) or what is
+// left of them after it (lo)
+__device__ __forceinline__ uint32_t x_pair(float a, float b, bool lo) {
+  const __nv_bfloat16 ha = __float2bfloat16_rn(a), hb = __float2bfloat16_rn(b);
+  const __nv_bfloat162 v = lo ? __floats2bfloat162_rn(a - __bfloat162float(ha), b - __bfloat162float(hb))
+                              : __halves2bfloat162(ha, hb);
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  return u;
 }
 __device__ __forceinline__ void csync() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
 
@@ -132,7 +174,13 @@ __device__ void loader(const Params& p, Smem& sm) {
 //   256). Shape 4 keeps float4 2q at q and 2q + 1 at 128 + q: consecutive lanes, consecutive 16 B.
 template <int kShape>
 __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
-  constexpr bool kHoistX = (kShape & 1) != 0, kHoistW = (kShape & 2) != 0, kXPerm = (kShape & 4) != 0;
+  constexpr bool kMma = kShape >= 5;
+  // tensor-core shapes: kT tiles per warp (5: one, 6: both), each warp's K range kKW, kSteps steps of
+  // 16 in it, kNumKR K ranges per row (summed after the barrier)
+  constexpr int kT = kShape == 6 ? 2 : 1, kKW = kK / (kConsumerWarps * kT / 2), kSteps = kKW / 16, kNumKR = kK / kKW;
+  static_assert(!kMma || (kSteps >= 4 && kNumKR * kRows <= int(sizeof(Smem::part) / 4)), "the chunk rotation needs 4 chunks; part holds every K range");
+  constexpr bool kHoistX = !kMma && (kShape & 1) != 0, kHoistW = !kMma && (kShape & 2) != 0,
+                 kXPerm = !kMma && (kShape & 4) != 0;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -142,6 +190,10 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
     const int f = i >> 2;
     sm.x[kXPerm ? (((f & 1) * 128 + (f >> 1)) << 2) + (i & 3) : i] = p.x[i];
   }
+  for (int q = tid; q < kK / 4; q += kThreads)
+#pragma unroll
+    for (int lo = 0; lo < 2; ++lo)
+      sm.xb[lo][q] = make_uint2(x_pair(p.x[4 * q], p.x[4 * q + 1], lo), x_pair(p.x[4 * q + 2], p.x[4 * q + 3], lo));
   if (tid == 0) {
     for (int i = 0; i < kLoaderSlots; ++i) mbar_init(&sm.full[i], 1);
     mbar_init(&sm.never, 1);
@@ -190,6 +242,70 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
   for (int r = 0; r < p.rounds; ++r) {
     csync();  // the opening barrier (the kernel: the acquire's, after thread 0's slot tests)
     const long long t0 = clock64();
+    if constexpr (kMma) {
+      const int g = lane >> 2, t = lane & 3, j = g & 3;
+      const int kq = kT == 1 ? warp >> 1 : warp;  // this warp's K range: kKW values from kKW kq
+      // B: column g's pairs for each step (shape 5 splits fp32 x here, inside the timed round; shape
+      // 6 reads the pairs the phase's norm would have stored, one 8-byte load per step)
+      uint32_t bx[kSteps][2];
+#pragma unroll
+      for (int st = 0; st < kSteps; ++st) {
+        const int k = kKW * kq + 16 * ((st + j) % kSteps) + 4 * t;
+        if constexpr (kT == 1) {
+          const float4 xv = *reinterpret_cast<const float4*>(sm.x + k);
+          bx[st][0] = x_pair(xv.x, xv.y, g >= 4);
+          bx[st][1] = x_pair(xv.z, xv.w, g >= 4);
+        } else {
+          const uint2 xb = sm.xb[g >= 4][k >> 2];
+          bx[st][0] = xb.x;
+          bx[st][1] = xb.y;
+        }
+      }
+      float c[kT][4] = {};
+#pragma unroll
+      for (int st = 0; st < kSteps; ++st) {
+        const int off = kKW * kq + 16 * ((st + j) % kSteps) + 4 * t;  // row g's chunk this step (bank rotation)
+#pragma unroll
+        for (int i = 0; i < kT; ++i) {
+          const int mt = kT == 1 ? warp & 1 : i, R0 = 16 * mt + g, R1 = R0 + 8;  // slots 2 mt, 2 mt + 1
+          // A's registers: (row g, k 2t..), (row g + 8, k 2t..), (row g, k 2t + 8..), (row g + 8, k 2t + 8..)
+          const uint2 rg = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(sm.slot[R0 >> 3]) + (R0 & 7) * kK + off);
+          const uint2 rg8 = *reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(sm.slot[R1 >> 3]) + (R1 & 7) * kK + off);
+          mma_bf16(c[i], rg.x, rg8.x, rg.y, rg8.y, bx[st][0], bx[st][1]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kT; ++i) {
+        // row g's useful columns: j (x_hi) in lane t = j / 2, j + 4 (x_lo) in lane t + 2, register j % 2
+        const int mt = kT == 1 ? warp & 1 : i, R0 = 16 * mt + g, R1 = R0 + 8;
+        const float v0 = (j & 1) ? c[i][1] : c[i][0], v1 = (j & 1) ? c[i][3] : c[i][2];
+        const float o0 = __shfl_xor_sync(0xffffffffu, v0, 2), o1 = __shfl_xor_sync(0xffffffffu, v1, 2);
+        if (t == (j >> 1)) {
+          sm.part[R0 * kNumKR + kq] = v0 + o0;
+          sm.part[R1 * kNumKR + kq] = v1 + o1;
+        }
+      }
+      csync();  // publishes part
+      const long long t1 = clock64();
+      if (tid < kRows) {  // row tid: its K ranges in order
+        const float* pp = sm.part + tid * kNumKR;
+        float v = pp[0];
+#pragma unroll
+        for (int q = 1; q < kNumKR; ++q) v += pp[q];
+        const unsigned long long word = (unsigned long long)(uint32_t(r + 1)) << 32 | __float_as_uint(v);
+        asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p.out + size_t(blockIdx.x) * kRows + tid), "l"(word)
+                     : "memory");
+      }
+      csync();
+      const long long t2 = clock64();
+      if (tid == 0) {
+        long long* stp = p.stamps + (size_t(blockIdx.x) * p.rounds + r) * kStamps;
+        stp[0] = t1 - t0;
+        stp[1] = t2 - t1;
+        stp[2] = t2 - t0;
+      }
+      continue;
+    }
     float4 xv[4];
     uint4 wv[2 * kSlots];
     if constexpr (kHoistX) {
@@ -243,11 +359,14 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const int G = prop.multiProcessorCount;
   probe_require_smem(prop, sizeof(Smem));
-  void (*const kernels[5])(Params) = {round_kernel<0>, round_kernel<1>, round_kernel<2>, round_kernel<3>, round_kernel<4>};
+  void (*const kernels[7])(Params) = {round_kernel<0>, round_kernel<1>, round_kernel<2>, round_kernel<3>,
+                                      round_kernel<4>, round_kernel<5>, round_kernel<6>};
   for (auto k : kernels) CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Smem))));
-  // runs: the kernel's shape under every loader mode, then the hoisted shapes with the loader idle
-  const int runs[][2] = {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {2, 0}, {3, 0}, {4, 0}, {4, 1}};
-  const char* kShapeNames[5] = {"kernel", "x-hoisted", "w-hoisted", "both", "x-perm"};
+  // runs: the kernel's shape under every loader mode, then the hoisted shapes with the loader idle,
+  // then the tensor-core rounds (idle and streaming loader) and the FFMA round once more after them
+  const int runs[][2] = {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {2, 0}, {3, 0}, {4, 0}, {4, 1},
+                         {5, 0}, {6, 0}, {6, 1}, {4, 0}};
+  const char* kShapeNames[7] = {"kernel", "x-hoisted", "w-hoisted", "both", "x-perm", "mma-hilo", "mma-2tile"};
   // inputs: bf16 weights in [-1, 1), x in [-1, 1)
   std::vector<uint16_t> hw(size_t(kRows) * kK);
   std::vector<float> hx(kK);
