@@ -1,5 +1,5 @@
-"""A CPU model of probes/round_gemv.cu's tensor-core shapes (5, 6; sixteenth session, not yet run on
-the GPU): the fragment mapping must give every row's dot product, and the weight loads must be free
+"""A CPU model of probes/round_gemv.cu's tensor-core shapes (5, 6 bf16; 8 E4M3; sixteenth session, not
+yet run on the GPU): the fragment mapping must give every row's dot product, and the weight loads must be free
 of shared-memory bank conflicts. Both are easy to get wrong and cost device time to find.
 
 The model follows the PTX ISA's fragment layout of mma.m16n8k16 (.bf16, row.col, f32 accumulate):
@@ -170,3 +170,77 @@ def test_without_the_rotation_the_weight_loads_conflict():
     sh = Flat(2)
     addrs = [(g >> 3) * 16 * 1024 + (g & 7) * 2 * K + 2 * sh.phys_k(0, 0, g, t)[0] for g in range(4) for t in range(4)]
     assert not conflict_free(addrs, 8)
+
+
+# ---- shape 8: E4M3 weights widened by cvt, f16 mma, x as f16 hi + lo ----------------------------
+# Slot i is M tile i (16 rows of 1 KB); warp w takes tiles 2 (w % 2), + 1 and K range 128 (w / 2):
+# 4 chunks of 32 k, rotated with g as above. A lane loads k 8t .. 8t+7 of its chunk from rows g and
+# g + 8 and feeds two mma: k 8t .. 8t+3 (logical 2t, 2t+1, 2t+8, 2t+9), then 8t+4 .. 8t+7.
+ROWS_E4 = 64
+
+
+def e4_lane_k(warp, step, g, t):
+    return 128 * (warp >> 1) + 32 * ((step + (g & 3)) & 3) + 8 * t
+
+
+def round_model_e4(w, x):
+    x_hi = x.astype(np.float16).astype(np.float64)
+    x_lo = (x - x_hi).astype(np.float16).astype(np.float64)
+    part = np.full((ROWS_E4, 8), np.nan)
+    for warp in range(WARPS):
+        tp, kq = warp & 1, warp >> 1
+        c = {tile: np.zeros((16, 8)) for tile in (2 * tp, 2 * tp + 1)}
+        for step in range(4):
+            for half in range(2):  # the lane's 8 k: first 4, then the next 4
+                b = np.zeros((16, 8))
+                a = {tile: np.zeros((16, 16)) for tile in c}
+                for lane in range(32):
+                    g, t = lane >> 2, lane & 3
+                    k = e4_lane_k(warp, step, g, t) + 4 * half
+                    for tile in c:
+                        for m in (g, g + 8):
+                            row = 16 * tile + m
+                            a[tile][m, 2 * t], a[tile][m, 2 * t + 1] = w[row, k], w[row, k + 1]
+                            a[tile][m, 2 * t + 8], a[tile][m, 2 * t + 9] = w[row, k + 2], w[row, k + 3]
+                    src = x_lo if g >= 4 else x_hi
+                    b[2 * t, g], b[2 * t + 1, g] = src[k], src[k + 1]
+                    b[2 * t + 8, g], b[2 * t + 9, g] = src[k + 2], src[k + 3]
+                for tile in c:
+                    c[tile] += a[tile] @ b
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            j = g & 3
+            if t != j >> 1:
+                continue
+            for tile in c:
+                for m in (g, g + 8):
+                    part[16 * tile + m, kq] = c[tile][m, 2 * t + (j & 1)] + c[tile][m, 2 * (t ^ 2) + (j & 1)]
+    assert not np.isnan(part).any(), "a row's K range was never written"
+    return part.sum(axis=1)
+
+
+def test_e4m3_fragments_give_every_rows_dot_product():
+    rng = np.random.default_rng(8)
+    # E4M3 values are exact in f16: any f16-representable weights in the E4M3 range model them
+    w = rng.choice(np.array([0.0, 0.125, -0.25, 0.375, 0.5, -0.75, 1.0, 1.5, -2.0, 3.0, -448.0, 2 ** -9]), (ROWS_E4, K))
+    x = rng.uniform(-1, 1, K).astype(np.float32)
+    got = round_model_e4(w, x)
+    ref = w @ x.astype(np.float64)
+    err = np.abs(got - ref) / np.maximum(1.0, np.abs(ref))
+    assert err.max() < 1e-4, err.max()
+
+
+def test_e4m3_loads_are_free_of_bank_conflicts():
+    for warp in range(WARPS):
+        tp = warp & 1
+        for step in range(4):
+            for tile in (2 * tp, 2 * tp + 1):
+                for half in range(2):
+                    for rsel in (0, 8):
+                        addrs = [tile * 16 * 1024 + ((lane >> 2) + rsel) * K + e4_lane_k(warp, step, lane >> 2, lane & 3)
+                                 for lane in range(16 * half, 16 * half + 16)]
+                        assert conflict_free(addrs, 8), (warp, step, tile, half, rsel)
+            for quarter in range(4):  # x as f16: hi array, then lo (2 KB each); 16 bytes per lane
+                addrs = [((lane >> 2) >= 4) * 2 * K + 2 * e4_lane_k(warp, step, lane >> 2, lane & 3)
+                         for lane in range(8 * quarter, 8 * quarter + 8)]
+                assert conflict_free(addrs, 16), (warp, step, quarter)
