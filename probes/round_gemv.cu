@@ -202,8 +202,9 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
   // 16 in it, kNumKR K ranges per row (summed after the barrier)
   constexpr int kT = kShape == 6 ? 2 : 1, kKW = kK / (kConsumerWarps * kT / 2), kSteps = kKW / 16, kNumKR = kK / kKW;
   static_assert(!kMma || (kSteps >= 4 && kNumKR * kRows <= int(sizeof(Smem::part) / 4)), "the chunk rotation needs 4 chunks; part holds every K range");
-  constexpr bool kHoistX = !kMma && (kShape & 1) != 0, kHoistW = !kMma && (kShape & 2) != 0,
-                 kXPerm = !kMma && (kShape & 4) != 0;
+  constexpr bool kFfmaBf16 = kShape <= 4;  // the bf16 FFMA shapes' bits: x hoisted, weights hoisted, x permuted
+  constexpr bool kHoistX = kFfmaBf16 && (kShape & 1) != 0, kHoistW = kFfmaBf16 && (kShape & 2) != 0,
+                 kXPerm = kFfmaBf16 && (kShape & 4) != 0;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
