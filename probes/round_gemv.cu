@@ -125,14 +125,18 @@ __device__ __forceinline__ float warp_sum4(float a0, float a1, float a2, float a
   c += __shfl_xor_sync(0xffffffffu, c, 1);
   return c;
 }
-// D = A (16 x 16 bf16, row) x B (16 x 8 bf16, col) + D, fp32 accumulators
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+// D = A (16 x 16, row) x B (16 x 8, col) + D with fp32 accumulators, inputs of type T: mma_bf16 (the
+// bf16 shapes), mma_f16 (shape 8: E4M3 weights widened by cvt, x as f16 hi + lo)
+#define PROBE_MMA_M16N8K16(name, T)                                                                         \
+  __device__ __forceinline__ void name(float(&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,   \
+                                       uint32_t b0, uint32_t b1) {                                          \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, " \
+                 "{%8, %9}, {%0, %1, %2, %3};"                                                              \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                           \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                                   \
+  }
+PROBE_MMA_M16N8K16(mma_bf16, "bf16")
+PROBE_MMA_M16N8K16(mma_f16, "f16")
 // two consecutive x values as a bf16 pair (the lower k in the low half): their bf16 (hi) or what is
 // left of them after it (lo)
 __device__ __forceinline__ uint32_t x_pair(float a, float b, bool lo) {
@@ -142,14 +146,6 @@ __device__ __forceinline__ uint32_t x_pair(float a, float b, bool lo) {
   uint32_t u;
   memcpy(&u, &v, 4);
   return u;
-}
-// the same with f16 inputs (shape 8: E4M3 weights widened by cvt, x as f16 hi + lo)
-__device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                        uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t two) { return monolith::half2_as_u32(monolith::e4m3x2_to_half2(uint16_t(two))); }
 __device__ __forceinline__ void csync() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
@@ -270,6 +266,19 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
       wv[2 * i + 1] = rw[32];
     }
   };
+  // a row's value as the kernel's tagged 64-bit word (round r + 1); thread 0's three stamps
+  auto put_row = [&](int r, int row, int nrows, float v) {
+    const unsigned long long word = (unsigned long long)(uint32_t(r + 1)) << 32 | __float_as_uint(v);
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p.out + size_t(blockIdx.x) * nrows + row), "l"(word) : "memory");
+  };
+  auto put_stamps = [&](int r, long long t0, long long t1, long long t2) {
+    if (tid == 0) {
+      long long* st = p.stamps + (size_t(blockIdx.x) * p.rounds + r) * kStamps;
+      st[0] = t1 - t0;
+      st[1] = t2 - t1;
+      st[2] = t2 - t0;
+    }
+  };
   float4 xh[4];
   uint4 wh[2 * kSlots];
   if constexpr (kHoistX) load_x(xh);
@@ -338,19 +347,10 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
 #pragma unroll
           for (int q = 1; q < 8; ++q) v += pp[q];
         }
-        v *= sm.scale[tid];
-        const unsigned long long word = (unsigned long long)(uint32_t(r + 1)) << 32 | __float_as_uint(v);
-        asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p.out + size_t(blockIdx.x) * kRowsE4 + tid), "l"(word)
-                     : "memory");
+        put_row(r, tid, kRowsE4, v * sm.scale[tid]);
       }
       csync();
-      const long long t2 = clock64();
-      if (tid == 0) {
-        long long* stp = p.stamps + (size_t(blockIdx.x) * p.rounds + r) * kStamps;
-        stp[0] = t1 - t0;
-        stp[1] = t2 - t1;
-        stp[2] = t2 - t0;
-      }
+      put_stamps(r, t0, t1, clock64());
       continue;
     }
     if constexpr (kMma) {
@@ -403,18 +403,10 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
         float v = pp[0];
 #pragma unroll
         for (int q = 1; q < kNumKR; ++q) v += pp[q];
-        const unsigned long long word = (unsigned long long)(uint32_t(r + 1)) << 32 | __float_as_uint(v);
-        asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p.out + size_t(blockIdx.x) * kRows + tid), "l"(word)
-                     : "memory");
+        put_row(r, tid, kRows, v);
       }
       csync();
-      const long long t2 = clock64();
-      if (tid == 0) {
-        long long* stp = p.stamps + (size_t(blockIdx.x) * p.rounds + r) * kStamps;
-        stp[0] = t1 - t0;
-        stp[1] = t2 - t1;
-        stp[2] = t2 - t0;
-      }
+      put_stamps(r, t0, t1, clock64());
       continue;
     }
     float4 xv[4];
@@ -440,19 +432,10 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
     const long long t1 = clock64();
     if (tid < kRows) {  // row t: slot t / 8, row t % 8; its halves are warps 2 (t % 8) and + 1
       const float* pp = sm.part + (tid >> 3) * kConsumerWarps + 2 * (tid & 7);
-      const float v = pp[0] + pp[1];
-      const unsigned long long word = (unsigned long long)(uint32_t(r + 1)) << 32 | __float_as_uint(v);
-      asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p.out + size_t(blockIdx.x) * kRows + tid), "l"(word)
-                   : "memory");
+      put_row(r, tid, kRows, pp[0] + pp[1]);
     }
     csync();  // part is reused by the next round
-    const long long t2 = clock64();
-    if (tid == 0) {
-      long long* st = p.stamps + (size_t(blockIdx.x) * p.rounds + r) * kStamps;
-      st[0] = t1 - t0;
-      st[1] = t2 - t1;
-      st[2] = t2 - t0;
-    }
+    put_stamps(r, t0, t1, clock64());
   }
   if (blockIdx.x == 0 && tid == 0) {
     p.clk[2] = globaltimer();

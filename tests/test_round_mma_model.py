@@ -52,6 +52,19 @@ class Shape:
 SHAPES = {5: Shape(1), 6: Shape(2)}
 
 
+def extract(c, part, kq):
+    """Row g's sum from its two useful columns, lane by lane as the probe writes it: g % 4 (x_hi) in
+    lane t = (g % 4) / 2, g % 4 + 4 (x_lo) in lane t + 2, register (g % 4) % 2; c[tile] is [16][8]."""
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        j = g & 3
+        if t != j >> 1:
+            continue
+        for tile in c:
+            for m in (g, g + 8):
+                part[16 * tile + m, kq] = c[tile][m, 2 * t + (j & 1)] + c[tile][m, 2 * (t ^ 2) + (j & 1)]
+
+
 def round_model(w, x, sh):
     """The probe's round on the CPU, fragment by fragment; returns the 32 row sums."""
     x_hi = bf16(x)
@@ -76,14 +89,7 @@ def round_model(w, x, sh):
                 b[2 * t + 8, g], b[2 * t + 9, g] = src[pk[2]], src[pk[3]]
             for mt in c:
                 c[mt] += a[mt] @ b
-        for lane in range(32):  # the extraction, lane by lane, as the probe writes it
-            g, t = lane >> 2, lane & 3
-            j = g & 3
-            if t != j >> 1:
-                continue
-            for mt in c:
-                for m in (g, g + 8):
-                    part[16 * mt + m, kq] = c[mt][m, 2 * t + (j & 1)] + c[mt][m, 2 * (t ^ 2) + (j & 1)]
+        extract(c, part, kq)
     assert not np.isnan(part).any(), "a row's K range was never written"
     return part.sum(axis=1)
 
@@ -207,14 +213,7 @@ def round_model_e4(w, x):
                     b[2 * t + 8, g], b[2 * t + 9, g] = src[k + 2], src[k + 3]
                 for tile in c:
                     c[tile] += a[tile] @ b
-        for lane in range(32):
-            g, t = lane >> 2, lane & 3
-            j = g & 3
-            if t != j >> 1:
-                continue
-            for tile in c:
-                for m in (g, g + 8):
-                    part[16 * tile + m, kq] = c[tile][m, 2 * t + (j & 1)] + c[tile][m, 2 * (t ^ 2) + (j & 1)]
+        extract(c, part, kq)
     assert not np.isnan(part).any(), "a row's K range was never written"
     return part.sum(axis=1)
 
