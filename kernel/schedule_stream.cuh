@@ -2568,9 +2568,11 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       if constexpr (HW::kRowScale)
         if (owner && my_r < nr) sc = __ldg(p.embed_scales + r0 + my_r);
       bool wok = true;
+      auto wait_head_slot = [&] {  // bounded; a timeout names the LM head (layer 28, wait 12)
+        return mbar_wait_bounded(&r.full[slot], (c / kStages) & 1u, S, tmo, kErrRingTimeout, uint32_t(kNumLayers) * 16u + 12u);
+      };
       if constexpr (kHeadLaneWait) {  // racecheck's reference build: every lane acquires the slot itself
-        wok = __all_sync(0xffffffffu, mbar_wait_bounded(&r.full[slot], (c / kStages) & 1u, S, tmo, kErrRingTimeout,
-                                                          uint32_t(kNumLayers) * 16u + 12u));
+        wok = __all_sync(0xffffffffu, wait_head_slot());
         if (!wok) {
           ok = false;
           break;
@@ -2578,7 +2580,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       } else {
         if (lane == 0) {  // lane 0 waits (acquire); __syncwarp orders the slot's bytes for the others
           XRAY_STAMP(tg, tcy);
-          wok = mbar_wait_bounded(&r.full[slot], (c / kStages) & 1u, S, tmo, kErrRingTimeout, uint32_t(kNumLayers) * 16u + 12u);
+          wok = wait_head_slot();
           if (wok) XRAY_STALL(kPhase_lmhead, kPhase_ring_head, kNumLayers, tg, tcy);  // (warp 0's only)
         }
         if (!__shfl_sync(0xffffffffu, wok, 0)) {
@@ -2593,9 +2595,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       for (int i = 0; i < RW; ++i) a[i] = rbase + i < nr ? row_lane<HW>(sl, rbase + i, xrow) : 0.f;
       __syncwarp();  // every lane's reads of the slot, then the release: this warp's share of the arrivals
       // (MONOLITH_RING_RELEASE=512, racecheck's reference build: every reading lane arrives
-      // kArrivals / 32 times, single arrivals as in the layers' rounds; the fifteenth session's
-      // build used one counted arrive per lane here and racecheck reported this head's reads
-      // against the slot's next copy: NOTES.md)
+      // kArrivals / 32 times, single arrivals as in the layers' rounds. The reports racecheck gave
+      // on this head came from the acquire side, not from these arrivals: kHeadLaneWait above)
       if constexpr (kArrivals >= 32) {
         for (int i = 0; i < kArrivals / 32; ++i) mbar_arrive(&r.empty[slot]);
       } else if (lane < kArrivals) {
