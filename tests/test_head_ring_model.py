@@ -27,7 +27,7 @@ def assignment(kind: str, ng: int = STAGES):
     """warp -> (first head slot j, stride) and the number of warps reading each slot."""
     if kind == "round_robin":  # the first build: 16 warps, 12 slots
         return {w: (w, WARPS) for w in range(WARPS)}, 1
-    g = 1 if ng == STAGES else WARPS // ng
+    g = WARPS // ng  # the kernel's G (12 groups: 1 warp each, warps 12 .. 15 idle)
     return {w: (w % ng, ng) for w in range(WARPS) if w // ng < g}, g
 
 

@@ -290,29 +290,27 @@ CHAINS = (("s_qkv", "s_attn", "s_oproj", "s_mlp", "s_down"), ("qkv", "attn", "op
 
 
 def token_edges(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, phases, blk: np.ndarray,
-                n_layers: int, nblocks: int) -> dict:
+                layer_scoped: np.ndarray, layer0_us: float | None, n_layers: int, nblocks: int) -> dict:
     """The token's two ends, which the layer medians and milestones leave out (sixteenth session: the
     LM head's warp groups and the next launch's first copies asked into L2 were read off ad-hoc
     scripts). first_layer: layer 0's time, and when its first work phase (the one starting earliest:
     every block starts with an empty ring) ends, median and last block. lm_head: its span (first start
     to last end over blocks), each block's own span (median, max), its ring waits per block and how
     long after the last layer's last interval it starts. Times in µs from the token's first stamp;
-    None where the trace has no such phase."""
+    None where the trace has no such phase. layer_scoped: the events of layer-scoped phases;
+    layer0_us: layer 0's time as analyze() measures every layer's."""
     kind = {p.id: p.kind for p in phases}
-    scope = {p.id: p.scope for p in phases}
     name_of = {p.id: p.name for p in phases}
-    layer_ph = np.array([scope[x] == "layer" for x in ph], dtype=bool)
     # the work phases of a layer; the X-ray sub-intervals (x_*) are cut out of them, not phases of their own
-    layer_work = layer_ph & np.array([kind[x] == "work" and not name_of[x].startswith("x_") for x in ph], dtype=bool)
+    layer_work = layer_scoped & np.array([kind[x] == "work" and not name_of[x].startswith("x_") for x in ph], dtype=bool)
     out = {"first_layer": None, "lm_head": None}
     m0 = layer_work & (lay == 0)
     if m0.any():
         first = int(ph[m0][np.argmin(s[m0])])
         mf = m0 & (ph == first)
-        nxt = layer_ph & (lay == 1)
-        l0_end = float(s[nxt].min()) if nxt.any() else float(e[layer_ph & (lay == 0)].max())
+        nxt = layer_scoped & (lay == 1)
         out["first_layer"] = {
-            "layer_us": (l0_end - float(s[layer_ph & (lay == 0)].min())) / 1e3,
+            "layer_us": layer0_us,
             "first_phase": name_of[first],
             "first_phase_median_end_us": float(np.median([e[mf & (blk == b)].max() for b in np.unique(blk[mf])])) / 1e3,
             "first_phase_last_end_us": float(e[mf].max()) / 1e3,
@@ -324,7 +322,7 @@ def token_edges(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, p
         per = np.array([e[head & (blk == b)].max() - s[head & (blk == b)].min() for b in np.unique(blk[head])])
         ring_id = next((p.id for p in phases if p.name == "ring_head"), None)
         ring = ph == ring_id
-        layers_in = layer_ph & (lay < n_layers)
+        layers_in = layer_scoped & (lay < n_layers)
         out["lm_head"] = {
             "start_us": float(s[head].min()) / 1e3,
             "span_us": float(e[head].max() - s[head].min()) / 1e3,
@@ -454,7 +452,8 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
     hops = hop_latency(s, e, ph, lay, phases, blk)
     hops_per_layer = len({h["wait"] for h in hops if h["wait"].startswith("s_")}) or len(hops)
     milestones = layer_milestones(s, e, ph, lay, phases, blk)
-    edges = token_edges(s, e, ph, lay, phases, blk, n_layers, nblocks)
+    edges = token_edges(s, e, ph, lay, phases, blk, layer_scoped,
+                        float(layer_us[0]) if present and present[0] == 0 else None, n_layers, nblocks)
     subs = sub_intervals(s, e, ph, blk, phases)
     bar_per_layer = float(d[bar & layer_mask].sum() / 1e3 / nblocks / max(n_layers, 1))
     mean_layer = float(layer_us.mean()) if len(layer_us) else None
