@@ -147,6 +147,18 @@ __device__ __forceinline__ uint32_t x_pair(float a, float b, bool lo) {
   memcpy(&u, &v, 4);
   return u;
 }
+// An mma tile's row sums into part[row][K range] (nkr K ranges per row): row g's useful columns are
+// g % 4 (x_hi) in lane t = (g % 4) / 2 and g % 4 + 4 (x_lo) in lane t + 2, register (g % 4) % 2, so
+// one shuffle adds them; rows g and g + 8 of tile rows R0 .. R0 + 15 (R0 = 16 * tile)
+__device__ __forceinline__ void mma_rows_to_part(const float (&c)[4], int R0, int kq, int nkr, float* part) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, j = g & 3;
+  const float v0 = (j & 1) ? c[1] : c[0], v1 = (j & 1) ? c[3] : c[2];
+  const float o0 = __shfl_xor_sync(0xffffffffu, v0, 2), o1 = __shfl_xor_sync(0xffffffffu, v1, 2);
+  if (t == (j >> 1)) {
+    part[(R0 + g) * nkr + kq] = v0 + o0;
+    part[(R0 + g + 8) * nkr + kq] = v1 + o1;
+  }
+}
 __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t two) { return monolith::half2_as_u32(monolith::e4m3x2_to_half2(uint16_t(two))); }
 __device__ __forceinline__ void csync() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
 
@@ -221,10 +233,11 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
     const int f7 = ((f >> 7) * 4 + (f & 3)) * 32 + ((f & 127) >> 2);
     sm.x[kShape == 7 ? (f7 << 2) + (i & 3) : kXPerm ? (((f & 1) * 128 + (f >> 1)) << 2) + (i & 3) : i] = p.x[i];
   }
-  for (int q = tid; q < kK / 4; q += kThreads)
+  if constexpr (kShape == 6)
+    for (int q = tid; q < kK / 4; q += kThreads)
 #pragma unroll
-    for (int lo = 0; lo < 2; ++lo)
-      sm.xb[lo][q] = make_uint2(x_pair(p.x[4 * q], p.x[4 * q + 1], lo), x_pair(p.x[4 * q + 2], p.x[4 * q + 3], lo));
+      for (int lo = 0; lo < 2; ++lo)
+        sm.xb[lo][q] = make_uint2(x_pair(p.x[4 * q], p.x[4 * q + 1], lo), x_pair(p.x[4 * q + 2], p.x[4 * q + 3], lo));
   if (tid == 0) {
     for (int i = 0; i < kLoaderSlots; ++i) mbar_init(&sm.full[i], 1);
     mbar_init(&sm.never, 1);
@@ -287,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
     csync();  // the opening barrier (the kernel: the acquire's, after thread 0's slot tests)
     const long long t0 = clock64();
     if constexpr (kE4) {
-      float v = 0.f;  // shape 7: warp-partial sums to part (FFMA); shape 8: K-range sums to part (mma)
+      // shape 7: warp-partial sums to part (FFMA); shape 8: K-range sums to part (mma)
       if constexpr (kShape == 7) {
         // the kernel's E4M3 round_1024 (kRb = 2): warp w takes row 8 k + w / 2 of each slot (k = 0, 1),
         // half h = w % 2: one 16-byte load of 16 weights per lane, its 16 x values from registers
@@ -324,19 +337,12 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
           }
         }
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int R0 = 16 * (2 * tp + i) + g, R1 = R0 + 8;
-          const float v0 = (j & 1) ? c[i][1] : c[i][0], v1 = (j & 1) ? c[i][3] : c[i][2];
-          const float o0 = __shfl_xor_sync(0xffffffffu, v0, 2), o1 = __shfl_xor_sync(0xffffffffu, v1, 2);
-          if (t == (j >> 1)) {
-            sm.part[R0 * 8 + kq] = v0 + o0;
-            sm.part[R1 * 8 + kq] = v1 + o1;
-          }
-        }
+        for (int i = 0; i < 2; ++i) mma_rows_to_part(c[i], 16 * (2 * tp + i), kq, 8, sm.part);
       }
       csync();  // publishes part
       const long long t1 = clock64();
       if (tid < kRowsE4) {  // row tid: slot tid / 16, its row tid % 16; scaled once, as the kernel
+        float v;
         if constexpr (kShape == 7) {
           const int rr = tid & 15;
           const float* pp = sm.part + (2 * (tid >> 4) + (rr >> 3)) * kConsumerWarps + 2 * (rr & 7);
@@ -386,16 +392,7 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
         }
       }
 #pragma unroll
-      for (int i = 0; i < kT; ++i) {
-        // row g's useful columns: j (x_hi) in lane t = j / 2, j + 4 (x_lo) in lane t + 2, register j % 2
-        const int mt = kT == 1 ? warp & 1 : i, R0 = 16 * mt + g, R1 = R0 + 8;
-        const float v0 = (j & 1) ? c[i][1] : c[i][0], v1 = (j & 1) ? c[i][3] : c[i][2];
-        const float o0 = __shfl_xor_sync(0xffffffffu, v0, 2), o1 = __shfl_xor_sync(0xffffffffu, v1, 2);
-        if (t == (j >> 1)) {
-          sm.part[R0 * kNumKR + kq] = v0 + o0;
-          sm.part[R1 * kNumKR + kq] = v1 + o1;
-        }
-      }
+      for (int i = 0; i < kT; ++i) mma_rows_to_part(c[i], 16 * (kT == 1 ? warp & 1 : i), kq, kNumKR, sm.part);
       csync();  // publishes part
       const long long t1 = clock64();
       if (tid < kRows) {  // row tid: its K ranges in order
