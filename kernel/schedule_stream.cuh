@@ -268,6 +268,34 @@ __device__ __forceinline__ NvIn load_nv_in(const float* buf, int i) {
   if constexpr (kNvHalf2) return load_xh2<kWords>(buf, i);
   else return load_x32(buf, i);
 }
+// fp8's half2 inputs (MONOLITH_E4M3_HALF2, seventeenth session, off until measured; dequant.cuh
+// hdot16_e4m3): the E4M3 layers' input vectors (s_x, sm.attn, sm.act) as f16 in element order,
+// each 32-element word lifted by 2^-E (E the exponent of its max |x|), then kWords floats: word
+// i's factor 2^E (the same place as XH2's). A lane's 16 inputs are two 16-byte loads (32 bytes
+// apart across lanes: two wavefronts per quarter-warp, once per phase or per down row).
+#ifndef MONOLITH_E4M3_HALF2
+#define MONOLITH_E4M3_HALF2 0
+#endif
+constexpr bool kE4Half2 = MONOLITH_E4M3_HALF2 != 0;
+struct XE16 {
+  uint32_t w[8];  // half2 of elements (2u, 2u + 1)
+  float f;        // the word's factor
+};
+template <int kWords>
+__device__ __forceinline__ void store_xe(float* buf, int i, float v) {  // element 32 i + lane; all 32 lanes
+  const int lane = threadIdx.x & 31;
+  const uint32_t m = __reduce_max_sync(0xffffffffu, __float_as_uint(fabsf(v)));
+  const int e = min(max(int(m >> 23) - 127, -kNvXExpClamp), kNvXExpClamp);
+  const float lift = __uint_as_float(uint32_t(127 - e) << 23);  // exact: a power of two
+  reinterpret_cast<__half*>(buf)[32 * i + lane] = __float2half_rn(v * lift);
+  if (lane == 0) buf[kWords * 16 + i] = __uint_as_float(uint32_t(127 + e) << 23);
+}
+template <int kWords>
+__device__ __forceinline__ XE16 load_xe16(const float* buf, int e0) {  // elements e0 .. e0 + 15 (e0 % 16 == 0)
+  const uint4* c = reinterpret_cast<const uint4*>(buf) + e0 / 8;
+  const uint4 a = c[0], b = c[1];
+  return XE16{{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}, buf[kWords * 16 + e0 / 32]};
+}
 __device__ __forceinline__ float nv_dot(uint4 w, const XFull& x, uint32_t bs2) { return WeightsNvfp4::dot16B(w, x.v, bs2, 0.f); }
 __device__ __forceinline__ float nv_dot(uint4 w, const XH2& x, uint32_t bs2) { return WeightsNvfp4::dot16B_h2(w, x.c, x.f, bs2, 0.f); }
 
@@ -278,13 +306,15 @@ __device__ __forceinline__ float nv_dot(uint4 w, const XH2& x, uint32_t bs2) { r
 // elements t and t + 512 (v). (Two barriers and a reduction less per norm than normalising first.)
 // kSwz: s_x swizzled for NVFP4 rows (nv_swz), else linear.
 // kH2: s_x holds NVFP4's half2 inputs (store_xh2) instead.
-template <bool kSwz = false, bool kH2 = false>
+// kE4: s_x holds fp8's half2 inputs (store_xe).
+template <bool kSwz = false, bool kH2 = false, bool kE4 = false>
 __device__ __forceinline__ void stream_prenorm(const float v[2], const Norm2& nw, float* s_x, float* ssq) {
   const int t = threadIdx.x;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int e = t + j * kStreamConsumerThreads;
     if constexpr (kH2) store_xh2<kHidden / 32>(s_x, e >> 5, v[j] * nw.w[j]);
+    else if constexpr (kE4) store_xe<kHidden / 32>(s_x, e >> 5, v[j] * nw.w[j]);
     else s_x[kSwz ? nv_swz(e) : e] = v[j] * nw.w[j];
   }
   const float q = warp_sum(v[0] * v[0] + v[1] * v[1]);
@@ -408,6 +438,19 @@ __device__ __forceinline__ float half_row_lane(const uint4* slot, int row, const
   } else {
     return dot16_e4m3(slot[row * (kHidden / 16) + 32 * h + lane], x.v, 0.f);
   }
+}
+// E4M3 with half2 inputs (kE4Half2): the same row split; the lane's 16 inputs from store_xe's
+// vector of kWords words, starting at element e0 (down: its 1024-wide segment)
+template <int kWords>
+__device__ __forceinline__ XE16 load_xe_half(const float* buf, int e0 = 0) {
+  const int lane = threadIdx.x & 31, h = (threadIdx.x >> 5) & 1;
+  return load_xe16<kWords>(buf, e0 + 512 * h + 16 * lane);
+}
+template <class W>
+__device__ __forceinline__ float half_row_lane(const uint4* slot, int row, const XE16& x) {
+  static_assert(StreamFmt<W>::kRb == 2, "half2 inputs are E4M3's");
+  const int lane = threadIdx.x & 31, h = (threadIdx.x >> 5) & 1;
+  return hdot16_e4m3(slot[row * (kHidden / 16) + 32 * h + lane], x.w, x.f);
 }
 
 // MONOLITH_HEAD_WARP: a whole K = 1024 row per warp. Lane l reads the row's 16-byte words l + 32 i
@@ -1301,6 +1344,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   constexpr bool kInSwz = kNv || kXSwz;
   // NVFP4's layer inputs (s_x, sm.attn, sm.act) as half2 words (store_xh2), read by dot16B_h2
   constexpr bool kNvH2 = kNv && kNvHalf2;
+  // fp8's layer inputs (s_x, sm.attn, sm.act) as f16 words (store_xe), read by hdot16_e4m3
+  constexpr bool kE4H2 = kScaled && kE4Half2;
   // MONOLITH_MERGE_HALVES (above): by default in the long-position kernel only
   constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES < 0 ? kLong : MONOLITH_MERGE_HALVES != 0;
   constexpr int kMergeThreads = (kMergeHalves ? 2 : 1) * kGroupCols;  // threads that gather partials
@@ -1442,7 +1487,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // half-row sum of row 8 b + w / 2 goes to part[b * 16 + w] (b: 8-row block of the round); the
   // row's two halves are added after the round's closing barrier, in fixed order (combine_row).
   static_assert(kRoundSlots == 4, "round_1024 reduces four 8-row blocks' sums per warp_sum4");
-  auto round_1024 = [&](int base, int n, int nr, const XHalf& x, float* part) {
+  auto round_1024 = [&](int base, int n, int nr, const auto& x, float* part) {  // x: XHalf, or XE16 (kE4H2 layers)
     using RW = HW;  // (bf16 / E4M3 rows: the layers' of those variants, and every variant's LM head)
     using RF = HF;
 #pragma unroll
@@ -1474,7 +1519,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // kSlots (an integral_constant): slots per round, at most two pieces of kRoundSlots.
   // The rows are in the LM head's format HW: the layers' too for bf16 / E4M3 variants (W == HW);
   // NVFP4 layers go through rows_nv below.
-  auto rows_1024 = [&](auto kSlotsC, int r0, int r1, uint16_t work_phase, int layer, const float* s_x, bool ok,
+  auto rows_1024 = [&](auto kXeC, auto kSlotsC, int r0, int r1, uint16_t work_phase, int layer, const float* s_x, bool ok,
                        const float* scl, float sc0, auto&& on_row, auto&& opened) -> bool {
     using RW = HW;
     using RF = HF;
@@ -1485,7 +1530,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     if (!acquire_n(slots_1024(RF{}, r1 - r0, kSl), work_phase, layer, ok, layer < kNumLayers))
       return false;
     opened();
-    const XHalf x = load_xhalf<RW, kHeadSwz>(s_x);
+    const auto x = [&] {  // kXeC: s_x holds half2 inputs (store_xe: fp8's layers, not the head)
+      if constexpr (decltype(kXeC)::value) return load_xe_half<kHidden / 32>(s_x);
+      else return load_xhalf<RW, kHeadSwz>(s_x);
+    }();
     float sc = sc0;
     for (int q = r0, rd = 0; q < r1; q += kRows, ++rd) {
       const int nr = min(kRows, r1 - q), n = (nr + RF::kRows1024 - 1) / RF::kRows1024;
@@ -1700,7 +1748,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // the residual connection, added at once: every block has read the O stage of layer L-2
       // (this buffer's previous content) before any block could finish layer L-1's MLP
       if (ok) seed_o(acc_o, v);
-      stream_prenorm<kInSwz, kNvH2>(v, nin, sm.x, sm.ssq);
+      stream_prenorm<kInSwz, kNvH2, kE4H2>(v, nin, sm.x, sm.ssq);
       if (L > 0) XRAY_SUB2(x_prenorm, L);
       float inv = 0.f;
       auto on_qkv = [&](int q, float a) {  // group row q's dot product, row-scaled
@@ -1726,7 +1774,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
                          }
                        }, false, unused);
       } else {
-        done = rows_1024(std::integral_constant<int, kRoundSlots>{}, s.q0, s.q1, kPhase_s_qkv, L, sm.x, ok,
+        done = rows_1024(std::bool_constant<kE4H2>{}, std::integral_constant<int, kRoundSlots>{}, s.q0, s.q1, kPhase_s_qkv, L, sm.x, ok,
                          scl, sc0, on_qkv, opened_qkv);
       }
       if (!done) return;
@@ -2217,6 +2265,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
         const float a = num / den;
         if constexpr (kNvH2) store_xh2<kGroupCols / 32>(sm.attn, tid >> 5, a);  // warps 0-7 whole
+        else if constexpr (kE4H2) store_xe<kGroupCols / 32>(sm.attn, tid >> 5, a);
         else sm.attn[kInSwz ? nv_swz(tid) : tid] = a;  // O reads it through x4_swz / load_x32
         if (s.gi == 0 && scr_on) scr[kScrAttn + g * kGroupCols + tid] = a;
       }
@@ -2262,6 +2311,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       const int hw = lane >> 4, l16 = lane & 15;
       const float4* at4 = reinterpret_cast<const float4*>(sm.attn);
       const float4 at[4] = {at4[x4_swz(4 * l16)], at4[x4_swz(4 * l16 + 1)], at4[x4_swz(4 * l16 + 2)], at4[x4_swz(4 * l16 + 3)]};
+      const XE16 ate = kE4H2 ? load_xe16<kGroupCols / 32>(sm.attn, 16 * l16) : XE16{};  // kE4H2: as half2 (at unused)
       for (int o = s.o0, i = 0; o < s.o1; o += F::kRowsO, ++i) {
         const int nr = min(F::kRowsO, s.o1 - o);
         const int r0 = 4 * warp + hw, r1 = r0 + 2;
@@ -2270,8 +2320,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const float s1 = (l16 == 0 && r1 < nr) ? (i == 0 ? sco[1] : __ldg(SC + kScO + o + r1)) : 0.f;
         if (!acquire_n(1, kPhase_s_oproj, L, true, false, i == 0)) return;  // i = 0: after the barrier above
         const uint4* slot = slot_at(0);
-        float a0 = r0 < nr ? dot16_e4m3(slot[r0 * 16 + l16], at, 0.f) : 0.f;
-        float a1 = r1 < nr ? dot16_e4m3(slot[r1 * 16 + l16], at, 0.f) : 0.f;
+        float a0 = r0 < nr ? (kE4H2 ? hdot16_e4m3(slot[r0 * 16 + l16], ate.w, ate.f) : dot16_e4m3(slot[r0 * 16 + l16], at, 0.f)) : 0.f;
+        float a1 = r1 < nr ? (kE4H2 ? hdot16_e4m3(slot[r1 * 16 + l16], ate.w, ate.f) : dot16_e4m3(slot[r1 * 16 + l16], at, 0.f)) : 0.f;
 #pragma unroll
         for (int m = 8; m > 0; m >>= 1) {  // within each half-warp, fixed order
           a0 += __shfl_xor_sync(0xffffffffu, a0, m);
@@ -2358,7 +2408,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int e = 0; e < 2; ++e) scr[kScrHidden + tid + e * kStreamConsumerThreads] = v[e];
         return;
       }
-      stream_prenorm<kInSwz, kNvH2>(v, npost, sm.x, sm.ssq);
+      stream_prenorm<kInSwz, kNvH2, kE4H2>(v, npost, sm.x, sm.ssq);
       XRAY_SUB2(x_prenorm, L);
       if constexpr (kNv) {
         float inv = 0.f;
@@ -2391,7 +2441,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const float inv = norm_inv(sm.ssq);
         if (b == 0 && scr_on)  // phase diff only
           for (int e = 0; e < 2; ++e) scr[kScrNormPost + tid + e * kStreamConsumerThreads] = v[e] * inv * npost.w[e];
-        const XHalf xg = load_xhalf<W>(sm.x);
+        const auto xg = [&] {
+          if constexpr (kE4H2) return load_xe_half<kHidden / 32>(sm.x);
+          else return load_xhalf<W>(sm.x);
+        }();
         for (int u = s.u0, rd = 0; u < s.u1; u += kMlpRoundUnits, ++rd) {
           const int nu = min(kMlpRoundUnits, s.u1 - u), n = kSpu * nu;
           float* part = sm.part[rd & 1];
@@ -2447,6 +2500,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       for (int k = 0; k < kPer; ++k) {
         const int i = tid + k * kStreamConsumerThreads;
         if constexpr (kNvH2) store_xh2<kIntermediate / 32>(sm.act, i >> 5, av[k]);  // whole warps
+        else if constexpr (kE4H2) store_xe<kIntermediate / 32>(sm.act, i >> 5, av[k]);
         else sm.act[kInSwz ? nv_swz(i) : i] = av[k];  // down reads it swizzled (NVFP4: per 1024-wide segment)
       }
       if (!csync_and(ok)) return;  // also publishes sm.act
@@ -2482,8 +2536,12 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
               // cost 64 registers)
               a[i] = 0.f;
               if (i < n && q < nseg) {
-                const XHalf xa = load_xhalf<W>(sm.act + (q % 3) * kHidden);
-                a[i] = half_row_lane<W>(slot_at(i), row, xa);
+                if constexpr (kE4H2) {
+                  a[i] = half_row_lane<W>(slot_at(i), row, load_xe_half<kIntermediate / 32>(sm.act, (q % 3) * kHidden));
+                } else {
+                  const XHalf xa = load_xhalf<W>(sm.act + (q % 3) * kHidden);
+                  a[i] = half_row_lane<W>(slot_at(i), row, xa);
+                }
               }
             }
             const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
@@ -2633,7 +2691,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     // the lowest index (as torch.argmax); the threads' winners are reduced with the same rule, per
     // warp and then over the kArgWarps warps in order.
     float inv = 0.f;
-    if (!rows_1024(std::integral_constant<int, HF::kHeadSlots>{}, s.v0, s.v1, kPhase_lmhead, kNumLayers, sm.x, ok, p.embed_scales, sch0, [&](int row, float a) {
+    if (!rows_1024(std::false_type{}, std::integral_constant<int, HF::kHeadSlots>{}, s.v0, s.v1, kPhase_lmhead, kNumLayers, sm.x, ok, p.embed_scales, sch0, [&](int row, float a) {
           const float logit = a * inv;
           p.logits[row] = logit;
           if (logit > best) {
