@@ -69,3 +69,45 @@ def kernel_gemv(codes: torch.Tensor, scales: torch.Tensor, x: torch.Tensor, lane
         off //= 2
     y = acc[0] * scales.float()[:, None]
     return y.view(-1) if single else y
+
+
+# --- the half2 path (kernel/dequant.cuh hdot16_e4m3, MONOLITH_E4M3_HALF2) ----------------------
+WORD = 32          # inputs per lifted word (kernel/schedule_stream.cuh store_xe)
+X_EXP_CLAMP = 100  # kernel/schedule_stream.cuh kNvXExpClamp
+
+
+def _pow2(e: torch.Tensor) -> torch.Tensor:
+    """fp32 2^e for integer e in the normal range, from its exponent bits (as the kernel builds it)."""
+    return ((e.to(torch.int32) + 127) << 23).view(torch.float32)
+
+
+def word_lift_f16(x: torch.Tensor, extra_log2: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """x fp32 [K] or [K, B] -> (f16 inputs lifted per 32-element word so that the word's max |x|
+    is in [1, 2), the factor 2^E per word [K / 32, B]): store_xe. extra_log2 lifts further (only
+    for the test that shows why the kernel does not)."""
+    X = x.float().reshape(x.shape[0], -1)
+    K, B = X.shape
+    m = X.abs().reshape(K // WORD, WORD, B).amax(1)
+    e = (((m.contiguous().view(torch.int32) >> 23) & 0xFF) - 127).clamp(-X_EXP_CLAMP, X_EXP_CLAMP)
+    lift = _pow2(extra_log2 - e).repeat_interleave(WORD, 0)
+    return (X * lift).half(), _pow2(e)
+
+
+def _fmah(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """An f16 FMA: exact product and sum in float64, one rounding to f16 (overflow -> inf)."""
+    return (a.double() * b.double() + c.double()).half()
+
+
+def hdot16(codes: torch.Tensor, xh: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """hdot16_e4m3 on rows of 16 codes: codes uint8 [R, 16], xh f16 [16, B] (lifted inputs), f fp32
+    [B] (their word's factor) -> fp32 [R, B]. A half2 accumulator: the low half sums elements
+    0, 2, .., 14 and the high half 1, 3, .., 15, each in that order (one f16 FMA per pair), then
+    (f32(lo) + f32(hi)) * f."""
+    W = kernel_weight_values(codes).half()            # exact: E4M3 values are f16 values
+    R, B = codes.shape[0], xh.shape[1]
+    lo = torch.zeros(R, B, dtype=torch.float16)
+    hi = torch.zeros(R, B, dtype=torch.float16)
+    for k in range(0, 16, 2):
+        lo = _fmah(W[:, k].unsqueeze(-1), xh[k].unsqueeze(0), lo)
+        hi = _fmah(W[:, k + 1].unsqueeze(-1), xh[k + 1].unsqueeze(0), hi)
+    return (lo.float() + hi.float()) * f.float().unsqueeze(0)
