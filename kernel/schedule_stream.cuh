@@ -268,13 +268,13 @@ __device__ __forceinline__ NvIn load_nv_in(const float* buf, int i) {
   if constexpr (kNvHalf2) return load_xh2<kWords>(buf, i);
   else return load_x32(buf, i);
 }
-// fp8's half2 inputs (MONOLITH_E4M3_HALF2, seventeenth session; default 1, 0 = the fp32 path for
-// A/Bs; dequant.cuh hdot16_e4m3): the E4M3 layers' input vectors (s_x, sm.attn, sm.act) as f16 in element order,
+// fp8's half2 inputs (MONOLITH_E4M3_HALF2, seventeenth session; off: measured slower, NOTES.md;
+// dequant.cuh hdot16_e4m3): the E4M3 layers' input vectors (s_x, sm.attn, sm.act) as f16 in element order,
 // each 32-element word lifted by 2^-E (E the exponent of its max |x|), then kWords floats: word
 // i's factor 2^E (the same place as XH2's). A lane's 16 inputs are two 16-byte loads (32 bytes
 // apart across lanes: two wavefronts per quarter-warp, once per phase or per down row).
 #ifndef MONOLITH_E4M3_HALF2
-#define MONOLITH_E4M3_HALF2 1
+#define MONOLITH_E4M3_HALF2 0
 #endif
 constexpr bool kE4Half2 = MONOLITH_E4M3_HALF2 != 0;
 struct XE16 {

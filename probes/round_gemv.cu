@@ -66,19 +66,11 @@
 //   missing 2^8 goes into x's lift), pairs (k, k + 2) and (k + 1, k + 3) of a u32, so x is stored
 //   with the middle two of every 4 swapped. Check: rel. error against sum |w| |x| below 5e-3 (each
 //   of a half's 8 f16 roundings and x's own is at most 2^-11 of it).
-//   shape 11 (seventeenth session): no widening at all: mma.sync.m16n8k32 with E4M3 A and B (sm_89+),
-//   the codes straight from the slots, x as E4M3 hi + lo (x lifted once for the vector so that its
-//   max |x| is in [128, 256); lo = e4m3(x - hi): ~8 bits of x, bf16's precision), the factor on the
-//   row. Shape 8's tiling (slot i = M tile i, warp w: tiles 2 (w % 2), + 1, K range 128 (w / 2),
-//   chunk rotation g % 4, B columns n < 4 hi, n >= 4 lo), one mma per 32 k: a lane loads 8 bytes of
-//   rows g and g + 8 and 8 bytes of x per chunk (logical k 4t .. 4t + 3 and 16 + 4t .. are the
-//   physical 8t .. 8t + 7, for A and B alike). Check as shapes 9 / 10.
 // Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I kernel -I probes \
 //          -o /tmp/round_gemv probes/round_gemv.cu
 // Run:   /tmp/round_gemv [--json] [--rounds 200]      (seconds on an H200)
 #define PROBE_NAME "round_gemv"
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 
 #include <cmath>
 #include <cstring>
@@ -117,8 +109,6 @@ struct Smem {
   float scale[kRowsE4];                // E4M3 shapes: the rows' fp32 scales
   __half xe[kK];                       // shapes 9 / 10: x as f16, lifted per 32-element word
   float xf[kK / 32];                   // shapes 9 / 10: each word's factor 2^E
-  uint8_t x8[2][kK];                   // shape 11: x lifted, as E4M3 hi and lo
-  float x8f;                           // shape 11: the factor that undoes the lift
   uint64_t full[kLoaderSlots];
   uint64_t never;  // spin mode: a barrier no one completes
   int stop, atom;
@@ -182,13 +172,6 @@ __device__ __forceinline__ void mma_rows_to_part(const float (&c)[4], int R0, in
     part[(R0 + g) * nkr + kq] = v0 + o0;
     part[(R0 + g + 8) * nkr + kq] = v1 + o1;
   }
-}
-// shape 11: D = A (16 x 32 E4M3, row) x B (32 x 8 E4M3, col) + D, fp32 accumulators
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t two) { return monolith::half2_as_u32(monolith::e4m3x2_to_half2(uint16_t(two))); }
 // shape 10: the f16 of code * 2^-8 for the two codes in the high bytes of v's 16-bit lanes
@@ -273,20 +256,6 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
       const __half hi = __float2half_rn(p.x[i]);
       sm.xh[0][i] = hi;
       sm.xh[1][i] = __float2half_rn(p.x[i] - __half2float(hi));
-    }
-    if constexpr (kShape == 11) {  // one lift for the vector: max |x| to [128, 256)
-      float m = 0.f;
-      for (int k = 0; k < kK; ++k) m = fmaxf(m, fabsf(p.x[k]));
-      const int e = min(max(int(__float_as_uint(m) >> 23) - 127, -100), 100);
-      const float lift = __uint_as_float(uint32_t(127 + 7 - e) << 23);
-      if (tid == 0) sm.x8f = __uint_as_float(uint32_t(127 - 7 + e) << 23);
-      for (int i = tid; i < kK; i += kThreads) {
-        const float v = p.x[i] * lift;
-        const __nv_fp8_storage_t hi = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-        const float hv = __half2float(__half(__nv_cvt_fp8_to_halfraw(hi, __NV_E4M3)));
-        sm.x8[0][i] = hi;
-        sm.x8[1][i] = __nv_cvt_float_to_fp8(v - hv, __NV_SATFINITE, __NV_E4M3);
-      }
     }
     for (int i = tid; i < kK / 32; i += kThreads) {  // shapes 9 / 10: word i lifted to max |x| in [1, 2) (10: [256, 512))
       float m = 0.f;
@@ -404,23 +373,6 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
           const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
           if ((lane & 7) == 0) sm.part[(2 * (lane >> 3) + k) * kConsumerWarps + warp] = r4;
         }
-      } else if constexpr (kShape == 11) {
-        const int g = lane >> 2, t = lane & 3, j = g & 3, tp = warp & 1, kq = warp >> 1;
-        float c[2][4] = {};
-#pragma unroll
-        for (int st = 0; st < 4; ++st) {
-          const int k0 = 128 * kq + 32 * ((st + j) & 3) + 8 * t;
-          const uint2 xb = *reinterpret_cast<const uint2*>(sm.x8[g >= 4] + k0);
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const uint8_t* base = reinterpret_cast<const uint8_t*>(sm.slot[2 * tp + i]);
-            const uint2 rg = *reinterpret_cast<const uint2*>(base + g * kK + k0);
-            const uint2 rg8 = *reinterpret_cast<const uint2*>(base + (g + 8) * kK + k0);
-            mma_e4m3(c[i], rg.x, rg8.x, rg.y, rg8.y, xb.x, xb.y);
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < 2; ++i) mma_rows_to_part(c[i], 16 * (2 * tp + i), kq, 8, sm.part);
       } else {
         // shape 8: slot i is M tile i (rows g and g + 8 of a fragment in one slot, 1 KB apart);
         // warp w takes tiles 2 (w % 2), + 1 and the K range 128 (w / 2): 4 chunks of 32 k. A lane
@@ -459,7 +411,6 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
 #pragma unroll
           for (int q = 1; q < 8; ++q) v += pp[q];
         }
-        if constexpr (kShape == 11) v *= sm.x8f;
         put_row(r, tid, kRowsE4, v * sm.scale[tid]);
       }
       csync();
@@ -557,21 +508,19 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const int G = prop.multiProcessorCount;
   probe_require_smem(prop, sizeof(Smem));
-  constexpr int kNumShapes = 12;
+  constexpr int kNumShapes = 11;
   void (*const kernels[kNumShapes])(Params) = {round_kernel<0>, round_kernel<1>, round_kernel<2>, round_kernel<3>,
                                                round_kernel<4>, round_kernel<5>, round_kernel<6>, round_kernel<7>,
-                                               round_kernel<8>, round_kernel<9>, round_kernel<10>, round_kernel<11>};
+                                               round_kernel<8>, round_kernel<9>, round_kernel<10>};
   for (auto k : kernels) CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Smem))));
   // runs: the kernel's shape under every loader mode, then the hoisted shapes with the loader idle,
   // then the tensor-core rounds (idle and streaming loader) and the FFMA round once more after them;
   // then the same for E4M3 (the kernel's round, its tensor-core form, the kernel's again), then the
-  // HFMA2 rounds (idle and streaming) and the kernel's E4M3 round streaming; then the E4M3 x E4M3
-  // mma (idle, streaming) and the HFMA2 round again after it (the clock)
+  // HFMA2 rounds (idle and streaming) and the kernel's E4M3 round streaming
   const int runs[][2] = {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {2, 0}, {3, 0}, {4, 0}, {4, 1}, {5, 0}, {6, 0},
-                         {6, 1}, {4, 0}, {7, 0}, {8, 0}, {8, 1}, {7, 0}, {9, 0}, {9, 1}, {10, 0}, {10, 1}, {7, 1},
-                         {11, 0}, {11, 1}, {9, 0}};
+                         {6, 1}, {4, 0}, {7, 0}, {8, 0}, {8, 1}, {7, 0}, {9, 0}, {9, 1}, {10, 0}, {10, 1}, {7, 1}};
   const char* kShapeNames[kNumShapes] = {"kernel", "x-hoisted", "w-hoisted", "both", "x-perm", "mma-hilo", "mma-2tile",
-                                         "e4m3-kernel", "e4m3-mma", "e4m3-h2cvt", "e4m3-h2bits", "e4m3-mma8"};
+                                         "e4m3-kernel", "e4m3-mma", "e4m3-h2cvt", "e4m3-h2bits"};
   // inputs: bf16 weights in [-1, 1), x in [-1, 1)
   std::vector<uint16_t> hw(size_t(kRows) * kK);
   std::vector<float> hx(kK);
