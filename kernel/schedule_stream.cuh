@@ -276,7 +276,11 @@ __device__ __forceinline__ NvIn load_nv_in(const float* buf, int i) {
 #ifndef MONOLITH_E4M3_HALF2
 #define MONOLITH_E4M3_HALF2 0
 #endif
-constexpr bool kE4Half2 = MONOLITH_E4M3_HALF2 != 0;
+// A mask of phases (their input vector and their rounds): 1 qkv, 2 O, 4 gate/up, 8 down; 15 = every
+// phase (the seventeenth session's measured build, dev -3.2 %: the per-phase work fell, the hops
+// grew; which phase's change costs is the mask's question).
+constexpr int kE4Half2 = MONOLITH_E4M3_HALF2;
+static_assert(kE4Half2 >= 0 && kE4Half2 <= 15, "MONOLITH_E4M3_HALF2: a mask of 1 qkv, 2 O, 4 gate/up, 8 down");
 struct XE16 {
   uint32_t w[8];  // half2 of elements (2u, 2u + 1)
   float f;        // the word's factor
@@ -1344,8 +1348,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   constexpr bool kInSwz = kNv || kXSwz;
   // NVFP4's layer inputs (s_x, sm.attn, sm.act) as half2 words (store_xh2), read by dot16B_h2
   constexpr bool kNvH2 = kNv && kNvHalf2;
-  // fp8's layer inputs (s_x, sm.attn, sm.act) as f16 words (store_xe), read by hdot16_e4m3
-  constexpr bool kE4H2 = kScaled && kE4Half2;
+  // fp8's layer inputs (s_x, sm.attn, sm.act) as f16 words (store_xe), read by hdot16_e4m3, per phase
+  constexpr int kE4H2Mask = kScaled ? kE4Half2 : 0;
+  constexpr bool kE4H2Qkv = (kE4H2Mask & 1) != 0, kE4H2O = (kE4H2Mask & 2) != 0, kE4H2Mlp = (kE4H2Mask & 4) != 0,
+                 kE4H2Down = (kE4H2Mask & 8) != 0;
   // MONOLITH_MERGE_HALVES (above): by default in the long-position kernel only
   constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES < 0 ? kLong : MONOLITH_MERGE_HALVES != 0;
   constexpr int kMergeThreads = (kMergeHalves ? 2 : 1) * kGroupCols;  // threads that gather partials
@@ -1487,7 +1493,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // half-row sum of row 8 b + w / 2 goes to part[b * 16 + w] (b: 8-row block of the round); the
   // row's two halves are added after the round's closing barrier, in fixed order (combine_row).
   static_assert(kRoundSlots == 4, "round_1024 reduces four 8-row blocks' sums per warp_sum4");
-  auto round_1024 = [&](int base, int n, int nr, const auto& x, float* part) {  // x: XHalf, or XE16 (kE4H2 layers)
+  auto round_1024 = [&](int base, int n, int nr, const auto& x, float* part) {  // x: XHalf, or XE16 (fp8's half2 phases)
     using RW = HW;  // (bf16 / E4M3 rows: the layers' of those variants, and every variant's LM head)
     using RF = HF;
 #pragma unroll
@@ -1748,7 +1754,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // the residual connection, added at once: every block has read the O stage of layer L-2
       // (this buffer's previous content) before any block could finish layer L-1's MLP
       if (ok) seed_o(acc_o, v);
-      stream_prenorm<kInSwz, kNvH2, kE4H2>(v, nin, sm.x, sm.ssq);
+      stream_prenorm<kInSwz, kNvH2, kE4H2Qkv>(v, nin, sm.x, sm.ssq);
       if (L > 0) XRAY_SUB2(x_prenorm, L);
       float inv = 0.f;
       auto on_qkv = [&](int q, float a) {  // group row q's dot product, row-scaled
@@ -1774,7 +1780,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
                          }
                        }, false, unused);
       } else {
-        done = rows_1024(std::bool_constant<kE4H2>{}, std::integral_constant<int, kRoundSlots>{}, s.q0, s.q1, kPhase_s_qkv, L, sm.x, ok,
+        done = rows_1024(std::bool_constant<kE4H2Qkv>{}, std::integral_constant<int, kRoundSlots>{}, s.q0, s.q1, kPhase_s_qkv, L, sm.x, ok,
                          scl, sc0, on_qkv, opened_qkv);
       }
       if (!done) return;
@@ -2265,7 +2271,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
         const float a = num / den;
         if constexpr (kNvH2) store_xh2<kGroupCols / 32>(sm.attn, tid >> 5, a);  // warps 0-7 whole
-        else if constexpr (kE4H2) store_xe<kGroupCols / 32>(sm.attn, tid >> 5, a);
+        else if constexpr (kE4H2O) store_xe<kGroupCols / 32>(sm.attn, tid >> 5, a);
         else sm.attn[kInSwz ? nv_swz(tid) : tid] = a;  // O reads it through x4_swz / load_x32
         if (s.gi == 0 && scr_on) scr[kScrAttn + g * kGroupCols + tid] = a;
       }
@@ -2311,7 +2317,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       const int hw = lane >> 4, l16 = lane & 15;
       const float4* at4 = reinterpret_cast<const float4*>(sm.attn);
       const float4 at[4] = {at4[x4_swz(4 * l16)], at4[x4_swz(4 * l16 + 1)], at4[x4_swz(4 * l16 + 2)], at4[x4_swz(4 * l16 + 3)]};
-      const XE16 ate = kE4H2 ? load_xe16<kGroupCols / 32>(sm.attn, 16 * l16) : XE16{};  // kE4H2: as half2 (at unused)
+      const XE16 ate = kE4H2O ? load_xe16<kGroupCols / 32>(sm.attn, 16 * l16) : XE16{};  // kE4H2O: as half2 (at unused)
       for (int o = s.o0, i = 0; o < s.o1; o += F::kRowsO, ++i) {
         const int nr = min(F::kRowsO, s.o1 - o);
         const int r0 = 4 * warp + hw, r1 = r0 + 2;
@@ -2320,8 +2326,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const float s1 = (l16 == 0 && r1 < nr) ? (i == 0 ? sco[1] : __ldg(SC + kScO + o + r1)) : 0.f;
         if (!acquire_n(1, kPhase_s_oproj, L, true, false, i == 0)) return;  // i = 0: after the barrier above
         const uint4* slot = slot_at(0);
-        float a0 = r0 < nr ? (kE4H2 ? hdot16_e4m3(slot[r0 * 16 + l16], ate.w, ate.f) : dot16_e4m3(slot[r0 * 16 + l16], at, 0.f)) : 0.f;
-        float a1 = r1 < nr ? (kE4H2 ? hdot16_e4m3(slot[r1 * 16 + l16], ate.w, ate.f) : dot16_e4m3(slot[r1 * 16 + l16], at, 0.f)) : 0.f;
+        float a0 = r0 < nr ? (kE4H2O ? hdot16_e4m3(slot[r0 * 16 + l16], ate.w, ate.f) : dot16_e4m3(slot[r0 * 16 + l16], at, 0.f)) : 0.f;
+        float a1 = r1 < nr ? (kE4H2O ? hdot16_e4m3(slot[r1 * 16 + l16], ate.w, ate.f) : dot16_e4m3(slot[r1 * 16 + l16], at, 0.f)) : 0.f;
 #pragma unroll
         for (int m = 8; m > 0; m >>= 1) {  // within each half-warp, fixed order
           a0 += __shfl_xor_sync(0xffffffffu, a0, m);
@@ -2408,7 +2414,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int e = 0; e < 2; ++e) scr[kScrHidden + tid + e * kStreamConsumerThreads] = v[e];
         return;
       }
-      stream_prenorm<kInSwz, kNvH2, kE4H2>(v, npost, sm.x, sm.ssq);
+      stream_prenorm<kInSwz, kNvH2, kE4H2Mlp>(v, npost, sm.x, sm.ssq);
       XRAY_SUB2(x_prenorm, L);
       if constexpr (kNv) {
         float inv = 0.f;
@@ -2442,7 +2448,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (b == 0 && scr_on)  // phase diff only
           for (int e = 0; e < 2; ++e) scr[kScrNormPost + tid + e * kStreamConsumerThreads] = v[e] * inv * npost.w[e];
         const auto xg = [&] {
-          if constexpr (kE4H2) return load_xe_half<kHidden / 32>(sm.x);
+          if constexpr (kE4H2Mlp) return load_xe_half<kHidden / 32>(sm.x);
           else return load_xhalf<W>(sm.x);
         }();
         for (int u = s.u0, rd = 0; u < s.u1; u += kMlpRoundUnits, ++rd) {
@@ -2500,7 +2506,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       for (int k = 0; k < kPer; ++k) {
         const int i = tid + k * kStreamConsumerThreads;
         if constexpr (kNvH2) store_xh2<kIntermediate / 32>(sm.act, i >> 5, av[k]);  // whole warps
-        else if constexpr (kE4H2) store_xe<kIntermediate / 32>(sm.act, i >> 5, av[k]);
+        else if constexpr (kE4H2Down) store_xe<kIntermediate / 32>(sm.act, i >> 5, av[k]);
         else sm.act[kInSwz ? nv_swz(i) : i] = av[k];  // down reads it swizzled (NVFP4: per 1024-wide segment)
       }
       if (!csync_and(ok)) return;  // also publishes sm.act
@@ -2536,7 +2542,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
               // cost 64 registers)
               a[i] = 0.f;
               if (i < n && q < nseg) {
-                if constexpr (kE4H2) {
+                if constexpr (kE4H2Down) {
                   a[i] = half_row_lane<W>(slot_at(i), row, load_xe_half<kIntermediate / 32>(sm.act, (q % 3) * kHidden));
                 } else {
                   const XHalf xa = load_xhalf<W>(sm.act + (q % 3) * kHidden);

@@ -37,10 +37,12 @@ def nv_half2(mk) -> bool:
 
 
 def fp8_half2(mk) -> bool:
-    """Whether this engine's layers multiply f16 inputs by E4M3 codes: fp8 weights on the streaming
-    schedule, and not a build with MONOLITH_E4M3_HALF2=0 among its extra defines."""
-    return (mk.weight_format == "fp8" and mk.stream
-            and "MONOLITH_E4M3_HALF2=0" not in (mk.ext.build_info.get("extra_defines") or []))
+    """Whether this engine's qkv rounds multiply f16 inputs by E4M3 codes: fp8 weights on the
+    streaming schedule, built with MONOLITH_E4M3_HALF2's qkv bit (1) among its extra defines (off by
+    default: the mask is 0)."""
+    defs = mk.ext.build_info.get("extra_defines") or []
+    mask = next((int(d.split("=", 1)[1], 0) for d in defs if d.startswith("MONOLITH_E4M3_HALF2=")), 0)
+    return mk.weight_format == "fp8" and mk.stream and bool(mask & 1)
 
 
 def tol_pre_attn(mk) -> float:
