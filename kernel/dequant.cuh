@@ -126,6 +126,7 @@ __device__ __forceinline__ float dot16_e4m3(uint4 w, const float4 (&a)[4], float
   acc = dot8_e4m3(make_uint2(w.x, w.y), a[0], a[1], acc);
   return dot8_e4m3(make_uint2(w.z, w.w), a[2], a[3], acc);
 }
+// tour:end dequant
 // The half2 form of dot16_e4m3 (MONOLITH_E4M3_HALF2, seventeenth session; probes/round_gemv.cu
 // shape 9 measured the E4M3 round at 1,794 cycles against dot16_e4m3's 2,283): the cvt's f16
 // pairs go straight into HFMA2 against inputs that are already f16 (x[u]: the half2 of elements
@@ -143,7 +144,6 @@ __device__ __forceinline__ float hdot16_e4m3(uint4 w, const uint32_t (&x)[8], fl
   }
   return (__low2float(acc) + __high2float(acc)) * f;
 }
-// tour:end dequant
 
 // ---------------------------------------------------------------------------------------------
 // Weight formats of the megakernel's GEMVs

@@ -202,8 +202,39 @@ def test_layer_milestones_split_a_layer_along_the_schedule():
     assert all(x["segment_max_us"] == pytest.approx(2.0) for x in m["segments"])
     assert all(x["work_us"] == pytest.approx(1.2) for x in m["segments"])  # median of 1.0 and 1.4
     assert m["sum_us"] == pytest.approx(10.0)
+    # block 1 ends every phase last: it starts 200 ns after the median (of 0 and 200: 100) and works
+    # 1,400 against the median 1,200
+    assert all(x["last_late_start_us"] == pytest.approx(0.1) for x in m["segments"])
+    assert all(x["last_extra_work_us"] == pytest.approx(0.2) for x in m["segments"])
     keep = ph == pid["s_wait_resid"]
     assert layer_milestones(s[keep], e[keep], ph[keep], lay[keep], phases, blk[keep]) is None
+
+
+def test_milestones_tell_a_late_start_from_longer_work():
+    """Five blocks; in s_mlp block 4 starts 800 ns late and works as long as the others, in s_down
+    block 2 starts on time and works 600 ns longer: each shows up in its own column, and the other
+    blocks' (the median's) numbers stay 0."""
+    from monolith.xray.analyze import layer_milestones
+    from monolith.xray.phases import load_phases
+
+    phases = load_phases()
+    pid = {p.name: p.id for p in phases}
+    names = ("s_qkv", "s_attn", "s_oproj", "s_mlp", "s_down")
+    rows, t = [], 0
+    for L in range(3):
+        for n in names:
+            for b in range(5):
+                st = t + (800 if (n == "s_mlp" and b == 4) else 0)
+                dur = 1000 + (600 if (n == "s_down" and b == 2) else 0)
+                rows.append((b, pid[n], L, st, st + dur))
+            t += 3000
+    blk, ph, lay, s, e = (np.array(c, dtype=np.float64 if i > 2 else np.int64) for i, c in enumerate(zip(*rows, strict=True)))
+    seg = {x["phase"]: x for x in layer_milestones(s, e, ph, lay, phases, blk)["segments"]}
+    assert seg["s_mlp"]["last_late_start_us"] == pytest.approx(0.8)
+    assert seg["s_mlp"]["last_extra_work_us"] == pytest.approx(0.0)
+    assert seg["s_down"]["last_late_start_us"] == pytest.approx(0.0)
+    assert seg["s_down"]["last_extra_work_us"] == pytest.approx(0.6)
+    assert seg["s_qkv"]["last_late_start_us"] == pytest.approx(0.0) and seg["s_qkv"]["last_extra_work_us"] == pytest.approx(0.0)
 
 
 def test_sub_intervals_of_a_diagnostic_trace():

@@ -343,7 +343,11 @@ def layer_milestones(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarr
     work, the median over blocks of a block's P time in the layer, so that segment - work is the
     part of the segment that is not P's work (hops, waits, stragglers). Medians over layers, µs.
     The segments add up to about a layer; they are grid-wide, not one block's critical path.
-    None when the trace has none of the chains."""
+    Why the milestone is late (seventeenth session: a faster round made every phase's median work
+    shorter and the token slower): the block that ends P last, against the median block, either
+    started P late (`last_late_start_us`: its first start of P minus the median block's) or worked
+    longer (`last_extra_work_us`: its first start to last end minus the median block's); medians over
+    layers. None when the trace has none of the chains."""
     ids = {p.name: p.id for p in phases}
     chain = next((c for c in CHAINS if all(n in ids for n in c) and bool((ph == ids[c[0]]).any())), None)
     if chain is None:
@@ -353,6 +357,7 @@ def layer_milestones(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarr
         return None
     segs: dict[str, list[float]] = {n: [] for n in present}
     work: dict[str, list[float]] = {n: [] for n in present}
+    late: dict[str, list[tuple[float, float]]] = {n: [] for n in present}
     layers = sorted(int(L) for L in np.unique(lay[ph == ids[present[0]]]))
     last_end = {}
     for L in layers:
@@ -362,13 +367,20 @@ def layer_milestones(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarr
                 last_end[(n, L)] = float(e[m].max())
                 per_block = np.bincount(blk[m], weights=(e[m] - s[m]))
                 work[n].append(float(np.median(per_block[per_block > 0])))
+                bs = np.unique(blk[m])
+                st = np.array([s[m & (blk == b)].min() for b in bs])
+                en = np.array([e[m & (blk == b)].max() for b in bs])
+                i = int(np.argmax(en))
+                late[n].append((float(st[i] - np.median(st)), float((en[i] - st[i]) - np.median(en - st))))
     for L in layers:
         for i, n in enumerate(present):
             prev = (present[i - 1], L) if i > 0 else (present[-1], L - 1)
             if (n, L) in last_end and prev in last_end:
                 segs[n].append(last_end[(n, L)] - last_end[prev])
     out = [{"phase": n, "segment_us": float(np.median(segs[n]) / 1e3), "segment_max_us": float(np.max(segs[n]) / 1e3),
-            "work_us": float(np.median(work[n]) / 1e3), "layers": len(segs[n])} for n in present if segs[n] and work[n]]
+            "work_us": float(np.median(work[n]) / 1e3), "layers": len(segs[n]),
+            "last_late_start_us": float(np.median([x[0] for x in late[n]]) / 1e3),
+            "last_extra_work_us": float(np.median([x[1] for x in late[n]]) / 1e3)} for n in present if segs[n] and work[n]]
     if not out:
         return None
     return {"chain": [x["phase"] for x in out], "segments": out,
@@ -584,7 +596,8 @@ def compare(a: dict, b: dict) -> list[dict]:
         for x in (get(summ, "milestones", "segments") or []):
             seg.setdefault(x["phase"], {})[side] = x
     for phase, d in seg.items():
-        for key, label in (("segment_us", "segment"), ("segment_max_us", "segment, slowest layer"), ("work_us", "work")):
+        for key, label in (("segment_us", "segment"), ("segment_max_us", "segment, slowest layer"), ("work_us", "work"),
+                           ("last_late_start_us", "last block's late start"), ("last_extra_work_us", "last block's extra work")):
             out.append({"metric": f"{phase} {label}, µs", "a": d.get("a", {}).get(key), "b": d.get("b", {}).get(key)})
     # the hops (hop_latency): where a faster phase's gain can go (thirteenth session: NVFP4's half2
     # stores shortened every phase's work and lengthened the hop into down by 1 µs)
@@ -680,6 +693,10 @@ def print_report(summ: dict, console=None) -> None:
                           f"{x['segment_max_us']:.2f})" for x in ms["segments"])
         con.print(f"layer milestones, µs from the previous phase's last end to this one's (the phase's median work "
                   f"per block; the segment's slowest layer): {segs} = {ms['sum_us']:.2f} µs", markup=False)
+        if all("last_late_start_us" in x for x in ms["segments"]):
+            late = " · ".join(f"{x['phase']} +{x['last_late_start_us']:.2f} / +{x['last_extra_work_us']:.2f}" for x in ms["segments"])
+            con.print(f"the block that ends each phase last, against the median block (late start / extra work, µs): {late}",
+                      markup=False)
     ed = summ.get("edges") or {}
     if ed.get("first_layer"):
         f = ed["first_layer"]
