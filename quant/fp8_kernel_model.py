@@ -81,15 +81,16 @@ def _pow2(e: torch.Tensor) -> torch.Tensor:
     return ((e.to(torch.int32) + 127) << 23).view(torch.float32)
 
 
-def word_lift_f16(x: torch.Tensor, extra_log2: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def word_lift_f16(x: torch.Tensor, lift_log2: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """x fp32 [K] or [K, B] -> (f16 inputs lifted per 32-element word so that the word's max |x|
-    is in [1, 2), the factor 2^E per word [K / 32, B]): store_xe. extra_log2 lifts further (only
-    for the test that shows why the kernel does not)."""
+    is in [2^lift_log2, 2^(lift_log2 + 1)), the factor 2^E per word [K / 32, B]). lift_log2 = 0 is
+    fp8's store_xe; NVFP4's store_xh2 lifts by its decode's bias too (nvfp4_kernel_model.word_lift),
+    and the fp8 test lifts further to show why the kernel does not."""
     X = x.float().reshape(x.shape[0], -1)
     K, B = X.shape
     m = X.abs().reshape(K // WORD, WORD, B).amax(1)
     e = (((m.contiguous().view(torch.int32) >> 23) & 0xFF) - 127).clamp(-X_EXP_CLAMP, X_EXP_CLAMP)
-    lift = _pow2(extra_log2 - e).repeat_interleave(WORD, 0)
+    lift = _pow2(lift_log2 - e).repeat_interleave(WORD, 0)
     return (X * lift).half(), _pow2(e)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from monolith.quant import nvfp4_layout as L
+from monolith.quant.fp8_kernel_model import _fmah, word_lift_f16
 
 
 def e2m1_to_f16_bits(codes: torch.Tensor) -> torch.Tensor:
@@ -41,23 +42,14 @@ def f16_bits_to_f32(bits: torch.Tensor) -> torch.Tensor:
 
 
 WORD = 32          # weights per 16-byte word of codes: one lane's share of a row per load
-X_EXP_CLAMP = 100  # kernel/schedule_stream.cuh kNvXExpClamp
 LIFT_LOG2 = 14     # kernel/dequant.cuh kE2M1UnbiasLog2 on sm_90
-
-
-def _pow2(e: torch.Tensor) -> torch.Tensor:
-    """fp32 2^e for integer e in the normal range, built from its exponent bits as the kernel does."""
-    return ((e.to(torch.int32) + 127) << 23).view(torch.float32)
 
 
 def word_lift(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x fp32 [K, B] -> (the f16 inputs [K, B], the factor 2^E per word [K / 32, B]) of the half2
-    path: E from the exponent field of each word's max |x| (as store_xh2 reads it), clamped."""
-    K, B = x.shape
-    m = x.abs().reshape(K // WORD, WORD, B).amax(1)
-    e = (((m.contiguous().view(torch.int32) >> 23) & 0xFF) - 127).clamp(-X_EXP_CLAMP, X_EXP_CLAMP)
-    lift = _pow2(LIFT_LOG2 - e).repeat_interleave(WORD, 0)
-    return (x * lift).half(), _pow2(e)
+    path: E from the exponent field of each word's max |x| (as store_xh2 reads it), clamped; the
+    inputs lifted by 2^(14 - E), the decode's bias (fp8's lift, quant/fp8_kernel_model.py, with it)."""
+    return word_lift_f16(x, LIFT_LOG2)
 
 
 def kernel_weight_values(codes: torch.Tensor) -> torch.Tensor:
@@ -67,10 +59,6 @@ def kernel_weight_values(codes: torch.Tensor) -> torch.Tensor:
 
 def _fmaf(a, b, c):
     return (a.double() * b.double() + c.double()).float()
-
-
-def _fmah(a, b, c):
-    return (a.double() * b.double() + c.double()).half()
 
 
 # Element order inside one u32 (8 weights) as dot8_e2m1_biased consumes them: (k, k + 4), k = 0..3.

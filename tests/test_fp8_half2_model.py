@@ -24,7 +24,7 @@ def test_worst_case_block_stays_finite_and_one_more_exponent_does_not():
     assert torch.isfinite(y).all()
     assert abs(float(y[0, 0]) - 448 * 16 * float(x[0])) <= 5e-3 * 448 * 16 * float(x[0])
     # lifted one more binade, the same block overflows f16: the lift is what keeps it finite
-    xh, f = KM.word_lift_f16(x, extra_log2=4)
+    xh, f = KM.word_lift_f16(x, lift_log2=4)
     assert not torch.isfinite(KM.hdot16(codes, xh[:16], f[0])).all()
 
 
