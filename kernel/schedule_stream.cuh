@@ -251,15 +251,21 @@ __device__ __forceinline__ XH2 load_xh2(const float* buf, int i) {
 // its own f16 (element k and k + 4 share a 32-bit word, low and high half: no shuffle). The first
 // version reduced with 5 shuffles and paired values with a 6th: the down phase's 6 words per
 // thread made its activation hop ~1 us longer (X-ray, thirteenth session, call 3).
+// The exponent E of the largest |v| over the warp's 32 lanes (one word), clamped; every lane gets it.
+__device__ __forceinline__ int word_exp(float v) {
+  const uint32_t m = __reduce_max_sync(0xffffffffu, __float_as_uint(fabsf(v)));
+  return min(max(int(m >> 23) - 127, -kNvXExpClamp), kNvXExpClamp);  // m < 2^31: no sign bit
+}
+// 2^e as fp32 from its exponent bits (e in the normal range): exact
+__device__ __forceinline__ float pow2f(int e) { return __uint_as_float(uint32_t(127 + e) << 23); }
 template <int kWords>
 __device__ __forceinline__ void store_xh2(float* buf, int i, float v) {
   const int lane = threadIdx.x & 31;
-  const uint32_t m = __reduce_max_sync(0xffffffffu, __float_as_uint(fabsf(v)));
-  const int e = min(max(int(m >> 23) - 127, -kNvXExpClamp), kNvXExpClamp);  // m < 2^31: no sign bit
-  const float lift = __uint_as_float(uint32_t(127 + kE2M1UnbiasLog2 - e) << 23);  // exact: a power of two
+  const int e = word_exp(v);
+  const float lift = pow2f(kE2M1UnbiasLog2 - e);
   const int c = lane >> 3, k = lane & 3, hi = (lane >> 2) & 1;  // lane = 8 c + 4 hi + k
   reinterpret_cast<__half*>(buf)[2 * (16 * i + 4 * (c ^ ((i >> 1) & 3)) + k) + hi] = __float2half_rn(v * lift);
-  if (lane == 0) buf[kWords * 16 + i] = __uint_as_float(uint32_t(127 + e) << 23);
+  if (lane == 0) buf[kWords * 16 + i] = pow2f(e);
 }
 // One NVFP4 input word as the rows read it: fp32 (XFull) or half2 (XH2), from a vector of kWords.
 using NvIn = std::conditional_t<kNvHalf2, XH2, XFull>;
@@ -288,11 +294,9 @@ struct XE16 {
 template <int kWords>
 __device__ __forceinline__ void store_xe(float* buf, int i, float v) {  // element 32 i + lane; all 32 lanes
   const int lane = threadIdx.x & 31;
-  const uint32_t m = __reduce_max_sync(0xffffffffu, __float_as_uint(fabsf(v)));
-  const int e = min(max(int(m >> 23) - 127, -kNvXExpClamp), kNvXExpClamp);
-  const float lift = __uint_as_float(uint32_t(127 - e) << 23);  // exact: a power of two
-  reinterpret_cast<__half*>(buf)[32 * i + lane] = __float2half_rn(v * lift);
-  if (lane == 0) buf[kWords * 16 + i] = __uint_as_float(uint32_t(127 + e) << 23);
+  const int e = word_exp(v);  // store_xh2's word exponent; no decode bias to lift by
+  reinterpret_cast<__half*>(buf)[32 * i + lane] = __float2half_rn(v * pow2f(-e));
+  if (lane == 0) buf[kWords * 16 + i] = pow2f(e);
 }
 template <int kWords>
 __device__ __forceinline__ XE16 load_xe16(const float* buf, int e0) {  // elements e0 .. e0 + 15 (e0 % 16 == 0)
