@@ -176,18 +176,15 @@ __device__ __forceinline__ void mma_rows_to_part(const float (&c)[4], int R0, in
 __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t two) { return monolith::half2_as_u32(monolith::e4m3x2_to_half2(uint16_t(two))); }
 // shape 10: the f16 of code * 2^-8 for the two codes in the high bytes of v's 16-bit lanes
 __device__ __forceinline__ uint32_t e4m3_hi_bytes_f16x2(uint32_t v) { return (v & 0x80008000u) | ((v >> 1) & 0x3F803F80u); }
-// shapes 9 / 10: 16 codes (one 16-byte load) against their 16 lifted f16 inputs (8 u32 of half2),
-// one half2 accumulator, the word's factor f on the fp32 sum of its halves
-template <bool kBits>
-__device__ __forceinline__ float hdot16_e4m3(uint4 w, const uint32_t (&x)[8], float f) {
+// shape 10: kernel/dequant.cuh hdot16_e4m3 (shape 9's, called as is) with the bit widening in
+// place of the cvt: pairs (4u, 4u + 2) and (4u + 1, 4u + 3) of u32 u, against x stored to match
+__device__ __forceinline__ float hdot16_e4m3_bits(uint4 w, const uint32_t (&x)[8], float f) {
   const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
   __half2 acc = __float2half2_rn(0.f);
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
-    const uint32_t a = kBits ? e4m3_hi_bytes_f16x2(ws[u] << 8) : e4m3x2_f16x2(ws[u]);        // (4u, 4u + 2) / (4u, 4u + 1)
-    const uint32_t b = kBits ? e4m3_hi_bytes_f16x2(ws[u]) : e4m3x2_f16x2(ws[u] >> 16);       // (4u + 1, 4u + 3) / (4u + 2, 4u + 3)
-    acc = __hfma2(monolith::u32_as_half2(a), monolith::u32_as_half2(x[2 * u]), acc);
-    acc = __hfma2(monolith::u32_as_half2(b), monolith::u32_as_half2(x[2 * u + 1]), acc);
+    acc = __hfma2(monolith::u32_as_half2(e4m3_hi_bytes_f16x2(ws[u] << 8)), monolith::u32_as_half2(x[2 * u]), acc);
+    acc = __hfma2(monolith::u32_as_half2(e4m3_hi_bytes_f16x2(ws[u])), monolith::u32_as_half2(x[2 * u + 1]), acc);
   }
   return (__low2float(acc) + __high2float(acc)) * f;
 }
@@ -369,7 +366,11 @@ __global__ void __launch_bounds__(kThreads, 1) round_kernel(Params p) {
         for (int k = 0; k < 2; ++k) {
           float a[kSlots];
 #pragma unroll
-          for (int i = 0; i < kSlots; ++i) a[i] = hdot16_e4m3<kShape == 10>(sm.slot[i][(8 * k + row) * (kK / 16) + 32 * h + lane], xw, f);
+          for (int i = 0; i < kSlots; ++i) {
+            const uint4 w = sm.slot[i][(8 * k + row) * (kK / 16) + 32 * h + lane];
+            if constexpr (kShape == 10) a[i] = hdot16_e4m3_bits(w, xw, f);
+            else a[i] = monolith::hdot16_e4m3(w, xw, f);
+          }
           const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
           if ((lane & 7) == 0) sm.part[(2 * (lane >> 3) + k) * kConsumerWarps + warp] = r4;
         }
