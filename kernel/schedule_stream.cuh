@@ -274,17 +274,17 @@ __device__ __forceinline__ NvIn load_nv_in(const float* buf, int i) {
   if constexpr (kNvHalf2) return load_xh2<kWords>(buf, i);
   else return load_x32(buf, i);
 }
-// fp8's half2 inputs (MONOLITH_E4M3_HALF2, seventeenth session; off: measured slower, NOTES.md;
-// dequant.cuh hdot16_e4m3): the E4M3 layers' input vectors (s_x, sm.attn, sm.act) as f16 in element order,
+// fp8's half2 inputs (MONOLITH_E4M3_HALF2, seventeenth session; dequant.cuh hdot16_e4m3; per phase
+// in the eighteenth, NOTES.md): the E4M3 layers' input vectors (s_x, sm.attn, sm.act) as f16 in element order,
 // each 32-element word lifted by 2^-E (E the exponent of its max |x|), then kWords floats: word
 // i's factor 2^E (the same place as XH2's). A lane's 16 inputs are two 16-byte loads (32 bytes
 // apart across lanes: two wavefronts per quarter-warp, once per phase or per down row).
 #ifndef MONOLITH_E4M3_HALF2
-#define MONOLITH_E4M3_HALF2 0
+#define MONOLITH_E4M3_HALF2 4
 #endif
-// A mask of phases (their input vector and their rounds): 1 qkv, 2 O, 4 gate/up, 8 down; 15 = every
-// phase (the seventeenth session's measured build, dev -3.2 %: the per-phase work fell, the hops
-// grew; which phase's change costs is the mask's question).
+// A mask of phases (their input vector and their rounds): 1 qkv, 2 O, 4 gate/up, 8 down. Default 4:
+// gate/up alone, dev +1.1 % in two calls (its work -6 % in the X-ray); every phase (15) was -3.2 %,
+// down alone (8) -2.3 %, qkv (1) +-0, O (2) +0.8 %, O + gate/up (6) -1.1 %: not additive (NOTES.md).
 constexpr int kE4Half2 = MONOLITH_E4M3_HALF2;
 static_assert(kE4Half2 >= 0 && kE4Half2 <= 15, "MONOLITH_E4M3_HALF2: a mask of 1 qkv, 2 O, 4 gate/up, 8 down");
 struct XE16 {

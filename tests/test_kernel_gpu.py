@@ -2,6 +2,7 @@
 reference decoder, refusals, the bounded-wait guarantee, determinism and the SASS check.
 The full correctness gate (20 prompts x 256 tokens) runs through the harness in scripts/gpu.sh."""
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -36,12 +37,21 @@ def nv_half2(mk) -> bool:
     return mk.weight_format == "nvfp4" and "MONOLITH_NV_HALF2=0" not in (mk.ext.build_info.get("extra_defines") or [])
 
 
+def e4m3_half2_default() -> int:
+    """MONOLITH_E4M3_HALF2's default mask, as kernel/schedule_stream.cuh defines it."""
+    text = (Path(__file__).resolve().parents[1] / "kernel" / "schedule_stream.cuh").read_text()
+    m = re.search(r"^#define MONOLITH_E4M3_HALF2 (\d+)$", text, re.M)
+    assert m, "schedule_stream.cuh lost MONOLITH_E4M3_HALF2's default"
+    return int(m.group(1))
+
+
 def fp8_half2(mk) -> bool:
     """Whether this engine's qkv rounds multiply f16 inputs by E4M3 codes: fp8 weights on the
-    streaming schedule, built with MONOLITH_E4M3_HALF2's qkv bit (1) among its extra defines (off by
-    default: the mask is 0)."""
+    streaming schedule, with MONOLITH_E4M3_HALF2's qkv bit (1) set, by an extra define or by the
+    kernel's default mask (4 since the eighteenth session: gate/up only, so not by default)."""
     defs = mk.ext.build_info.get("extra_defines") or []
-    mask = next((int(d.split("=", 1)[1], 0) for d in defs if d.startswith("MONOLITH_E4M3_HALF2=")), 0)
+    mask = next((int(d.split("=", 1)[1], 0) for d in defs if d.startswith("MONOLITH_E4M3_HALF2=")),
+                e4m3_half2_default())
     return mk.weight_format == "fp8" and mk.stream and bool(mask & 1)
 
 

@@ -500,9 +500,9 @@ def test_x_swizzle_makes_the_bf16_and_e4m3_input_loads_conflict_free():
     assert "return kSwz ? (f & ~7) | ((f & 7) ^ ((f >> 3) & 7)) : f;" in text
     for line in ("x.v[2 * j] = x4[x4_swz<kSwz>(2 * q)];", "x.v[2 * j + 1] = x4[x4_swz<kSwz>(2 * q + 1)];",
                  "x.v[j] = x4[x4_swz<kSwz>(128 * h + 4 * lane + j)];", "constexpr bool kInSwz = kNv || kXSwz;",
-                 # (the third argument: fp8's half2 inputs per phase, MONOLITH_E4M3_HALF2; these fp32
-                 # stores are the default build's only while its mask is 0)
-                 "#define MONOLITH_E4M3_HALF2 0",
+                 # (the third argument: fp8's half2 inputs per phase, MONOLITH_E4M3_HALF2; its default
+                 # mask 4 gives gate/up store_xe's f16 words, so these fp32 stores are qkv's, O's and down's)
+                 "#define MONOLITH_E4M3_HALF2 4",
                  "stream_prenorm<kInSwz, kNvH2, kE4H2Qkv>(v, nin, sm.x, sm.ssq);",
                  "stream_prenorm<kInSwz, kNvH2, kE4H2Mlp>(v, npost, sm.x, sm.ssq);", "stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);",
                  "sm.attn[kInSwz ? nv_swz(tid) : tid] = a;", "sm.act[kInSwz ? nv_swz(i) : i] = av[k];",
