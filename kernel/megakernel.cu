@@ -41,6 +41,7 @@
 #include "ring.cuh"
 #include "sync.cuh"
 #include "xray.cuh"
+#include "xvec.cuh"
 
 namespace monolith {
 #if defined(MONOLITH_XRAY)

@@ -20,6 +20,12 @@ from monolith.quant import nvfp4_layout as L
 from monolith.quant import pack_nvfp4
 
 SCHEDULE = REPO_ROOT / "kernel" / "schedule_stream.cuh"
+XVEC = REPO_ROOT / "kernel" / "xvec.cuh"  # the input vectors' stores and loads, moved out of SCHEDULE
+
+
+def schedule_text() -> str:
+    """The streaming schedule's source: schedule_stream.cuh and the xvec.cuh it stands on."""
+    return SCHEDULE.read_text() + XVEC.read_text()
 
 
 def _k() -> dict:
@@ -30,7 +36,7 @@ def _k() -> dict:
 def _nv_fmt() -> dict[str, int]:
     """The `static constexpr int` members of StreamFmt<WeightsNvfp4> in schedule_stream.cuh,
     evaluated with kernel/config.cuh's constants (the same checked arithmetic as config_constants)."""
-    text = SCHEDULE.read_text()
+    text = schedule_text()
     body = re.search(r"struct StreamFmt<WeightsNvfp4>\s*\{(.*?)\n\};", text, flags=re.S).group(1)
     env = dict(_k())
     out = {}
@@ -80,7 +86,7 @@ def test_stream_slot_geometry_is_the_layouts():
     assert f["kSlotsPerUnit"] == 0  # units share slots: the producer streams their rows as one range
     # one lane's 16-byte load = two whole blocks: the two scale bytes it needs are one aligned u16
     assert 16 * 2 == 2 * L.BLOCK and f["kRowBytes1024"] == 32 * 16
-    text = SCHEDULE.read_text()
+    text = schedule_text()
     assert "static_assert(kRingBytes + int(sizeof(StreamSmem)) + 512 <= kStreamSmemBudget" in text
     assert "kStages * kNvSlotScaleBytes > kStreamSmemBudget" in text
 
@@ -304,7 +310,7 @@ def test_half2_input_words_are_a_conflict_free_layout():
     reader's chunk u holds the pairs (8 u + k, 8 u + k + 4), k = 0..3 (the code word's u32 u, as
     hdot8_e2m1 meets them), the factors sit after the pairs inside the float array, and the 8 lanes
     of a quarter-warp read 8 different 16-byte bank groups."""
-    text = SCHEDULE.read_text()
+    text = schedule_text()
     for line in ("reinterpret_cast<__half*>(buf)[2 * (16 * i + 4 * (c ^ ((i >> 1) & 3)) + k) + hi] = __float2half_rn(v * lift);",
                  "const int c = lane >> 3, k = lane & 3, hi = (lane >> 2) & 1;",
                  "for (int c = 0; c < 4; ++c) x.c[c] = c4[c ^ ((i >> 1) & 3)];", "x.f = buf[kWords * 16 + i];",
@@ -425,7 +431,7 @@ def test_input_swizzle_is_a_conflict_free_permutation():
     """nv_swz (where the writers put element e of sm.x / sm.attn / sm.act) and load_x32 (lane i
     reads float4 j ^ (i % 8) of its 8): a permutation inside each 128-byte line, every lane gets its
     32 elements in order, and the 8 lanes of a quarter-warp read 8 different 16-byte bank groups."""
-    text = SCHEDULE.read_text()
+    text = schedule_text()
     assert "return (i << 5) | ((j ^ (i & 7)) << 2) | (e & 3);" in text
     assert "for (int j = 0; j < 8; ++j) x.v[j] = x4[j ^ (i & 7)];" in text
 
@@ -466,7 +472,7 @@ def test_warp_sum4_is_bitwise_the_kernel_models_butterfly():
     """rows_nv reduces a row's 32 lane sums with warp_sum4; quant/nvfp4_kernel_model.py with an xor
     butterfly 16, 8, 4, 2, 1 (lane 0's view). The same pairs are added at every step (fp32 addition
     commutes), so the two agree bit for bit, for values of any magnitude and sign."""
-    text = SCHEDULE.read_text()
+    text = schedule_text()
     for line in ("const float b0 = (hi ? a2 : a0) + __shfl_xor_sync(0xffffffffu, hi ? a0 : a2, 16);",
                  "const float b1 = (hi ? a3 : a1) + __shfl_xor_sync(0xffffffffu, hi ? a1 : a3, 16);",
                  "float c = (b3 ? b1 : b0) + __shfl_xor_sync(0xffffffffu, b3 ? b0 : b1, 8);"):
@@ -496,7 +502,7 @@ def test_x_swizzle_makes_the_bf16_and_e4m3_input_loads_conflict_free():
     2 lane (+1) / 4 (lane % 16) + j. Linear, those cost 8 / 16 / 8 / 8 wavefronts per LDS.128; through
     x4_swz (nv_swz on float4s) each costs the minimum (4; E4M3 O, whose half-warps read the same 16
     float4s: 2), and x4_swz is the float4 form of nv_swz, the writers' placement."""
-    text = SCHEDULE.read_text()
+    text = schedule_text()
     assert "return kSwz ? (f & ~7) | ((f & 7) ^ ((f >> 3) & 7)) : f;" in text
     for line in ("x.v[2 * j] = x4[x4_swz<kSwz>(2 * q)];", "x.v[2 * j + 1] = x4[x4_swz<kSwz>(2 * q + 1)];",
                  "x.v[j] = x4[x4_swz<kSwz>(128 * h + 4 * lane + j)];", "constexpr bool kInSwz = kNv || kXSwz;",
@@ -541,7 +547,7 @@ def test_part_pad_spreads_the_round_sums_over_four_banks():
     """MONOLITH_PART_PAD (part[]'s 8-row blocks 17 floats apart instead of 16): lanes 0, 8, 16, 24
     of warp w store block kRb v + k's sum at the same time. With 16 floats per block they share 2
     banks (bf16, kRb = 1) or 1 bank (E4M3, kRb = 2): a 2- or 4-way conflict; with 17, four banks."""
-    text = SCHEDULE.read_text()
+    text = schedule_text()
     for line in ("constexpr int kPartBlk = kStreamConsumerWarps + (MONOLITH_PART_PAD != 0 ? 1 : 0);",
                  "part[(RF::kRb * (lane >> 3) + k) * kPartBlk + warp] = r4;",
                  "part[(F::kRb * (lane >> 3) + k) * kPartBlk + warp] = r4;",
