@@ -14,6 +14,9 @@
 //   1 fp32         sm[nv_swz(i)] = v   (the default fp8 / bf16 build's activation store)
 //   2 store_xe     fp8's f16 words (MONOLITH_E4M3_HALF2 bit 8): 6 redux.sync per thread
 //   3 store_xh2    NVFP4's half2 words (its default): 6 redux.sync per thread
+//   5 xe_swz       store_xe's lift (2^-E) at store_xh2's places     } call 5 put store_xe 250 cycles
+//   6 xh2_lin      store_xh2's lift (2^(14-E)) at store_xe's places } above store_xh2: lift or places?
+//   7 xe_pair      store_xe with lanes 2j, 2j + 1 paired by one shuffle: even lanes store a half2
 //   4 warp-local   no redux: each warp writes its 6 x 32 fp32 values to its own scratch, __syncwarp,
 //                  then lanes 0..11 each take 16 consecutive elements (2 per 32-element word), find
 //                  their max |x| alone, and store them as f16 with one factor per 16 elements
@@ -39,7 +42,7 @@ using namespace monolith;
 
 constexpr int kThreads = 512, kPer = 6, kN = kThreads * kPer, kWords = kN / 32, kBlocks = 128;
 static_assert(kN == 3072, "the intermediate size");
-constexpr int kShapes = 5;
+constexpr int kShapes = 8;
 // shared memory: the vector (fp32: kN floats; f16 forms: kN / 2 floats + factors) and shape 4's
 // per-warp scratch (16 warps x 192 floats)
 constexpr int kVecFloats = kN, kScratchFloats = kThreads / 32 * kPer * 32;
@@ -82,6 +85,24 @@ __device__ __forceinline__ void store_warp_local(float* vec, float* scratch, con
   }
 }
 
+// shapes 5-7: store_xe / store_xh2 with one thing changed (probe-only experiments)
+template <int kLiftLog2, bool kXh2Places>
+__device__ __forceinline__ void store_mixed(float* buf, int i, float v) {
+  const int lane = threadIdx.x & 31;
+  const int e = word_exp(v);
+  const __half h = __float2half_rn(v * pow2f(kLiftLog2 - e));
+  const int c = lane >> 3, k = lane & 3, hi = (lane >> 2) & 1;
+  reinterpret_cast<__half*>(buf)[kXh2Places ? 2 * (16 * i + 4 * (c ^ ((i >> 1) & 3)) + k) + hi : 32 * i + lane] = h;
+  if (lane == 0) buf[kWords * 16 + i] = pow2f(e);
+}
+__device__ __forceinline__ void store_xe_pair(float* buf, int i, float v) {
+  const int lane = threadIdx.x & 31;
+  const int e = word_exp(v);
+  const float x = v * pow2f(-e), y = __shfl_xor_sync(0xffffffffu, x, 1);
+  if (!(lane & 1)) reinterpret_cast<uint32_t*>(buf)[16 * i + (lane >> 1)] = pack_h2(x, y);
+  if (lane == 0) buf[kWords * 16 + i] = pow2f(e);
+}
+
 __global__ void __launch_bounds__(kThreads) act_store(const float* in, int shape, int rounds,
                                                       unsigned long long* stamps, float* out) {
   extern __shared__ float smem[];
@@ -109,6 +130,15 @@ __global__ void __launch_bounds__(kThreads) act_store(const float* in, int shape
       for (int k = 0; k < kPer; ++k) store_xh2<kWords>(vec, (t + k * kThreads) >> 5, v[k]);
     } else if (shape == 4) {
       store_warp_local(vec, scratch, v);
+    } else if (shape == 5) {
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) store_mixed<0, true>(vec, (t + k * kThreads) >> 5, v[k]);
+    } else if (shape == 6) {
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) store_mixed<kE2M1UnbiasLog2, false>(vec, (t + k * kThreads) >> 5, v[k]);
+    } else if (shape == 7) {
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) store_xe_pair(vec, (t + k * kThreads) >> 5, v[k]);
     }
     __syncthreads();
     const unsigned long long t1 = clock64();
@@ -119,13 +149,13 @@ __global__ void __launch_bounds__(kThreads) act_store(const float* in, int shape
     float x = 0.f;
     if (shape == 1) {
       x = vec[nv_swz(i)];
-    } else if (shape == 2 || shape == 4) {
-      const float fac = shape == 2 ? vec[kWords * 16 + i / 32] : vec[kN / 2 + i / 16];
+    } else if (shape == 2 || shape == 4 || shape == 6 || shape == 7) {  // linear places
+      const float fac = shape == 4 ? vec[kN / 2 + i / 16] : vec[kWords * 16 + i / 32] * (shape == 6 ? pow2f(-kE2M1UnbiasLog2) : 1.f);
       x = __half2float(reinterpret_cast<const __half*>(vec)[i]) * fac;
-    } else if (shape == 3) {
+    } else if (shape == 3 || shape == 5) {
       // store_xh2's placement: word w = i / 32, lane l = i % 32 = 8 c + 4 hi + k
       const int w = i >> 5, l = i & 31, c = l >> 3, k = l & 3, hi = (l >> 2) & 1;
-      const float fac = vec[kWords * 16 + w] * pow2f(-kE2M1UnbiasLog2);
+      const float fac = vec[kWords * 16 + w] * (shape == 3 ? pow2f(-kE2M1UnbiasLog2) : 1.f);
       x = __half2float(reinterpret_cast<const __half*>(vec)[2 * (16 * w + 4 * (c ^ ((w >> 1) & 3)) + k) + hi]) * fac;
     }
     out[size_t(b) * kN + i] = x;
@@ -135,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) act_store(const float* in, int shape
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) g_json |= strcmp(argv[i], "--json") == 0;
   const int rounds = probe_int_arg(argc, argv, "--rounds", 2000, 16, 100000);
-  const char* names[kShapes] = {"null", "fp32", "store_xe", "store_xh2", "warp_local"};
+  const char* names[kShapes] = {"null", "fp32", "store_xe", "store_xh2", "warp_local", "xe_swz", "xh2_lin", "xe_pair"};
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const size_t smem = size_t(kVecFloats + kScratchFloats) * sizeof(float);
