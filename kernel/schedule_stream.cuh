@@ -125,6 +125,30 @@ __device__ __forceinline__ bool resid_poll(const long long* buf, uint32_t expect
   return true;
 }
 
+// sm_120a only: the stream kernels are capped at 96 registers on both archs (17 warps allocate as 20,
+// the warp allocation granularity being 4: 65,536 / 640 -> 102 -> 96). sm_90a fits in 94-95; on
+// sm_120a ptxas spilled a few values it had hoisted out of the layer loop (NOTES.md, eighteenth
+// session). Two of them are recomputed there: the QK-norm weights' offset, from a fresh read of
+// %tid.x that the compiler may neither hoist nor keep live (asm volatile; short kernels only: in
+// the long ones the allocator then spills the residual history instead), and the stress test's
+// per-launch hash term, taken from the layer's tag (jitter). sm_90a, the measured build, keeps the
+// plain code: its SASS is unchanged. Left: 12 B in the bf16 and fp8 long kernels (the launch's
+// token and the acc pointer, reloaded once per token).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+#define MONOLITH_REMAT_TID 1
+#else
+#define MONOLITH_REMAT_TID 0
+#endif
+__device__ __forceinline__ int remat_tid() {
+#if MONOLITH_REMAT_TID
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+#else
+  return threadIdx.x;
+#endif
+}
+
 // Tagged words: {fp32 value (low half), tag (high half)}, one 64-bit store, so a reader never sees
 // the value of one write with the tag of another.
 __device__ __forceinline__ uint32_t layer_tag(uint32_t steps, int layer) {
@@ -1603,7 +1627,11 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // reach every wait in shuffled orders; the tokens must stay bitwise the same.
   auto jitter = [&](int L, int phase) {
     if (p.jitter_ns <= 0) return;
+#if MONOLITH_REMAT_TID  // sm_120a: the launch's term from the layer's tag, which is live anyway (steps * C was spilled)
+    uint32_t x = uint32_t(b) * 0x9E3779B1u ^ uint32_t(phase) * 0xC2B2AE35u ^ layer_tag(steps, L) * 0x27D4EB2Fu;
+#else
     uint32_t x = uint32_t(b) * 0x9E3779B1u ^ uint32_t(L) * 0x85EBCA6Bu ^ uint32_t(phase) * 0xC2B2AE35u ^ steps * 0x27D4EB2Fu;
+#endif
     x ^= x >> 15;
     x *= 0x2C1B3C6Du;
     x ^= x >> 12;
@@ -1728,9 +1756,12 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const bool mine = tid < 4 * 64;
         float nw0 = 0.f, nw1 = 0.f;  // this thread's norm weights, issued before the wait
         if (mine && seg < 3) {
-          const uint16_t* nw = N + (seg < 2 ? kNormQ : kNormK);
-          nw0 = bf16_as_float(__ldg(nw + d));
-          nw1 = bf16_as_float(__ldg(nw + d + 64));
+          // sm_120a's short kernels: not a hoisted 64-bit offset (remat_tid); in the long kernels the
+          // allocator then spills the residual history instead (16 / 36 / 44 B against 8 / 28 / 12)
+          const int t = kLong ? tid : remat_tid();
+          const uint16_t* nw = N + ((t >> 6) < 2 ? kNormQ : kNormK) + (t & 63);
+          nw0 = bf16_as_float(__ldg(nw));
+          nw1 = bf16_as_float(__ldg(nw + 64));
         }
         // this position's K (kind 0) or V (1), elements d and d + 64: rounded to bf16 as the cache
         // holds them, kept in shared memory for this block's splits, appended by the owner

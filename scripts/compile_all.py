@@ -9,7 +9,9 @@ runtime loader (monolith.megakernel.load_extension) uses, so CI compiles exactly
 configuration that runs (variants.json's schema is in monolith/kernel_spec.py). Variants with
 identical flags compile to the same object, so they are compiled once.
 
-Registers and spills come from `-Xptxas -v`. Prints a table; exits 1 if anything failed to compile.
+Registers and spills come from `-Xptxas -v`. Prints a table; exits 1 if anything failed to compile,
+or if the plain (not X-ray) kernel builds of an arch spill more bytes than `--spill-budget` allows
+(the Makefile: sm_90a=0, the measured arch; sm_120a's ratchet at its current bytes, NOTES.md).
 Runs at most --jobs nvcc processes at once (CI has 2 cores).
 """
 from __future__ import annotations
@@ -142,6 +144,28 @@ def compile_one(nvcc: str, t: Target, arch: str, outdir: Path) -> Outcome:
     return Outcome(t.label, arch, ok, time.monotonic() - t0, parse_ptxas(log) if ok else {}, log)
 
 
+def parse_budget(text: str) -> dict[str, int]:
+    """`sm_90a=0,sm_120a=24` -> {arch: bytes}; ValueError on anything else."""
+    out = {}
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        arch, sep, n = part.partition("=")
+        if not sep or not n.strip().isdigit():
+            raise ValueError(f"bad spill budget {part!r}: expected ARCH=BYTES, e.g. sm_90a=0")
+        gencode(arch.strip())
+        out[arch.strip()] = int(n)
+    return out
+
+
+def over_budget(outcomes: list[Outcome], budget: dict[str, int]) -> list[tuple[str, int, int]]:
+    """(arch, spill-store bytes, budget) of each arch whose plain kernel builds spill past its budget.
+    X-ray builds (labels ending in [xray]) are diagnostic and not counted."""
+    total: dict[str, int] = {}
+    for o in outcomes:
+        if o.ok and o.label.startswith("kernel ") and not o.label.endswith("[xray]"):
+            total[o.arch] = total.get(o.arch, 0) + sum(k["spill_st"] for k in o.kernels.values())
+    return [(arch, total[arch], budget[arch]) for arch in sorted(total) if arch in budget and total[arch] > budget[arch]]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nvcc", default=os.environ.get("NVCC", "nvcc"), help="nvcc executable")
@@ -150,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", type=Path, default=REPO / "kernel" / "variants.json")
     ap.add_argument("--only", choices=["all", "probes", "kernels"], default="all")
     ap.add_argument("--verbose", "-v", action="store_true", help="one row per kernel function")
+    ap.add_argument("--spill-budget", default="", metavar="ARCH=BYTES,...",
+                    help="fail when the plain kernel builds of an arch spill more bytes (e.g. sm_90a=0)")
     a = ap.parse_args(argv)
 
     from rich.markup import escape
@@ -158,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     console = make_console()
     archs = [x.strip() for x in a.arch.split(",") if x.strip()]
     try:
+        budget = parse_budget(a.spill_budget)
         for arch in archs:
             gencode(arch)
         targets = []
@@ -203,7 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     spilled = [o for o in outcomes if o.ok and any(k["spill_st"] or k["spill_ld"] for k in o.kernels.values())]
     if spilled:
         console.print("[yellow]register spills in:[/] " + escape(", ".join(f"{o.label} ({o.arch})" for o in spilled)))
-    return 1 if failed else 0
+    over = over_budget(outcomes, budget)
+    for arch, got, allowed in over:
+        console.print(f"[bold red]{arch}: the plain kernels spill {got} B, over the budget of {allowed} B[/]")
+    return 1 if failed or over else 0
 
 
 if __name__ == "__main__":

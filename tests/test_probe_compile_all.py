@@ -180,3 +180,20 @@ def test_labels_keep_brackets_and_tables_keep_their_width(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.count("[xray] (sm_90a)") == 1 and "[xray]" in out.split("nvcc compile")[1]
     assert "…" not in out
+
+
+def test_spill_budget_counts_plain_kernels_only():
+    k = lambda st: {"f": {"regs": 96, "spill_st": st, "spill_ld": st, "smem": 0}}  # noqa: E731
+    outs = [ca.Outcome("kernel a+b", "sm_90a", True, 1.0, k(0)),
+            ca.Outcome("kernel a+b [xray]", "sm_90a", True, 1.0, k(48)),  # diagnostic: not counted
+            ca.Outcome("kernel a+b", "sm_120a", True, 1.0, k(24)),
+            ca.Outcome("probe x", "sm_120a", True, 1.0, k(8))]  # probes: not counted
+    assert ca.parse_budget("sm_90a=0, sm_120a=24") == {"sm_90a": 0, "sm_120a": 24}
+    assert ca.over_budget(outs, {"sm_90a": 0, "sm_120a": 24}) == []
+    assert ca.over_budget(outs, {"sm_90a": 0, "sm_120a": 16}) == [("sm_120a", 24, 16)]
+    outs[0] = ca.Outcome("kernel a+b", "sm_90a", True, 1.0, k(4))
+    assert ca.over_budget(outs, {"sm_90a": 0}) == [("sm_90a", 4, 0)]
+    assert ca.over_budget(outs, {}) == []
+    for bad in ("sm_90a", "sm_90a=x", "gfx90a=0"):
+        with pytest.raises(ValueError):
+            ca.parse_budget(bad)
