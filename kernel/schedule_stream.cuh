@@ -2452,6 +2452,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       const long long* ap = acc + kTagAct + tid;
       tagged_gather<kPer>([&](int k) { return ap + k * kStreamConsumerThreads; }, tag, av, S, tmo,
                           uint32_t(L) * 16u + 11u, ok);
+      // thread 0's words are in; the stores below and the barrier are the hop's s_gather (eighteenth
+      // session: does the f16 store (store_xe / store_xh2) lengthen this hop before or after the words?)
+      XRAY_END(s_wait_act, L);
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
         const int i = tid + k * kStreamConsumerThreads;
@@ -2460,7 +2463,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         else sm.act[kInSwz ? nv_swz(i) : i] = av[k];  // down reads it swizzled (NVFP4: per 1024-wide segment)
       }
       if (!csync_and(ok)) return;  // also publishes sm.act
-      XRAY_END(s_wait_act, L);
+      XRAY_END(s_gather, L);  // every thread's activations are in and stored
     }
     {
       // rows h0..h1 of down (row-major, K = 3072) as 1024-wide segments, kRows1024 per slot (as
