@@ -12,7 +12,6 @@
 
 namespace monolith {
 
-
 // NVFP4: one lane's 32 inputs of a 16-byte word of codes (elements 32 i .. 32 i + 31 of v), fp32 as
 // the kernel model multiplies them. A K = 1024 row is one word per lane (i = lane), so the inputs of
 // a phase's rows are the same for every row: registers, loaded once per phase (32 of them).
