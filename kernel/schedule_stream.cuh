@@ -225,13 +225,27 @@ __device__ __forceinline__ Norm2 load_norm2(const uint16_t* weight) {
   return n;
 }
 
-// One NVFP4 input word as the rows read it: fp32 (XFull) or half2 (XH2), from a vector of kWords.
-using NvIn = std::conditional_t<kNvHalf2, XH2, XFull>;
-template <int kWords>
-__device__ __forceinline__ NvIn load_nv_in(const float* buf, int i) {
-  if constexpr (kNvHalf2) return load_xh2<kWords>(buf, i);
+// NVFP4's half2 inputs per phase (eighteenth session, for an A/B like fp8's MONOLITH_E4M3_HALF2):
+// with MONOLITH_NV_HALF2 on, a mask of the phases whose input vector is store_xh2's half2 words
+// (1 qkv, 2 O, 4 gate/up, 8 down); the others keep the fp32 path (swizzled fp32 inputs, dot16B, the
+// 2^-14 unbias in the row scale). 15 = every phase: the measured default (same SASS as before).
+#ifndef MONOLITH_NV_HALF2_PHASES
+#define MONOLITH_NV_HALF2_PHASES 15
+#endif
+constexpr int kNvHalf2Phases = kNvHalf2 ? MONOLITH_NV_HALF2_PHASES : 0;
+static_assert(MONOLITH_NV_HALF2_PHASES >= 0 && MONOLITH_NV_HALF2_PHASES <= 15,
+              "MONOLITH_NV_HALF2_PHASES: a mask of 1 qkv, 2 O, 4 gate/up, 8 down");
+// One NVFP4 input word as a phase's rows read it: half2 (XH2) or fp32 (XFull), from a vector of kWords.
+template <bool kH2>
+using NvIn = std::conditional_t<kH2, XH2, XFull>;
+template <bool kH2, int kWords>
+__device__ __forceinline__ NvIn<kH2> load_nv_in(const float* buf, int i) {
+  if constexpr (kH2) return load_xh2<kWords>(buf, i);
   else return load_x32(buf, i);
 }
+// A phase's NVFP4 row scale: the fp32 path's sums still carry the decode's 2^14 (dequant.cuh)
+template <bool kH2>
+__device__ __forceinline__ float nv_row_scale(float g) { return kH2 ? g : g * e2m1_unbias(); }
 // fp8's half2 inputs (MONOLITH_E4M3_HALF2, seventeenth session; per phase in the eighteenth, NOTES.md):
 // the E4M3 layers' input vectors (s_x, sm.attn, sm.act) as store_xe's f16 words (xvec.cuh), read by
 // dequant.cuh's hdot16_e4m3.
@@ -1290,7 +1304,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // bf16 / E4M3's under MONOLITH_X_SWIZZLE
   constexpr bool kInSwz = kNv || kXSwz;
   // NVFP4's layer inputs (s_x, sm.attn, sm.act) as half2 words (store_xh2), read by dot16B_h2
-  constexpr bool kNvH2 = kNv && kNvHalf2;
+  constexpr bool kNvH2Qkv = kNv && (kNvHalf2Phases & 1) != 0, kNvH2O = kNv && (kNvHalf2Phases & 2) != 0,
+                 kNvH2Mlp = kNv && (kNvHalf2Phases & 4) != 0, kNvH2Down = kNv && (kNvHalf2Phases & 8) != 0;
   // fp8's layer inputs (s_x, sm.attn, sm.act) as f16 words (store_xe), read by hdot16_e4m3, per phase
   constexpr int kE4H2Mask = kScaled ? kE4Half2 : 0;
   constexpr bool kE4H2Qkv = (kE4H2Mask & 1) != 0, kE4H2O = (kE4H2Mask & 2) != 0, kE4H2Mlp = (kE4H2Mask & 4) != 0,
@@ -1522,7 +1537,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // (blocks 2l, 2l + 1) and the row's block-scale bytes 2l, 2l + 1. A row's lane sum is reduced by
   // warp_sum4 (for each value the xor tree 16, 8, 4, 2, 1: bitwise the kernel model's butterfly),
   // so part[t] is row t of the round, unscaled: quant/nvfp4_kernel_model.py kernel_gemv with g = 1
-  // (half2 path, kNvH2) or 2^-14 (fp32 path).
+  // (half2 path: the phase's kNvH2* flag) or 2^-14 (fp32 path).
   static_assert(kRoundSlots == 4 && NF::kRows1024 * kRoundSlots <= kRoundRbMax * kStreamConsumerWarps,
                 "an NVFP4 round is two warp_sum4 per warp; part[] holds its 128 rows");
   constexpr int kNvRowsRound = kRoundSlots * NF::kRows1024;  // 128
@@ -1548,7 +1563,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // (Twelfth session, MONOLITH_NV_ROUND_PAIRS, removed: this round as a two-iteration loop, to cut
   // each site's ~1,700 instructions for the instruction cache (ncu: 12 % "no instruction"), ran
   // 2.7 % (down only) / 4.8 % (every site) slower, spilling at the 96-register cap; NOTES.md.)
-  auto round_nv = [&](auto kSegC, int q, int n, int nr, const NvIn& x, const uint32_t(&bs)[kRoundSlots], float* part) {
+  auto round_nv = [&](auto kSegC, int q, int n, int nr, const auto& x, const uint32_t(&bs)[kRoundSlots], float* part) {
     float a[2 * kRoundSlots];
 #pragma unroll
     for (int k = 0; k < 2 * kRoundSlots; ++k) {
@@ -1559,7 +1574,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const uint32_t b2 = (k & 1) ? bs[i] >> 16 : bs[i];  // dot16B reads the low 16 bits
         if constexpr (decltype(kSegC)::value) {
           const int seg = (q + NF::kRows1024 * i + row) % 3;
-          if constexpr (kNvH2) {
+          if constexpr (kNvH2Down) {
             a[k] = nv_dot(w, load_xh2<kIntermediate / 32>(sm.act, 32 * seg + lane), b2);
           } else {  // as before the half2 path: with MONOLITH_NV_HALF2=0 the SASS is the twelfth
                     // session's measured build (load_nv_in here would change its address code)
@@ -1585,7 +1600,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   // barrier epi(q, nr, part) (part[t]: row q + t). keep_last: the last round's slots are not handed
   // back (held = their count; down stores the residual first), else the last round raises the hop
   // mark and hands back.
-  auto rows_nv = [&](auto kSegC, int nrows, const uint8_t* bs0, const uint32_t(&bsf)[kRoundSlots], const float* s_x,
+  auto rows_nv = [&](auto kSegC, auto kH2C, int nrows, const uint8_t* bs0, const uint32_t(&bsf)[kRoundSlots], const float* s_x,
                      uint16_t work_phase, int layer, bool ok, auto&& opened, auto&& epi, bool keep_last, int& held) -> bool {
     if (!acquire_n(slots_nv(nrows), work_phase, layer, ok)) return false;
     opened();
@@ -1599,8 +1614,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // this lane's 32 inputs, read again each round (swizzled: conflict-free) rather than held
       // across the rounds: 32 registers live over the epilogue and the slot waits spilled at the
       // 96-register cap (and at the default grid qkv and MLP-1 are one round per block anyway)
-      NvIn x;
-      if constexpr (!decltype(kSegC)::value) x = load_nv_in<kHidden / 32>(s_x, lane);
+      NvIn<decltype(kH2C)::value> x;  // kH2C: this phase's inputs are half2 words (MONOLITH_NV_HALF2_PHASES)
+      if constexpr (!decltype(kSegC)::value) x = load_nv_in<decltype(kH2C)::value, kHidden / 32>(s_x, lane);
       round_nv(kSegC, q, n, nr, x, bs, part);
       // the next round's scales, issued before this round's barrier (their registers are free now)
       nv_bs_load(bs0, q + kNvRowsRound, nrows, bs);
@@ -1674,7 +1689,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       float tsr = 1.f;
       const uint8_t* bsq = kNv ? BS + kBsQKV + int64_t(g * kGroupRows + s.q0) * NF::kBsRow1024 : nullptr;
       auto qkv_ts = [&](int r) {  // group row r: q rows 0..255, k 256..383, v 384..511
-        return WeightsNvfp4::row_scale(__ldg(TS + (r < kGroupCols ? kTsQ : (r < kGroupCols + kHeadDim ? kTsK : kTsV))));
+        return nv_row_scale<kNvH2Qkv>(__ldg(TS + (r < kGroupCols ? kTsQ : (r < kGroupCols + kHeadDim ? kTsK : kTsV))));
       };
       if constexpr (kNv) {
         nv_bs_load(bsq, 0, s.q1 - s.q0, nbs);
@@ -1701,7 +1716,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // the residual connection, added at once: every block has read the O stage of layer L-2
       // (this buffer's previous content) before any block could finish layer L-1's MLP
       if (ok) seed_o(acc_o, v);
-      stream_prenorm<kInSwz, kNvH2, kE4H2Qkv>(v, nin, sm.x, sm.ssq);
+      stream_prenorm<kInSwz, kNvH2Qkv, kE4H2Qkv>(v, nin, sm.x, sm.ssq);
       if (L > 0) XRAY_SUB2(x_prenorm, L);
       float inv = 0.f;
       auto on_qkv = [&](int q, float a) {  // group row q's dot product, row-scaled
@@ -1717,7 +1732,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       bool done;
       if constexpr (kNv) {
         int unused = 0;
-        done = rows_nv(std::false_type{}, s.q1 - s.q0, bsq, nbs, sm.x, kPhase_s_qkv, L, ok, opened_qkv,
+        done = rows_nv(std::false_type{}, std::bool_constant<kNvH2Qkv>{}, s.q1 - s.q0, bsq, nbs, sm.x, kPhase_s_qkv, L, ok, opened_qkv,
                        [&](int q, int nr, const float* part) {
                          if (tid < nr) {
                            const int r = s.q0 + q + tid;
@@ -2144,7 +2159,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (s.o0 + r0 + 4 * m < s.o1)
           bso[m] = __ldg(reinterpret_cast<const uint16_t*>(BS + kBsO + int64_t(g * kHidden + s.o0 + r0 + 4 * m) * NF::kBsRowO) +
                          (lane & 7));
-      tso = W::row_scale(__ldg(TS + kTsO));
+      tso = nv_row_scale<kNvH2O>(__ldg(TS + kTsO));
     }
     if constexpr (kScaled) {
       const int r0 = 4 * warp + (lane >> 4);
@@ -2220,7 +2235,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           den = den * ca + sm.vpart[2 * kGroupCols + tid] * cb;
         }
         const float a = num / den;
-        if constexpr (kNvH2) store_xh2<kGroupCols / 32>(sm.attn, tid >> 5, a);  // warps 0-7 whole
+        if constexpr (kNvH2O) store_xh2<kGroupCols / 32>(sm.attn, tid >> 5, a);  // warps 0-7 whole
         else if constexpr (kE4H2O) store_xe<kGroupCols / 32>(sm.attn, tid >> 5, a);
         else sm.attn[kInSwz ? nv_swz(tid) : tid] = a;  // O reads it through x4_swz / load_x32
         if (s.gi == 0 && scr_on) scr[kScrAttn + g * kGroupCols + tid] = a;
@@ -2235,7 +2250,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // 2 l8, 2 l8 + 1), warp w takes rows 8 w + lane / 8 and + 4. The eight lanes' sums meet in
       // an xor tree 4, 2, 1: kernel_gemv(..., lanes=8) of quant/nvfp4_kernel_model.py.
       const int l8 = lane & 7;
-      const NvIn at = load_nv_in<kGroupCols / 32>(sm.attn, l8);
+      const NvIn<kNvH2O> at = load_nv_in<kNvH2O, kGroupCols / 32>(sm.attn, l8);
       for (int o = s.o0, i = 0; o < s.o1; o += F::kRowsO, ++i) {
         const int nr = min(F::kRowsO, s.o1 - o);
         const int r0 = 8 * warp + (lane >> 3), r1 = r0 + 4;
@@ -2345,8 +2360,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       float tsg = 1.f, tsu = 1.f;
       if constexpr (kNv) {
         nv_bs_load(bsg, 0, ngu, nbs);
-        tsg = W::row_scale(__ldg(TS + kTsGate));
-        tsu = W::row_scale(__ldg(TS + kTsUp));
+        tsg = nv_row_scale<kNvH2Mlp>(__ldg(TS + kTsGate));
+        tsu = nv_row_scale<kNvH2Mlp>(__ldg(TS + kTsUp));
       }
       auto mlp_slots0 = [&] { return F::kSlotsPerUnit * min(kMlpRoundUnits, s.u1 - s.u0); };  // bf16 / E4M3: round 0's
       pretest(kNv ? slots_nv(ngu) : mlp_slots0());
@@ -2364,12 +2379,12 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int e = 0; e < 2; ++e) scr[kScrHidden + tid + e * kStreamConsumerThreads] = v[e];
         return;
       }
-      stream_prenorm<kInSwz, kNvH2, kE4H2Mlp>(v, npost, sm.x, sm.ssq);
+      stream_prenorm<kInSwz, kNvH2Mlp, kE4H2Mlp>(v, npost, sm.x, sm.ssq);
       XRAY_SUB2(x_prenorm, L);
       if constexpr (kNv) {
         float inv = 0.f;
         int unused = 0;
-        if (!rows_nv(std::false_type{}, ngu, bsg, nbs, sm.x, kPhase_s_mlp, L, ok, [&] {
+        if (!rows_nv(std::false_type{}, std::bool_constant<kNvH2Mlp>{}, ngu, bsg, nbs, sm.x, kPhase_s_mlp, L, ok, [&] {
               XRAY_WORDS_CUT(&sm.xwords, L);
               XRAY_END(s_gather, L);  // every thread's counted words are in
               inv = norm_inv(sm.ssq);
@@ -2438,7 +2453,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     const uint8_t* bsd = kNv ? BS + kBsDown + int64_t(s.h0) * 3 * NF::kBsRow1024 : nullptr;
     uint32_t nbsd[kRoundSlots];
     if constexpr (kNv) {
-      scd = W::row_scale(__ldg(TS + kTsDown));
+      scd = nv_row_scale<kNvH2Down>(__ldg(TS + kTsDown));
       nv_bs_load(bsd, 0, 3 * (s.h1 - s.h0), nbsd);
     }
     {
@@ -2458,7 +2473,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
         const int i = tid + k * kStreamConsumerThreads;
-        if constexpr (kNvH2) store_xh2<kIntermediate / 32>(sm.act, i >> 5, av[k]);  // whole warps
+        if constexpr (kNvH2Down) store_xh2<kIntermediate / 32>(sm.act, i >> 5, av[k]);  // whole warps
         else if constexpr (kE4H2Down) store_xe<kIntermediate / 32>(sm.act, i >> 5, av[k]);
         else sm.act[kInSwz ? nv_swz(i) : i] = av[k];  // down reads it swizzled (NVFP4: per 1024-wide segment)
       }
@@ -2473,7 +2488,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       const int nseg = 3 * (s.h1 - s.h0);
       int held = 0;  // the last round's slots, handed back after the residual stores
       if constexpr (kNv) {
-        if (!rows_nv(std::true_type{}, nseg, bsd, nbsd, nullptr, kPhase_s_down, L, true, [] {},
+        if (!rows_nv(std::true_type{}, std::bool_constant<kNvH2Down>{}, nseg, bsd, nbsd, nullptr, kPhase_s_down, L, true, [] {},
                      [&](int q, int nr, const float* part) {
                        if (tid < nr) sm.segsum[q + tid] = part[tid];
                      }, true, held))

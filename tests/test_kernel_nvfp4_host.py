@@ -318,8 +318,10 @@ def test_half2_input_words_are_a_conflict_free_layout():
                  "float pow2f(int e) { return __uint_as_float(uint32_t(127 + e) << 23); }",
                  "store_xh2<kHidden / 32>(s_x, e >> 5, v[j] * nw.w[j]);",
                  "store_xh2<kGroupCols / 32>(sm.attn, tid >> 5, a);", "store_xh2<kIntermediate / 32>(sm.act, i >> 5, av[k]);",
-                 "load_xh2<kIntermediate / 32>(sm.act, 32 * seg + lane)", "load_nv_in<kHidden / 32>(s_x, lane)",
-                 "load_nv_in<kGroupCols / 32>(sm.attn, l8)"):
+                 "load_xh2<kIntermediate / 32>(sm.act, 32 * seg + lane)",
+                 # (per phase: MONOLITH_NV_HALF2_PHASES picks which phases read half2 words)
+                 "x = load_nv_in<decltype(kH2C)::value, kHidden / 32>(s_x, lane);",
+                 "load_nv_in<kNvH2O, kGroupCols / 32>(sm.attn, l8)", "#define MONOLITH_NV_HALF2_PHASES 15"):
         assert line in text, line
     words = C.INTERMEDIATE // 32
     store: dict[int, tuple[int, int]] = {}
@@ -509,8 +511,8 @@ def test_x_swizzle_makes_the_bf16_and_e4m3_input_loads_conflict_free():
                  # (the third argument: fp8's half2 inputs per phase, MONOLITH_E4M3_HALF2; its default
                  # mask 4 gives gate/up store_xe's f16 words, so these fp32 stores are qkv's, O's and down's)
                  "#define MONOLITH_E4M3_HALF2 4",
-                 "stream_prenorm<kInSwz, kNvH2, kE4H2Qkv>(v, nin, sm.x, sm.ssq);",
-                 "stream_prenorm<kInSwz, kNvH2, kE4H2Mlp>(v, npost, sm.x, sm.ssq);", "stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);",
+                 "stream_prenorm<kInSwz, kNvH2Qkv, kE4H2Qkv>(v, nin, sm.x, sm.ssq);",
+                 "stream_prenorm<kInSwz, kNvH2Mlp, kE4H2Mlp>(v, npost, sm.x, sm.ssq);", "stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);",
                  "sm.attn[kInSwz ? nv_swz(tid) : tid] = a;", "sm.act[kInSwz ? nv_swz(i) : i] = av[k];",
                  "reinterpret_cast<const float4*>(sm.attn)[x4_swz(2 * lane)];",
                  "const float4 qa0 = q4[x4_swz<kQSwz>(2 * ql16)], qa1 = q4[x4_swz<kQSwz>(2 * ql16 + 1)];",
@@ -564,3 +566,31 @@ def test_part_pad_spreads_the_round_sums_over_four_banks():
 
     assert (ways(16, 1), ways(16, 2)) == (2, 4)
     assert (ways(17, 1), ways(17, 2)) == (1, 1)
+
+
+def test_nvfp4_half2_phases_agree_per_phase():
+    """MONOLITH_NV_HALF2_PHASES (eighteenth session): each phase's input store, its rows' loads and
+    its tensor row scale must follow the same flag; a phase storing half2 words but unbiasing its
+    sums as the fp32 path does (or the reverse) is off by 2^14. Every NVFP4 tensor scale goes through
+    nv_row_scale<flag>, none through the format's global row_scale."""
+    text = schedule_text()
+    per_phase = {
+        "kNvH2Qkv": ["nv_row_scale<kNvH2Qkv>(__ldg(TS + (r < kGroupCols", "stream_prenorm<kInSwz, kNvH2Qkv, kE4H2Qkv>",
+                     "rows_nv(std::false_type{}, std::bool_constant<kNvH2Qkv>{}, s.q1 - s.q0,"],
+        "kNvH2O": ["tso = nv_row_scale<kNvH2O>(__ldg(TS + kTsO));", "if constexpr (kNvH2O) store_xh2<kGroupCols / 32>(sm.attn",
+                   "const NvIn<kNvH2O> at = load_nv_in<kNvH2O, kGroupCols / 32>(sm.attn, l8);"],
+        "kNvH2Mlp": ["tsg = nv_row_scale<kNvH2Mlp>(__ldg(TS + kTsGate));", "tsu = nv_row_scale<kNvH2Mlp>(__ldg(TS + kTsUp));",
+                     "stream_prenorm<kInSwz, kNvH2Mlp, kE4H2Mlp>", "rows_nv(std::false_type{}, std::bool_constant<kNvH2Mlp>{}, ngu,"],
+        "kNvH2Down": ["scd = nv_row_scale<kNvH2Down>(__ldg(TS + kTsDown));",
+                      "if constexpr (kNvH2Down) store_xh2<kIntermediate / 32>(sm.act",
+                      "if constexpr (kNvH2Down) {\n            a[k] = nv_dot(w, load_xh2<kIntermediate / 32>(sm.act, 32 * seg + lane), b2);",
+                      "rows_nv(std::true_type{}, std::bool_constant<kNvH2Down>{}, nseg,"],
+    }
+    for flag, lines in per_phase.items():
+        for line in lines:
+            assert line in text, (flag, line)
+    assert "W::row_scale(__ldg(TS" not in text and "WeightsNvfp4::row_scale(" not in text
+    bits = {"kNvH2Qkv": 1, "kNvH2O": 2, "kNvH2Mlp": 4, "kNvH2Down": 8}
+    for flag, bit in bits.items():
+        assert f"{flag} = kNv && (kNvHalf2Phases & {bit}) != 0" in text, flag
+    assert "return kH2 ? g : g * e2m1_unbias();" in text
