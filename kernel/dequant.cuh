@@ -360,8 +360,10 @@ struct WeightsNvfp4 {
     return fmaf(__low2float(h1) + __high2float(h1), s.y * f, acc);
   }
   // the factor a row's lane-reduced sum is multiplied by: the tensor scale, with the decode's
-  // unbias on the fp32 path (the half2 path's word factors already undo it)
-  static __device__ __forceinline__ float row_scale(float g) { return kNvHalf2 ? g : g * e2m1_unbias(); }
+  // unbias on the fp32 path (the half2 path's word factors already undo it); kH2: the phase's path
+  // (schedule_stream.cuh, MONOLITH_NV_HALF2_PHASES)
+  template <bool kH2 = kNvHalf2>
+  static __device__ __forceinline__ float row_scale(float g) { return kH2 ? g : g * e2m1_unbias(); }
 };
 static_assert(WeightsNvfp4::kPer16B == 2 * WeightsNvfp4::kBlock, "a 16-byte load of codes is two whole blocks");
 

@@ -228,7 +228,7 @@ __device__ __forceinline__ Norm2 load_norm2(const uint16_t* weight) {
 // NVFP4's half2 inputs per phase (eighteenth session, for an A/B like fp8's MONOLITH_E4M3_HALF2):
 // with MONOLITH_NV_HALF2 on, a mask of the phases whose input vector is store_xh2's half2 words
 // (1 qkv, 2 O, 4 gate/up, 8 down); the others keep the fp32 path (swizzled fp32 inputs, dot16B, the
-// 2^-14 unbias in the row scale). 15 = every phase: the measured default (same SASS as before).
+// 2^-14 unbias in WeightsNvfp4::row_scale<false>). 15 = every phase: the measured default (same SASS as before).
 #ifndef MONOLITH_NV_HALF2_PHASES
 #define MONOLITH_NV_HALF2_PHASES 15
 #endif
@@ -243,9 +243,6 @@ __device__ __forceinline__ NvIn<kH2> load_nv_in(const float* buf, int i) {
   if constexpr (kH2) return load_xh2<kWords>(buf, i);
   else return load_x32(buf, i);
 }
-// A phase's NVFP4 row scale: the fp32 path's sums still carry the decode's 2^14 (dequant.cuh)
-template <bool kH2>
-__device__ __forceinline__ float nv_row_scale(float g) { return kH2 ? g : g * e2m1_unbias(); }
 // fp8's half2 inputs (MONOLITH_E4M3_HALF2, seventeenth session; per phase in the eighteenth, NOTES.md):
 // the E4M3 layers' input vectors (s_x, sm.attn, sm.act) as store_xe's f16 words (xvec.cuh), read by
 // dequant.cuh's hdot16_e4m3.
@@ -1689,7 +1686,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       float tsr = 1.f;
       const uint8_t* bsq = kNv ? BS + kBsQKV + int64_t(g * kGroupRows + s.q0) * NF::kBsRow1024 : nullptr;
       auto qkv_ts = [&](int r) {  // group row r: q rows 0..255, k 256..383, v 384..511
-        return nv_row_scale<kNvH2Qkv>(__ldg(TS + (r < kGroupCols ? kTsQ : (r < kGroupCols + kHeadDim ? kTsK : kTsV))));
+        return WeightsNvfp4::row_scale<kNvH2Qkv>(__ldg(TS + (r < kGroupCols ? kTsQ : (r < kGroupCols + kHeadDim ? kTsK : kTsV))));
       };
       if constexpr (kNv) {
         nv_bs_load(bsq, 0, s.q1 - s.q0, nbs);
@@ -2159,7 +2156,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (s.o0 + r0 + 4 * m < s.o1)
           bso[m] = __ldg(reinterpret_cast<const uint16_t*>(BS + kBsO + int64_t(g * kHidden + s.o0 + r0 + 4 * m) * NF::kBsRowO) +
                          (lane & 7));
-      tso = nv_row_scale<kNvH2O>(__ldg(TS + kTsO));
+      tso = WeightsNvfp4::row_scale<kNvH2O>(__ldg(TS + kTsO));
     }
     if constexpr (kScaled) {
       const int r0 = 4 * warp + (lane >> 4);
@@ -2360,8 +2357,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       float tsg = 1.f, tsu = 1.f;
       if constexpr (kNv) {
         nv_bs_load(bsg, 0, ngu, nbs);
-        tsg = nv_row_scale<kNvH2Mlp>(__ldg(TS + kTsGate));
-        tsu = nv_row_scale<kNvH2Mlp>(__ldg(TS + kTsUp));
+        tsg = WeightsNvfp4::row_scale<kNvH2Mlp>(__ldg(TS + kTsGate));
+        tsu = WeightsNvfp4::row_scale<kNvH2Mlp>(__ldg(TS + kTsUp));
       }
       auto mlp_slots0 = [&] { return F::kSlotsPerUnit * min(kMlpRoundUnits, s.u1 - s.u0); };  // bf16 / E4M3: round 0's
       pretest(kNv ? slots_nv(ngu) : mlp_slots0());
@@ -2453,7 +2450,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     const uint8_t* bsd = kNv ? BS + kBsDown + int64_t(s.h0) * 3 * NF::kBsRow1024 : nullptr;
     uint32_t nbsd[kRoundSlots];
     if constexpr (kNv) {
-      scd = nv_row_scale<kNvH2Down>(__ldg(TS + kTsDown));
+      scd = WeightsNvfp4::row_scale<kNvH2Down>(__ldg(TS + kTsDown));
       nv_bs_load(bsd, 0, 3 * (s.h1 - s.h0), nbsd);
     }
     {

@@ -293,7 +293,7 @@ def test_dot16B_h2_follows_the_kernel_models_half2_order():
     assert "const __half2 h1 = hdot8_e2m1(w.w, xh[3], hdot8_e2m1(w.z, xh[2], z));" in body
     assert body.index("acc = fmaf(__low2float(h0) + __high2float(h0), s.x * f, acc);") < \
         body.index("return fmaf(__low2float(h1) + __high2float(h1), s.y * f, acc);")
-    assert "row_scale(float g) { return kNvHalf2 ? g : g * e2m1_unbias(); }" in body
+    assert "row_scale(float g) { return kH2 ? g : g * e2m1_unbias(); }" in body and "template <bool kH2 = kNvHalf2>" in body
     hdot = deq[deq.index("__half2 hdot8_e2m1(uint32_t w, uint4 x, __half2 acc) {"):]
     hdot = hdot[:hdot.index("\n}")]
     lines = [f"acc = __hfma2(p[{k}], u32_as_half2(x.{c}), acc);" for k, c in enumerate("xyzw")]
@@ -572,16 +572,16 @@ def test_nvfp4_half2_phases_agree_per_phase():
     """MONOLITH_NV_HALF2_PHASES (eighteenth session): each phase's input store, its rows' loads and
     its tensor row scale must follow the same flag; a phase storing half2 words but unbiasing its
     sums as the fp32 path does (or the reverse) is off by 2^14. Every NVFP4 tensor scale goes through
-    nv_row_scale<flag>, none through the format's global row_scale."""
+    WeightsNvfp4::row_scale<flag>, none through its default (the global MONOLITH_NV_HALF2)."""
     text = schedule_text()
     per_phase = {
-        "kNvH2Qkv": ["nv_row_scale<kNvH2Qkv>(__ldg(TS + (r < kGroupCols", "stream_prenorm<kInSwz, kNvH2Qkv, kE4H2Qkv>",
+        "kNvH2Qkv": ["WeightsNvfp4::row_scale<kNvH2Qkv>(__ldg(TS + (r < kGroupCols", "stream_prenorm<kInSwz, kNvH2Qkv, kE4H2Qkv>",
                      "rows_nv(std::false_type{}, std::bool_constant<kNvH2Qkv>{}, s.q1 - s.q0,"],
-        "kNvH2O": ["tso = nv_row_scale<kNvH2O>(__ldg(TS + kTsO));", "if constexpr (kNvH2O) store_xh2<kGroupCols / 32>(sm.attn",
+        "kNvH2O": ["tso = WeightsNvfp4::row_scale<kNvH2O>(__ldg(TS + kTsO));", "if constexpr (kNvH2O) store_xh2<kGroupCols / 32>(sm.attn",
                    "const NvIn<kNvH2O> at = load_nv_in<kNvH2O, kGroupCols / 32>(sm.attn, l8);"],
-        "kNvH2Mlp": ["tsg = nv_row_scale<kNvH2Mlp>(__ldg(TS + kTsGate));", "tsu = nv_row_scale<kNvH2Mlp>(__ldg(TS + kTsUp));",
+        "kNvH2Mlp": ["tsg = WeightsNvfp4::row_scale<kNvH2Mlp>(__ldg(TS + kTsGate));", "tsu = WeightsNvfp4::row_scale<kNvH2Mlp>(__ldg(TS + kTsUp));",
                      "stream_prenorm<kInSwz, kNvH2Mlp, kE4H2Mlp>", "rows_nv(std::false_type{}, std::bool_constant<kNvH2Mlp>{}, ngu,"],
-        "kNvH2Down": ["scd = nv_row_scale<kNvH2Down>(__ldg(TS + kTsDown));",
+        "kNvH2Down": ["scd = WeightsNvfp4::row_scale<kNvH2Down>(__ldg(TS + kTsDown));",
                       "if constexpr (kNvH2Down) store_xh2<kIntermediate / 32>(sm.act",
                       "if constexpr (kNvH2Down) {\n            a[k] = nv_dot(w, load_xh2<kIntermediate / 32>(sm.act, 32 * seg + lane), b2);",
                       "rows_nv(std::true_type{}, std::bool_constant<kNvH2Down>{}, nseg,"],
@@ -589,8 +589,7 @@ def test_nvfp4_half2_phases_agree_per_phase():
     for flag, lines in per_phase.items():
         for line in lines:
             assert line in text, (flag, line)
-    assert "W::row_scale(__ldg(TS" not in text and "WeightsNvfp4::row_scale(" not in text
+    assert "W::row_scale(__ldg(TS" not in text and "WeightsNvfp4::row_scale(" not in text  # no global-path call
     bits = {"kNvH2Qkv": 1, "kNvH2O": 2, "kNvH2Mlp": 4, "kNvH2Down": 8}
     for flag, bit in bits.items():
         assert f"{flag} = kNv && (kNvHalf2Phases & {bit}) != 0" in text, flag
-    assert "return kH2 ? g : g * e2m1_unbias();" in text
