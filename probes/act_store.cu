@@ -14,13 +14,15 @@
 //   1 fp32         sm[nv_swz(i)] = v   (the default fp8 / bf16 build's activation store)
 //   2 store_xe     fp8's f16 words (MONOLITH_E4M3_HALF2 bit 8): 6 redux.sync per thread
 //   3 store_xh2    NVFP4's half2 words (its default): 6 redux.sync per thread
-//   5 xe_swz       store_xe's lift (2^-E) at store_xh2's places     } call 5 put store_xe 250 cycles
-//   6 xh2_lin      store_xh2's lift (2^(14-E)) at store_xe's places } above store_xh2: lift or places?
-//   7 xe_pair      store_xe with lanes 2j, 2j + 1 paired by one shuffle: even lanes store a half2
 //   4 warp-local   no redux: each warp writes its 6 x 32 fp32 values to its own scratch, __syncwarp,
 //                  then lanes 0..11 each take 16 consecutive elements (2 per 32-element word), find
 //                  their max |x| alone, and store them as f16 with one factor per 16 elements
 //                  (the layout store_xe's readers use, factors per 16 instead of per 32)
+//   5 xe_swz       store_xe's lift (2^-E) at store_xh2's places     } call 5 put store_xe 250 cycles
+//   6 xh2_lin      store_xh2's lift (2^(14-E)) at store_xe's places } above store_xh2: lift or places?
+//   7 xe_pair      store_xe with lanes 2j, 2j + 1 paired by one shuffle: even lanes store a half2
+// Measured (results/m4_act_store.json, NOTES.md eighteenth session): the redux stores cost ~250-280
+// cycles more than fp32; lift and places do not matter; shapes 4 and 7 cost more.
 // Layout as the kernel's: 128 blocks x 512 threads (16 warps; the kernel's producer warp left
 // out), thread t holds elements t + 512 k, k < 6, of a 3,072-vector.
 // Stamps (thread 0, clock64): after the first barrier and after the second; median over blocks
