@@ -69,14 +69,22 @@ __device__ __forceinline__ int word_exp(float v) {
 }
 // 2^e as fp32 from its exponent bits (e in the normal range): exact
 __device__ __forceinline__ float pow2f(int e) { return __uint_as_float(uint32_t(127 + e) << 23); }
-template <int kWords>
-__device__ __forceinline__ void store_xh2(float* buf, int i, float v) {
+// Both f16 forms' store of word i (element 32 i + lane = v, all 32 lanes): lifted by
+// 2^(kLiftLog2 - E), at store_xh2's pair-ordered, swizzled places (kPairPlaces) or in element order
+// (store_xe's); the word's factor 2^E after the kWords * 16 half2.
+template <int kWords, int kLiftLog2, bool kPairPlaces>
+__device__ __forceinline__ void store_word_f16(float* buf, int i, float v) {
   const int lane = threadIdx.x & 31;
   const int e = word_exp(v);
-  const float lift = pow2f(kE2M1UnbiasLog2 - e);
+  const float lift = pow2f(kLiftLog2 - e);
   const int c = lane >> 3, k = lane & 3, hi = (lane >> 2) & 1;  // lane = 8 c + 4 hi + k
-  reinterpret_cast<__half*>(buf)[2 * (16 * i + 4 * (c ^ ((i >> 1) & 3)) + k) + hi] = __float2half_rn(v * lift);
+  const int at = kPairPlaces ? 2 * (16 * i + 4 * (c ^ ((i >> 1) & 3)) + k) + hi : 32 * i + lane;
+  reinterpret_cast<__half*>(buf)[at] = __float2half_rn(v * lift);
   if (lane == 0) buf[kWords * 16 + i] = pow2f(e);
+}
+template <int kWords>
+__device__ __forceinline__ void store_xh2(float* buf, int i, float v) {
+  store_word_f16<kWords, kE2M1UnbiasLog2, true>(buf, i, v);
 }
 
 // fp8's half2 inputs (store_xe / load_xe16; schedule_stream.cuh's MONOLITH_E4M3_HALF2 picks the
@@ -89,11 +97,8 @@ struct XE16 {
   float f;        // the word's factor
 };
 template <int kWords>
-__device__ __forceinline__ void store_xe(float* buf, int i, float v) {  // element 32 i + lane; all 32 lanes
-  const int lane = threadIdx.x & 31;
-  const int e = word_exp(v);  // store_xh2's word exponent; no decode bias to lift by
-  reinterpret_cast<__half*>(buf)[32 * i + lane] = __float2half_rn(v * pow2f(-e));
-  if (lane == 0) buf[kWords * 16 + i] = pow2f(e);
+__device__ __forceinline__ void store_xe(float* buf, int i, float v) {  // no decode bias to lift by
+  store_word_f16<kWords, 0, false>(buf, i, v);
 }
 template <int kWords>
 __device__ __forceinline__ XE16 load_xe16(const float* buf, int e0) {  // elements e0 .. e0 + 15 (e0 % 16 == 0)

@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "probe_common.cuh"
-#include "xvec.cuh"  // nv_swz, store_xe, store_xh2, word_exp, pow2f: the kernel's stores
+#include "xvec.cuh"  // nv_swz, store_xe, store_xh2, store_word_f16, word_exp, pow2f: the kernel's stores
 
 using namespace monolith;
 
@@ -87,16 +87,7 @@ __device__ __forceinline__ void store_warp_local(float* vec, float* scratch, con
   }
 }
 
-// shapes 5-7: store_xe / store_xh2 with one thing changed (probe-only experiments)
-template <int kLiftLog2, bool kXh2Places>
-__device__ __forceinline__ void store_mixed(float* buf, int i, float v) {
-  const int lane = threadIdx.x & 31;
-  const int e = word_exp(v);
-  const __half h = __float2half_rn(v * pow2f(kLiftLog2 - e));
-  const int c = lane >> 3, k = lane & 3, hi = (lane >> 2) & 1;
-  reinterpret_cast<__half*>(buf)[kXh2Places ? 2 * (16 * i + 4 * (c ^ ((i >> 1) & 3)) + k) + hi : 32 * i + lane] = h;
-  if (lane == 0) buf[kWords * 16 + i] = pow2f(e);
-}
+// shape 7 (probe-only experiment; shapes 5 and 6 are xvec.cuh's store_word_f16 with lift and places swapped)
 __device__ __forceinline__ void store_xe_pair(float* buf, int i, float v) {
   const int lane = threadIdx.x & 31;
   const int e = word_exp(v);
@@ -134,10 +125,10 @@ __global__ void __launch_bounds__(kThreads) act_store(const float* in, int shape
       store_warp_local(vec, scratch, v);
     } else if (shape == 5) {
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) store_mixed<0, true>(vec, (t + k * kThreads) >> 5, v[k]);
+      for (int k = 0; k < kPer; ++k) store_word_f16<kWords, 0, true>(vec, (t + k * kThreads) >> 5, v[k]);
     } else if (shape == 6) {
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) store_mixed<kE2M1UnbiasLog2, false>(vec, (t + k * kThreads) >> 5, v[k]);
+      for (int k = 0; k < kPer; ++k) store_word_f16<kWords, kE2M1UnbiasLog2, false>(vec, (t + k * kThreads) >> 5, v[k]);
     } else if (shape == 7) {
 #pragma unroll
       for (int k = 0; k < kPer; ++k) store_xe_pair(vec, (t + k * kThreads) >> 5, v[k]);

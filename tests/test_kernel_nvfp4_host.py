@@ -311,7 +311,9 @@ def test_half2_input_words_are_a_conflict_free_layout():
     hdot8_e2m1 meets them), the factors sit after the pairs inside the float array, and the 8 lanes
     of a quarter-warp read 8 different 16-byte bank groups."""
     text = schedule_text()
-    for line in ("reinterpret_cast<__half*>(buf)[2 * (16 * i + 4 * (c ^ ((i >> 1) & 3)) + k) + hi] = __float2half_rn(v * lift);",
+    for line in ("const int at = kPairPlaces ? 2 * (16 * i + 4 * (c ^ ((i >> 1) & 3)) + k) + hi : 32 * i + lane;",
+                 "reinterpret_cast<__half*>(buf)[at] = __float2half_rn(v * lift);",
+                 "store_word_f16<kWords, kE2M1UnbiasLog2, true>(buf, i, v);",
                  "const int c = lane >> 3, k = lane & 3, hi = (lane >> 2) & 1;",
                  "for (int c = 0; c < 4; ++c) x.c[c] = c4[c ^ ((i >> 1) & 3)];", "x.f = buf[kWords * 16 + i];",
                  "if (lane == 0) buf[kWords * 16 + i] = pow2f(e);",
