@@ -132,8 +132,10 @@ __device__ __forceinline__ bool resid_poll(const long long* buf, uint32_t expect
 // %tid.x that the compiler may neither hoist nor keep live (asm volatile; short kernels only: in
 // the long ones the allocator then spills the residual history instead), and the stress test's
 // per-launch hash term, taken from the layer's tag (jitter). sm_90a, the measured build, keeps the
-// plain code: its SASS is unchanged. Left: 12 B in the bf16 and fp8 long kernels (the launch's
-// token and the acc pointer, reloaded once per token).
+// plain code: its SASS is unchanged. With ptxas's register-usage level 0 on sm_120a
+// (monolith/kernel_spec.py ARCH_PTXAS_FLAGS; nineteenth session) what is left is 8 B in fp8's long
+// kernel (the QK-norm weights' 64-bit offset) and 4 B in bf16's: recomputing either here moved the
+// spill to the launch's token or the residual history (NOTES.md).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
 #define MONOLITH_REMAT_TID 1
 #else

@@ -158,6 +158,21 @@ def build_flags(variant: str | dict, *, xray: bool = False, spec: dict | None = 
     return flags
 
 
+# Per-arch ptxas flags of the kernel builds (not the probes). sm_120a: both archs cap the streaming
+# kernels at 96 registers (17 warps are allocated as 20), and sm_120a's instruction selection needs a
+# few more than sm_90a's; ptxas's least aggressive register-usage level halves what its default spills
+# there (24 -> 12 B, NOTES.md nineteenth session). sm_90a, the measured arch, keeps the default.
+ARCH_PTXAS_FLAGS = {"sm_120a": ["-Xptxas", "--register-usage-level=0"]}
+
+
+def arch_flags(arch: str) -> list[str]:
+    """nvcc flags for one target arch (e.g. "sm_90a"): its -gencode, then ARCH_PTXAS_FLAGS[arch]."""
+    if not re.fullmatch(r"sm_\d+[af]?", arch):
+        raise MonolithError(f"bad arch {arch!r}: expected e.g. sm_90a or sm_120a")
+    cc = arch.removeprefix("sm_")
+    return [f"-gencode=arch=compute_{cc},code=sm_{cc}", *ARCH_PTXAS_FLAGS.get(arch, [])]
+
+
 def build_sources(spec: dict | None = None, repo: Path = REPO_ROOT) -> tuple[Path, Path | None]:
     """(plain source, X-ray source or None when the X-ray build is the plain source + a define)."""
     spec = spec if spec is not None else variants()

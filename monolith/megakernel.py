@@ -206,9 +206,9 @@ def time_model_bytes(weights: str = "bf16") -> dict:
 def _arch_flags() -> list[str]:
     major, minor = torch.cuda.get_device_capability()
     if major == 9:
-        return ["-gencode=arch=compute_90a,code=sm_90a"]
+        return kernel_spec.arch_flags("sm_90a")
     if major == 12:
-        return [f"-gencode=arch=compute_{major}{minor}a,code=sm_{major}{minor}a"]
+        return kernel_spec.arch_flags(f"sm_{major}{minor}a")
     raise MonolithError(f"monolith's kernel targets Hopper (sm_90a) and RTX 50-series (sm_120a); this GPU is sm_{major}{minor}")
 
 

@@ -44,6 +44,7 @@ class Target:
     label: str
     source: Path
     flags: list[str] = field(default_factory=list)
+    kernel: bool = False  # a kernel build: its arch flags are kernel_spec.arch_flags (the loader's)
 
 
 @dataclass
@@ -77,8 +78,8 @@ def load_variants(path: Path, repo: Path = REPO) -> list[Target]:
     targets = []
     for (plain, xray), names in groups.items():
         label = "+".join(names)
-        targets.append(Target(f"kernel {label}", src, list(plain)))
-        targets.append(Target(f"kernel {label} [xray]", xsrc or src, list(xray)))
+        targets.append(Target(f"kernel {label}", src, list(plain), kernel=True))
+        targets.append(Target(f"kernel {label} [xray]", xsrc or src, list(xray), kernel=True))
     return targets
 
 
@@ -125,7 +126,8 @@ def parse_ptxas(log: str) -> dict[str, dict]:
 
 
 def compile_command(nvcc: str, t: Target, arch: str, obj: Path) -> list[str]:
-    return [nvcc, *t.flags, gencode(arch), "-Xptxas", "-v", "-I", str(REPO / "kernel"), "-c", str(t.source), "-o", str(obj)]
+    arch_flags = kernel_spec.arch_flags(arch) if t.kernel else [gencode(arch)]
+    return [nvcc, *t.flags, *arch_flags, "-Xptxas", "-v", "-I", str(REPO / "kernel"), "-c", str(t.source), "-o", str(obj)]
 
 
 def compile_one(nvcc: str, t: Target, arch: str, outdir: Path) -> Outcome:

@@ -197,3 +197,29 @@ def test_spill_budget_counts_plain_kernels_only():
     for bad in ("sm_90a", "sm_90a=x", "gfx90a=0"):
         with pytest.raises(ValueError):
             ca.parse_budget(bad)
+
+
+def test_arch_ptxas_flags_reach_kernels_not_probes(tmp_path, monkeypatch):
+    """sm_120a's kernel builds take kernel_spec.ARCH_PTXAS_FLAGS (the register-usage level that halves
+    its spills), in CI's compile and in the loader alike; probes and sm_90a (the measured arch) do not."""
+    import torch
+
+    from monolith import kernel_spec
+    from monolith import megakernel as mk
+
+    assert kernel_spec.arch_flags("sm_90a") == [ca.gencode("sm_90a")]
+    assert kernel_spec.arch_flags("sm_120a") == [ca.gencode("sm_120a"), "-Xptxas", "--register-usage-level=0"]
+    with pytest.raises(Exception, match="bad arch"):
+        kernel_spec.arch_flags("gfx90a")
+    nv = _fake_nvcc(tmp_path)
+    assert ca.main(["--nvcc", str(nv), "--arch", "sm_90a,sm_120a"]) == 0
+    calls = [c.split() for c in (tmp_path / "calls").read_text().splitlines()]
+    kernels = [c for c in calls if any(a.endswith("megakernel.cu") or a.endswith("megakernel_xray.cu") for a in c)]
+    probes = [c for c in calls if any("/probes/" in a for a in c)]
+    assert kernels and probes
+    for c in kernels:
+        assert ("--register-usage-level=0" in c) == (ca.gencode("sm_120a") in c)
+    assert not any("--register-usage-level=0" in c for c in probes)
+    for cap, arch in (((9, 0), "sm_90a"), ((12, 0), "sm_120a")):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda cap=cap: cap)
+        assert mk._arch_flags() == kernel_spec.arch_flags(arch)
