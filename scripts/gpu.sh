@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [abpatch] [m4] [m3] [m3quality] [m5quality] [m5sens] [hop] [fold] [attn] [round] [actstore] [tcclock] [xraylong] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [abpatch] [m4] [m3] [m3quality] [m5quality] [m5sens] [hop] [fold] [attn] [round] [actstore] [l2part] [tcclock] [xraylong] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -292,6 +292,9 @@ want round && probe_run round-probe round_gemv results/m4_round_gemv.json
 # session: fp32 / store_xe / store_xh2 / a warp-local f16 store without redux); seconds.
 want actstore && probe_run act-store act_store results/m4_act_store.json
 # Does issuing mma.sync lower the SM clock (probes/tc_clock.cu, ninth session)? seconds.
+# Two halves of the L2 (probes/l2_partition.cu, nineteenth session): each SM's L2-hit latency per line,
+# and SM-to-SM round trips by the SMs' sides and the lines' home side; seconds.
+want l2part && probe_run l2-partition l2_partition results/m4_l2_partition.json
 want tcclock && probe_run tc-clock tc_clock results/m4_tc_clock.json
 # mbarrier / store / load cost per operation with 0-12 bulk copies landing in the SM (probes/mbar_cost.cu,
 # sixth session: what the sub-interval X-ray's ~0.15 us per slot test is); seconds.
