@@ -237,6 +237,32 @@ def test_milestones_tell_a_late_start_from_longer_work():
     assert seg["s_qkv"]["last_late_start_us"] == pytest.approx(0.0) and seg["s_qkv"]["last_extra_work_us"] == pytest.approx(0.0)
 
 
+def test_milestones_name_the_blocks_that_start_late_every_layer():
+    """Six blocks on SMs 10..15; in s_oproj block 3 starts 300 ns late in every layer and block 5
+    100 ns late in one layer of three: late_blocks lists block 3 first (its SM, +0.3 µs), block 5
+    after it with its mean over layers; without SM ids the SM is None."""
+    from monolith.xray.analyze import layer_milestones
+    from monolith.xray.phases import load_phases
+
+    phases = load_phases()
+    pid = {p.name: p.id for p in phases}
+    names = ("s_qkv", "s_attn", "s_oproj", "s_mlp", "s_down")
+    rows, t = [], 0
+    for L in range(3):
+        for n in names:
+            for b in range(6):
+                st = t + (300 if (n == "s_oproj" and b == 3) else 0) + (100 if (n == "s_oproj" and b == 5 and L == 1) else 0)
+                rows.append((b, pid[n], L, st, st + 1000))
+            t += 3000
+    blk, ph, lay, s, e = (np.array(c, dtype=np.float64 if i > 2 else np.int64) for i, c in enumerate(zip(*rows, strict=True)))
+    seg = {x["phase"]: x for x in layer_milestones(s, e, ph, lay, phases, blk, blk + 10, top=2)["segments"]}
+    late = seg["s_oproj"]["late_blocks"]
+    assert [x["block"] for x in late] == [3, 5] and [x["sm"] for x in late] == [13, 15]
+    assert late[0]["late_start_us"] == pytest.approx(0.3) and late[1]["late_start_us"] == pytest.approx(0.1 / 3)
+    assert all(x["late_start_us"] == pytest.approx(0.0) for x in seg["s_mlp"]["late_blocks"])
+    assert layer_milestones(s, e, ph, lay, phases, blk)["segments"][0]["late_blocks"][0]["sm"] is None
+
+
 def test_sub_intervals_of_a_diagnostic_trace():
     """MONOLITH_XRAY_SUB=1 traces cut x_* intervals out of the interval recorded next in the block:
     x_words out of the hop's s_gather, x_dot / x_out out of the work phase. The analyzer groups them

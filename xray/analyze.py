@@ -335,7 +335,7 @@ def token_edges(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, p
 
 
 def layer_milestones(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, phases,
-                     blk: np.ndarray) -> dict | None:
+                     blk: np.ndarray, smid: np.ndarray | None = None, top: int = 4) -> dict | None:
     """Where a layer's time goes along the schedule: for each work phase P of the chain (CHAINS),
     the grid milestone "every block has finished P" (the last end of P in the layer), and the
     segment from the previous milestone (the previous phase's, or the last phase of the layer
@@ -358,6 +358,11 @@ def layer_milestones(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarr
     segs: dict[str, list[float]] = {n: [] for n in present}
     work: dict[str, list[float]] = {n: [] for n in present}
     late: dict[str, list[tuple[float, float]]] = {n: [] for n in present}
+    # Blocks that start P late in every layer, not only now and then (nineteenth session: the O blocks
+    # of some KV groups started O 0.2-0.3 µs after the rest of their group, layer after layer): each
+    # block's first start of P minus the median block's, summed over layers
+    late_sum: dict[str, np.ndarray] = {n: np.zeros(int(blk.max()) + 1) for n in present}
+    late_cnt: dict[str, np.ndarray] = {n: np.zeros(int(blk.max()) + 1) for n in present}
     layers = sorted(int(L) for L in np.unique(lay[ph == ids[present[0]]]))
     last_end = {}
     for L in layers:
@@ -373,6 +378,8 @@ def layer_milestones(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarr
                 en = np.full(len(bs), -np.inf)
                 np.minimum.at(st, inv, s[m])
                 np.maximum.at(en, inv, e[m])
+                late_sum[n][bs] += st - np.median(st)
+                late_cnt[n][bs] += 1
                 i = int(np.argmax(en))
                 late[n].append((float(st[i] - np.median(st)), float((en[i] - st[i]) - np.median(en - st))))
     for L in layers:
@@ -386,6 +393,16 @@ def layer_milestones(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarr
             "last_extra_work_us": float(np.median([x[1] for x in late[n]]) / 1e3)} for n in present if segs[n] and work[n]]
     if not out:
         return None
+    sm_of = {}
+    if smid is not None:
+        for b, m in zip(blk.tolist(), smid.tolist(), strict=True):
+            sm_of.setdefault(b, m)
+    for x in out:
+        n = x["phase"]
+        have = late_cnt[n] > 0
+        mean = np.where(have, late_sum[n] / np.maximum(late_cnt[n], 1), -np.inf)
+        order = [int(b) for b in np.argsort(-mean, kind="stable")[:top] if have[b]]
+        x["late_blocks"] = [{"block": b, "sm": sm_of.get(b), "late_start_us": float(mean[b] / 1e3)} for b in order]
     return {"chain": [x["phase"] for x in out], "segments": out,
             "sum_us": float(sum(x["segment_us"] for x in out)),
             "method": "per layer: last end of each work phase over blocks minus the previous phase's last end "
@@ -466,7 +483,7 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
     ring_token = float(d[is_ring].sum() / 1e3 / nblocks)
     hops = hop_latency(s, e, ph, lay, phases, blk)
     hops_per_layer = len({h["wait"] for h in hops if h["wait"].startswith("s_")}) or len(hops)
-    milestones = layer_milestones(s, e, ph, lay, phases, blk)
+    milestones = layer_milestones(s, e, ph, lay, phases, blk, sm)
     edges = token_edges(s, e, ph, lay, phases, blk, layer_scoped,
                         float(layer_us[0]) if present and present[0] == 0 else None, n_layers, nblocks)
     subs = sub_intervals(s, e, ph, blk, phases)
@@ -699,6 +716,11 @@ def print_report(summ: dict, console=None) -> None:
         if all("last_late_start_us" in x for x in ms["segments"]):
             late = " · ".join(f"{x['phase']} +{x['last_late_start_us']:.2f} / +{x['last_extra_work_us']:.2f}" for x in ms["segments"])
             con.print(f"the block that ends each phase last, against the median block (late start / extra work, µs): {late}",
+                      markup=False)
+        if all(x.get("late_blocks") for x in ms["segments"]):
+            lb = " · ".join(x["phase"] + " " + ", ".join(f"{b['block']} (SM {b['sm']}) +{b['late_start_us']:.2f}"
+                                                          for b in x["late_blocks"]) for x in ms["segments"])
+            con.print(f"blocks that start each phase latest, mean over layers against the median block (µs): {lb}",
                       markup=False)
     ed = summ.get("edges") or {}
     if ed.get("first_layer"):
