@@ -535,6 +535,33 @@ constexpr int kMinBalancedSplits = 4;
 // (MONOLITH_ATTN_WIDE, wider splits at long positions, was measured and removed in the eleventh
 // session: NOTES.md, tenth and eleventh sessions. The 64-position split is the only shape.)
 constexpr int kSplitEntriesMax = kSplitPositions;  // sm.sc per head
+// MONOLITH_BLOCK_ROLES=1 (nineteenth session, an experiment, off): the role a block plays (its
+// KV group, its place in the group, its slices of every phase: everything make_plan derives from b)
+// comes from a host-written table indexed by blockIdx.x, g_block_roles (set_block_roles in
+// megakernel.cu; monolith.megakernel applies MONOLITH_BLOCK_ROLES_FILE), instead of blockIdx.x
+// itself. Any permutation of 0..G-1 computes the same bits (the roles are relabelled, not changed);
+// a table for another grid size is ignored. Why: the X-ray puts some groups' O blocks 0.2-0.3 us
+// behind the rest of their group, layer after layer, and those blocks sit on other SMs than the
+// group's attention blocks (NOTES.md nineteenth session; probes/l2_partition.cu asks whether the
+// L2's two halves are the cause). The launch places block i on the same SM each time (X-ray), so
+// a table built from a calibration launch (block_sms) can keep each group on one side.
+#ifndef MONOLITH_BLOCK_ROLES
+#define MONOLITH_BLOCK_ROLES 0
+#endif
+constexpr bool kBlockRoles = MONOLITH_BLOCK_ROLES != 0;
+struct BlockRoles {
+  int n;  // the grid size the table is for (0: none)
+  uint16_t role[kMaxGrid];
+};
+__device__ BlockRoles g_block_roles = {0, {}};
+__device__ __forceinline__ int block_role() {
+  if constexpr (kBlockRoles) {
+    const int n = *(volatile const int*)&g_block_roles.n;
+    if (n == int(gridDim.x)) return int(*(volatile const uint16_t*)&g_block_roles.role[blockIdx.x]);
+  }
+  return int(blockIdx.x);
+}
+
 __device__ __forceinline__ StreamPlan make_plan(int b, int G, int pos) {
   StreamPlan s;
   s.g = 0;
@@ -1314,7 +1341,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   constexpr int kMergeThreads = (kMergeHalves ? 2 : 1) * kGroupCols;  // threads that gather partials
   constexpr int kRowsRound = kRoundSlots * F::kRows1024;  // K = 1024 rows per round: 32 | 64 | 128 (NVFP4)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int G = gridDim.x, b = blockIdx.x, g = s.g;
+  const int G = gridDim.x, b = block_role(), g = s.g;
   SyncState* S = p.sync;
   float* scr = p.scr;
   long long* acc = p.acc;
@@ -2735,7 +2762,7 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
 #if defined(MONOLITH_XRAY) && MONOLITH_XRAY_SUB == 1
     sm.xwords = 0ull;
 #endif
-    plan = make_plan(blockIdx.x, gridDim.x, pos);
+    plan = make_plan(block_role(), gridDim.x, pos);
     mbar_fence_init();
   }
   __syncthreads();  // the schedule's only barrier 0: from here the consumers sync on barrier 1
