@@ -72,7 +72,8 @@ __global__ void latency_kernel(const uint32_t* lines, uint32_t* lat, uint32_t* s
   sm_of[blockIdx.x] = smid();
   uint32_t dep = 0;  // 0 at run time (the lines hold 0): every load's address depends on the last one
   for (int l = 0; l < kLines; ++l) dep = ld_relaxed(lines + l * kLineWords + dep);
-  for (int l = 0; l < kLines; ++l) {
+  for (int i = 0; i < kLines; ++i) {
+    const int l = (i + int(blockIdx.x) * 37) % kLines;  // staggered: no two SMs on one line at once
     uint32_t best = ~0u;
     for (int r = 0; r < kReps; ++r) best = min(best, chain_cycles(lines + l * kLineWords, dep));
     lat[blockIdx.x * kLines + l] = best;
