@@ -1062,8 +1062,9 @@ cudaError_t set_block_roles(const uint16_t* roles, int n) {
 }
 
 // Where a launch of `variant` with `blocks` blocks puts each block: the SM (%smid) of block i, from
-// a kernel launched with the variant's block size and dynamic shared memory (so the same blocks per
-// SM), which does nothing else. For MONOLITH_BLOCK_ROLES's table.
+// a kernel that does nothing else, launched with the variant's block size and the variant's static
+// plus dynamic shared memory as its dynamic shared memory (so as many blocks fit per SM: one, for the
+// streaming variants, whose ring takes most of an SM). For MONOLITH_BLOCK_ROLES's table.
 __global__ void record_block_sms(int* out) {
   if (threadIdx.x == 0) {
     unsigned s;
@@ -1074,11 +1075,14 @@ __global__ void record_block_sms(int* out) {
 cudaError_t block_sms(int variant, int blocks, int* out_host) {
   const KernelInfo k = kernel_for(variant);
   if (k.fn == nullptr || blocks < 1 || blocks > kMaxGrid) return cudaErrorInvalidValue;
-  cudaError_t e = cudaFuncSetAttribute(record_block_sms, cudaFuncAttributeMaxDynamicSharedMemorySize, k.dynamic_smem);
+  cudaFuncAttributes a{};
+  cudaError_t e = cudaFuncGetAttributes(&a, k.fn);
+  const int smem = int(a.sharedSizeBytes) + k.dynamic_smem;
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(record_block_sms, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   int* d = nullptr;
   if (e == cudaSuccess) e = cudaMalloc(&d, sizeof(int) * blocks);
   if (e == cudaSuccess) {
-    record_block_sms<<<blocks, k.threads, size_t(k.dynamic_smem)>>>(d);
+    record_block_sms<<<blocks, k.threads, size_t(smem)>>>(d);
     e = cudaGetLastError();
   }
   if (e == cudaSuccess) e = cudaMemcpy(out_host, d, sizeof(int) * blocks, cudaMemcpyDeviceToHost);
