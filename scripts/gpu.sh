@@ -177,7 +177,8 @@ fi
 # of the default and the sides build. Everything under results/ab-roles/.
 if want roles; then
   rdir=results/ab-roles rv=${ROLES_VARIANTS:-fp8-stream}; rm -rf "$rdir"; mkdir -p "$rdir"
-  [ -s results/m4_l2_partition.json ] || probe_run l2-partition l2_partition results/m4_l2_partition.json
+  [ -s results/m4_l2_partition.json ] || run l2-partition bash -c "nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a \
+    -I kernel -I probes -o /tmp/l2_partition probes/l2_partition.cu && /tmp/l2_partition --json > results/m4_l2_partition.json"
   roles_on=(env MONOLITH_NVCC_DEFINES=MONOLITH_BLOCK_ROLES=1)
   run roles-sides "${roles_on[@]}" python3 scripts/block_roles.py --probe results/m4_l2_partition.json \
     --variant "${rv%%,*}" --out "$rdir/roles-sides.json"
