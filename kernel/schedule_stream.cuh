@@ -2493,6 +2493,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       const long long* ap = acc + kTagAct + tid;
       tagged_gather<kPer>([&](int k) { return ap + k * kStreamConsumerThreads; }, tag, av, S, tmo,
                           uint32_t(L) * 16u + 11u, ok);
+      XRAY_WORDS_NOTE(&sm.xwords);  // MONOLITH_XRAY_SUB=1: this warp's words are in (x_words, below)
       // thread 0's words are in; the stores below and the barrier are the hop's s_gather (eighteenth
       // session: does the f16 store (store_xe / store_xh2) lengthen this hop before or after the words?)
       XRAY_END(s_wait_act, L);
@@ -2504,6 +2505,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         else sm.act[kInSwz ? nv_swz(i) : i] = av[k];  // down reads it swizzled (NVFP4: per 1024-wide segment)
       }
       if (!csync_and(ok)) return;  // also publishes sm.act
+      XRAY_WORDS_CUT(&sm.xwords, L);  // MONOLITH_XRAY_SUB=1 (nineteenth session): the last warp's words
       XRAY_END(s_gather, L);  // every thread's activations are in and stored
     }
     {
