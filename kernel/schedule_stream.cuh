@@ -535,6 +535,15 @@ constexpr int kMinBalancedSplits = 4;
 // (MONOLITH_ATTN_WIDE, wider splits at long positions, was measured and removed in the eleventh
 // session: NOTES.md, tenth and eleventh sessions. The 64-position split is the only shape.)
 constexpr int kSplitEntriesMax = kSplitPositions;  // sm.sc per head
+// MONOLITH_ACT_SYNCWARP=1 (nineteenth session, an experiment, off): a __syncwarp after the
+// activations' gather, before their stores. Why: with fp8's f16 down inputs (MONOLITH_E4M3_HALF2=8)
+// the plain X-ray's act hop (every thread's words in, last block) grew by ~1 us, but in the
+// MONOLITH_XRAY_SUB=1 build, which adds a __syncwarp there, by ~0.1 us: the lanes leave the gather's
+// polling loop one by one, and store_xe's redux.sync is then the warp's first convergence point.
+#ifndef MONOLITH_ACT_SYNCWARP
+#define MONOLITH_ACT_SYNCWARP 0
+#endif
+constexpr bool kActSyncwarp = MONOLITH_ACT_SYNCWARP != 0;
 // MONOLITH_BLOCK_ROLES=1 (nineteenth session, an experiment, off): the role a block plays (its
 // KV group, its place in the group, its slices of every phase: everything make_plan derives from b)
 // comes from a host-written table indexed by blockIdx.x, g_block_roles (set_block_roles in
@@ -2493,6 +2502,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       const long long* ap = acc + kTagAct + tid;
       tagged_gather<kPer>([&](int k) { return ap + k * kStreamConsumerThreads; }, tag, av, S, tmo,
                           uint32_t(L) * 16u + 11u, ok);
+      if constexpr (kActSyncwarp) __syncwarp();  // MONOLITH_ACT_SYNCWARP (nineteenth session)
       XRAY_WORDS_NOTE(&sm.xwords);  // MONOLITH_XRAY_SUB=1: this warp's words are in (x_words, below)
       // thread 0's words are in; the stores below and the barrier are the hop's s_gather (eighteenth
       // session: does the f16 store (store_xe / store_xh2) lengthen this hop before or after the words?)
