@@ -7,7 +7,6 @@
 
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "megakernel.cuh"
 
@@ -80,27 +79,6 @@ py::dict attributes(int variant, bool xray_build) {
   return d;
 }
 
-// MONOLITH_BLOCK_ROLES (schedule_stream.cuh): the same table into both builds; [] clears it.
-void set_block_roles(const std::vector<int>& roles) {
-  const int n = int(roles.size());
-  std::vector<uint16_t> r(roles.size());
-  std::vector<bool> seen(roles.size(), false);
-  for (int i = 0; i < n; ++i) {
-    if (roles[i] < 0 || roles[i] >= n || seen[roles[i]]) throw std::invalid_argument("block roles: not a permutation of 0..n-1");
-    seen[roles[i]] = true;
-    r[i] = uint16_t(roles[i]);
-  }
-  check(plain_build::set_block_roles(r.data(), n), "set_block_roles (plain build)");
-  check(xray_build::set_block_roles(r.data(), n), "set_block_roles (X-ray build)");
-}
-
-std::vector<int> block_sms(int variant, int blocks, bool xray_build) {
-  std::vector<int> out(blocks > 0 ? blocks : 0);
-  check(xray_build ? xray_build::block_sms(variant, blocks, out.data()) : plain_build::block_sms(variant, blocks, out.data()),
-        "block_sms");
-  return out;
-}
-
 // The kernel's own view of the shapes and layouts; Python packs weights with these numbers and
 // refuses to run if they disagree with monolith/config.py.
 py::dict constants() {
@@ -168,7 +146,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("launch", &launch, "launch one decode step on a stream");
   m.def("max_coresident", &max_coresident, "blocks that fit co-resident on the device");
   m.def("attributes", &attributes, "compiled kernel attributes (registers, shared memory, local memory)");
-  m.def("set_block_roles", &set_block_roles, "MONOLITH_BLOCK_ROLES: block i plays role roles[i] ([] clears)");
-  m.def("block_sms", &block_sms, "the SM of each block of a launch of the variant (a calibration launch)");
   m.def("constants", &constants, "shapes and layouts compiled into the kernel");
 }

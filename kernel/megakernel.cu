@@ -1051,45 +1051,6 @@ int max_coresident_blocks(int variant, int device, cudaError_t* err) {
   return *err == cudaSuccess ? per_sm * sms : 0;
 }
 
-// MONOLITH_BLOCK_ROLES (schedule_stream.cuh): the role table, for a grid of n blocks (n = 0 clears
-// it). The caller checked that roles is a permutation of 0..n-1.
-cudaError_t set_block_roles(const uint16_t* roles, int n) {
-  if (n < 0 || n > kMaxGrid) return cudaErrorInvalidValue;
-  BlockRoles t{};
-  t.n = n;
-  for (int i = 0; i < n; ++i) t.role[i] = roles[i];
-  return cudaMemcpyToSymbol(g_block_roles, &t, sizeof(t));
-}
-
-// Where a launch of `variant` with `blocks` blocks puts each block: the SM (%smid) of block i, from
-// a kernel that does nothing else, launched with the variant's block size and the variant's static
-// plus dynamic shared memory as its dynamic shared memory (so as many blocks fit per SM: one, for the
-// streaming variants, whose ring takes most of an SM). For MONOLITH_BLOCK_ROLES's table.
-__global__ void record_block_sms(int* out) {
-  if (threadIdx.x == 0) {
-    unsigned s;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
-    out[blockIdx.x] = int(s);
-  }
-}
-cudaError_t block_sms(int variant, int blocks, int* out_host) {
-  const KernelInfo k = kernel_for(variant);
-  if (k.fn == nullptr || blocks < 1 || blocks > kMaxGrid) return cudaErrorInvalidValue;
-  cudaFuncAttributes a{};
-  cudaError_t e = cudaFuncGetAttributes(&a, k.fn);
-  const int smem = int(a.sharedSizeBytes) + k.dynamic_smem;
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(record_block_sms, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  int* d = nullptr;
-  if (e == cudaSuccess) e = cudaMalloc(&d, sizeof(int) * blocks);
-  if (e == cudaSuccess) {
-    record_block_sms<<<blocks, k.threads, size_t(smem)>>>(d);
-    e = cudaGetLastError();
-  }
-  if (e == cudaSuccess) e = cudaMemcpy(out_host, d, sizeof(int) * blocks, cudaMemcpyDeviceToHost);
-  if (d != nullptr) cudaFree(d);
-  return e;
-}
-
 cudaError_t kernel_attributes(int variant, cudaFuncAttributes* out) {
   const KernelInfo k = kernel_for(variant);
   if (k.fn == nullptr) return cudaErrorInvalidValue;

@@ -61,9 +61,6 @@ struct StepParams {
   /* blocks of this variant that fit co-resident on the whole device (occupancy API x SMs) */      \
   int max_coresident_blocks(int variant, int device, cudaError_t* err);                            \
   cudaError_t kernel_attributes(int variant, cudaFuncAttributes* out);                             \
-  /* MONOLITH_BLOCK_ROLES: the role table (n = 0 clears it); the SM of each block of a launch */  \
-  cudaError_t set_block_roles(const uint16_t* roles, int n);                                       \
-  cudaError_t block_sms(int variant, int blocks, int* out_host);                                   \
   }
 
 MONOLITH_DECLARE_BUILD(plain_build)

@@ -540,37 +540,15 @@ constexpr int kSplitEntriesMax = kSplitPositions;  // sm.sc per head
 // the plain X-ray's act hop (every thread's words in, last block) grew by ~1 us, but in the
 // MONOLITH_XRAY_SUB=1 build, which adds a __syncwarp there, by ~0.1 us: the lanes leave the gather's
 // polling loop one by one, and store_xe's redux.sync is then the warp's first convergence point.
+// Measured (dev, fp8-stream, 128 blocks, one call): mask 8 2,219 -> 2,276 tok/s (+2.6 %), the default
+// (fp32 act stores) 2,296 -> 2,294: off until NVFP4 (store_xh2 here) and mask 12 are measured.
 #ifndef MONOLITH_ACT_SYNCWARP
 #define MONOLITH_ACT_SYNCWARP 0
 #endif
 constexpr bool kActSyncwarp = MONOLITH_ACT_SYNCWARP != 0;
-// MONOLITH_BLOCK_ROLES=1 (nineteenth session, an experiment, off): the role a block plays (its
-// KV group, its place in the group, its slices of every phase: everything make_plan derives from b)
-// comes from a host-written table indexed by blockIdx.x, g_block_roles (set_block_roles in
-// megakernel.cu; monolith.megakernel applies MONOLITH_BLOCK_ROLES_FILE), instead of blockIdx.x
-// itself. Any permutation of 0..G-1 computes the same bits (the roles are relabelled, not changed);
-// a table for another grid size is ignored. Why: the X-ray puts some groups' O blocks 0.2-0.3 us
-// behind the rest of their group, layer after layer, and those blocks sit on other SMs than the
-// group's attention blocks (NOTES.md nineteenth session; probes/l2_partition.cu asks whether the
-// L2's two halves are the cause). The launch places block i on the same SM each time (X-ray), so
-// a table built from a calibration launch (block_sms) can keep each group on one side.
-#ifndef MONOLITH_BLOCK_ROLES
-#define MONOLITH_BLOCK_ROLES 0
-#endif
-constexpr bool kBlockRoles = MONOLITH_BLOCK_ROLES != 0;
-struct BlockRoles {
-  int n;  // the grid size the table is for (0: none)
-  uint16_t role[kMaxGrid];
-};
-__device__ BlockRoles g_block_roles = {0, {}};
-__device__ __forceinline__ int block_role() {
-  if constexpr (kBlockRoles) {
-    const int n = *(volatile const int*)&g_block_roles.n;
-    if (n == int(gridDim.x)) return int(*(volatile const uint16_t*)&g_block_roles.role[blockIdx.x]);
-  }
-  return int(blockIdx.x);
-}
-
+// (MONOLITH_BLOCK_ROLES, roles from a host table so that each KV group sits on one L2 side, was
+// measured and removed in the nineteenth session: NOTES.md. The launch does not place block i on the
+// same SM from one launch to the next, and SM-to-SM round trips are not slower across the two sides.)
 __device__ __forceinline__ StreamPlan make_plan(int b, int G, int pos) {
   StreamPlan s;
   s.g = 0;
@@ -1350,7 +1328,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   constexpr int kMergeThreads = (kMergeHalves ? 2 : 1) * kGroupCols;  // threads that gather partials
   constexpr int kRowsRound = kRoundSlots * F::kRows1024;  // K = 1024 rows per round: 32 | 64 | 128 (NVFP4)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int G = gridDim.x, b = block_role(), g = s.g;
+  const int G = gridDim.x, b = blockIdx.x, g = s.g;
   SyncState* S = p.sync;
   float* scr = p.scr;
   long long* acc = p.acc;
@@ -2774,7 +2752,7 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
 #if defined(MONOLITH_XRAY) && MONOLITH_XRAY_SUB == 1
     sm.xwords = 0ull;
 #endif
-    plan = make_plan(block_role(), gridDim.x, pos);
+    plan = make_plan(blockIdx.x, gridDim.x, pos);
     mbar_fence_init();
   }
   __syncthreads();  // the schedule's only barrier 0: from here the consumers sync on barrier 1

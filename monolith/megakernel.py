@@ -10,10 +10,7 @@ the grid can be co-resident (a persistent grid that cannot is a hang, so we refu
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from datetime import UTC, datetime
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -249,37 +246,8 @@ def load_extension(variant: str = "bf16-upstream", verbose: bool = False):
                extra_cflags=["-O2", "-std=c++17"], extra_include_paths=[str(KERNEL_DIR)],
                build_directory=str(build_dir), verbose=verbose)
     ext.build_info = {"tag": tag, "nvcc_flags": cuda_flags, "build_dir": str(build_dir), "extra_defines": extra}
-    ext.build_info["block_roles"] = apply_block_roles(ext)
     _EXT[tag] = ext
     return ext
-
-
-BLOCK_ROLES_ENV = "MONOLITH_BLOCK_ROLES_FILE"
-MAX_GRID = 1024  # kernel/config.cuh kMaxGrid: the role table's size
-
-
-def read_block_roles(path) -> list[int]:
-    """The "roles" list of a block-roles file (scripts/block_roles.py writes them): a permutation of
-    0..n-1; anything else is a MonolithError naming the file."""
-    try:
-        roles = json.loads(Path(path).read_text())["roles"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise MonolithError(f"block roles file {path}: {e!r}") from e
-    if not (isinstance(roles, list) and all(isinstance(r, int) for r in roles)
-            and sorted(roles) == list(range(len(roles))) and 0 < len(roles) <= MAX_GRID):
-        raise MonolithError(f"block roles file {path}: 'roles' must be a permutation of 0..n-1 with 0 < n <= {MAX_GRID}")
-    return roles
-
-
-def apply_block_roles(ext) -> str | None:
-    """MONOLITH_BLOCK_ROLES_FILE (an experiment, nineteenth session): hand the file's table to the
-    extension. Only a build with -DMONOLITH_BLOCK_ROLES=1 reads it, and only at a grid of n blocks;
-    any permutation gives the same tokens (kernel/schedule_stream.cuh). Returns the path, or None."""
-    path = os.environ.get(BLOCK_ROLES_ENV)
-    if not path:
-        return None
-    ext.set_block_roles(read_block_roles(path))
-    return path
 
 
 def expected_constants() -> dict:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
-#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [abpatch] [m4] [m3] [m3quality] [m5quality] [m5sens] [hop] [fold] [attn] [round] [actstore] [l2part] [roles] [tcclock] [xraylong] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [abpatch] [m4] [m3] [m3quality] [m5quality] [m5sens] [hop] [fold] [attn] [round] [actstore] [l2part] [tcclock] [xraylong] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -168,31 +168,6 @@ if want abdev; then
     fi
     i=$((i + 1))
   done
-fi
-# MONOLITH_BLOCK_ROLES (nineteenth session's experiment): the L2's sides (probes/l2_partition.cu, run
-# if its JSON is not here yet), then role tables from a calibration launch (scripts/block_roles.py:
-# every KV group on one side, and a random permutation as the control), then dev timings of
-# ROLES_VARIANTS at 128 blocks: the default build, sides, random, the default again (drift), each
-# build's tokens checked bitwise against the first's (a permutation of roles changes no bit); X-rays
-# of the default and the sides build. Everything under results/ab-roles/.
-if want roles; then
-  rdir=results/ab-roles rv=${ROLES_VARIANTS:-fp8-stream}; rm -rf "$rdir"; mkdir -p "$rdir"
-  [ -s results/m4_l2_partition.json ] || run l2-partition bash -c "nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a \
-    -I kernel -I probes -o /tmp/l2_partition probes/l2_partition.cu && /tmp/l2_partition --json > results/m4_l2_partition.json"
-  roles_on=(env MONOLITH_NVCC_DEFINES=MONOLITH_BLOCK_ROLES=1)
-  run roles-sides "${roles_on[@]}" python3 scripts/block_roles.py --probe results/m4_l2_partition.json \
-    --variant "${rv%%,*}" --out "$rdir/roles-sides.json"
-  run roles-random "${roles_on[@]}" python3 scripts/block_roles.py --probe results/m4_l2_partition.json \
-    --variant "${rv%%,*}" --order random --seed 1 --out "$rdir/roles-random.json"
-  dev() { run "roles-dev-$1" "${@:2}" python3 scripts/dev_bench.py --variant "$rv" --blocks 128 --runs 3 \
-    --tokens-ref "$rdir/tokens-ref.json" --out "$rdir/dev-$1.json"; }
-  dev base env -u MONOLITH_NVCC_DEFINES
-  dev sides "${roles_on[@]}" MONOLITH_BLOCK_ROLES_FILE="$rdir/roles-sides.json"
-  dev random "${roles_on[@]}" MONOLITH_BLOCK_ROLES_FILE="$rdir/roles-random.json"
-  dev base2 env -u MONOLITH_NVCC_DEFINES
-  run roles-xray-base env -u MONOLITH_NVCC_DEFINES python3 scripts/xray_raw.py --variant "$rv" --position 128 --out "$rdir/xray-base"
-  run roles-xray-sides "${roles_on[@]}" MONOLITH_BLOCK_ROLES_FILE="$rdir/roles-sides.json" \
-    python3 scripts/xray_raw.py --variant "$rv" --position 128 --out "$rdir/xray-sides"
 fi
 # A/B of a code change that is not a knob (fourteenth session): AB_PATCH, a `git diff` of the change
 # (paths relative to the repository root), is applied to a copy of this tree (AB_TREE, default
