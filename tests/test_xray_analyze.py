@@ -210,25 +210,33 @@ def test_layer_milestones_split_a_layer_along_the_schedule():
     assert layer_milestones(s[keep], e[keep], ph[keep], lay[keep], phases, blk[keep]) is None
 
 
+def _chain_trace(nblocks, late, extra=lambda n, b: 0):
+    """Three layers of the stream chain, every phase 3,000 ns after the previous one's start: block b
+    starts phase n of layer L late(n, b, L) ns late and works 1,000 + extra(n, b) ns. Returns
+    (blk, ph, lay, s, e, phases) for layer_milestones."""
+    from monolith.xray.phases import load_phases
+
+    phases = load_phases()
+    pid = {p.name: p.id for p in phases}
+    rows, t = [], 0
+    for L in range(3):
+        for n in ("s_qkv", "s_attn", "s_oproj", "s_mlp", "s_down"):
+            for b in range(nblocks):
+                st = t + late(n, b, L)
+                rows.append((b, pid[n], L, st, st + 1000 + extra(n, b)))
+            t += 3000
+    cols = (np.array(c, dtype=np.float64 if i > 2 else np.int64) for i, c in enumerate(zip(*rows, strict=True)))
+    return (*cols, phases)
+
+
 def test_milestones_tell_a_late_start_from_longer_work():
     """Five blocks; in s_mlp block 4 starts 800 ns late and works as long as the others, in s_down
     block 2 starts on time and works 600 ns longer: each shows up in its own column, and the other
     blocks' (the median's) numbers stay 0."""
     from monolith.xray.analyze import layer_milestones
-    from monolith.xray.phases import load_phases
 
-    phases = load_phases()
-    pid = {p.name: p.id for p in phases}
-    names = ("s_qkv", "s_attn", "s_oproj", "s_mlp", "s_down")
-    rows, t = [], 0
-    for L in range(3):
-        for n in names:
-            for b in range(5):
-                st = t + (800 if (n == "s_mlp" and b == 4) else 0)
-                dur = 1000 + (600 if (n == "s_down" and b == 2) else 0)
-                rows.append((b, pid[n], L, st, st + dur))
-            t += 3000
-    blk, ph, lay, s, e = (np.array(c, dtype=np.float64 if i > 2 else np.int64) for i, c in enumerate(zip(*rows, strict=True)))
+    blk, ph, lay, s, e, phases = _chain_trace(5, lambda n, b, L: 800 if (n == "s_mlp" and b == 4) else 0,
+                                              lambda n, b: 600 if (n == "s_down" and b == 2) else 0)
     seg = {x["phase"]: x for x in layer_milestones(s, e, ph, lay, phases, blk)["segments"]}
     assert seg["s_mlp"]["last_late_start_us"] == pytest.approx(0.8)
     assert seg["s_mlp"]["last_extra_work_us"] == pytest.approx(0.0)
@@ -242,19 +250,9 @@ def test_milestones_name_the_blocks_that_start_late_every_layer():
     100 ns late in one layer of three: late_blocks lists block 3 first (its SM, +0.3 µs), block 5
     after it with its mean over layers; without SM ids the SM is None."""
     from monolith.xray.analyze import layer_milestones
-    from monolith.xray.phases import load_phases
 
-    phases = load_phases()
-    pid = {p.name: p.id for p in phases}
-    names = ("s_qkv", "s_attn", "s_oproj", "s_mlp", "s_down")
-    rows, t = [], 0
-    for L in range(3):
-        for n in names:
-            for b in range(6):
-                st = t + (300 if (n == "s_oproj" and b == 3) else 0) + (100 if (n == "s_oproj" and b == 5 and L == 1) else 0)
-                rows.append((b, pid[n], L, st, st + 1000))
-            t += 3000
-    blk, ph, lay, s, e = (np.array(c, dtype=np.float64 if i > 2 else np.int64) for i, c in enumerate(zip(*rows, strict=True)))
+    blk, ph, lay, s, e, phases = _chain_trace(
+        6, lambda n, b, L: (300 if (n == "s_oproj" and b == 3) else 0) + (100 if (n == "s_oproj" and b == 5 and L == 1) else 0))
     seg = {x["phase"]: x for x in layer_milestones(s, e, ph, lay, phases, blk, blk + 10, top=2)["segments"]}
     late = seg["s_oproj"]["late_blocks"]
     assert [x["block"] for x in late] == [3, 5] and [x["sm"] for x in late] == [13, 15]
