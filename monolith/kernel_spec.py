@@ -165,12 +165,17 @@ def build_flags(variant: str | dict, *, xray: bool = False, spec: dict | None = 
 ARCH_PTXAS_FLAGS = {"sm_120a": ["-Xptxas", "--register-usage-level=0"]}
 
 
-def arch_flags(arch: str) -> list[str]:
-    """nvcc flags for one target arch (e.g. "sm_90a"): its -gencode, then ARCH_PTXAS_FLAGS[arch]."""
+def gencode(arch: str) -> str:
+    """The -gencode flag of one target arch ("sm_90a" -> machine code for sm_90a, nothing else)."""
     if not re.fullmatch(r"sm_\d+[af]?", arch):
         raise MonolithError(f"bad arch {arch!r}: expected e.g. sm_90a or sm_120a")
     cc = arch.removeprefix("sm_")
-    return [f"-gencode=arch=compute_{cc},code=sm_{cc}", *ARCH_PTXAS_FLAGS.get(arch, [])]
+    return f"-gencode=arch=compute_{cc},code=sm_{cc}"
+
+
+def arch_flags(arch: str) -> list[str]:
+    """nvcc flags of a kernel build for one target arch: its -gencode, then ARCH_PTXAS_FLAGS[arch]."""
+    return [gencode(arch), *ARCH_PTXAS_FLAGS.get(arch, [])]
 
 
 def build_sources(spec: dict | None = None, repo: Path = REPO_ROOT) -> tuple[Path, Path | None]:

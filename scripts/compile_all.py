@@ -4,8 +4,9 @@
 - every probes/*.cu, as an object (`nvcc -c`), for each arch;
 - every kernel variant listed in kernel/variants.json, plain and X-ray builds, for each arch.
 
-The flags of a kernel build are monolith.kernel_spec.build_flags(variant): the same function the
-runtime loader (monolith.megakernel.load_extension) uses, so CI compiles exactly the
+The flags of a kernel build are monolith.kernel_spec.build_flags(variant) and arch_flags(arch) (per-arch
+ptxas flags: sm_120a's register-usage level): the same functions the runtime loader
+(monolith.megakernel.load_extension) uses, so CI compiles exactly the
 configuration that runs (variants.json's schema is in monolith/kernel_spec.py). Variants with
 identical flags compile to the same object, so they are compiled once.
 
@@ -33,6 +34,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere: the monolith pac
 
 from monolith import kernel_spec  # noqa: E402
 from monolith.console import make_console  # noqa: E402
+from monolith.errors import MonolithError  # noqa: E402
 
 DEFAULT_ARCHS = ("sm_90a", "sm_120a")
 PROBE_FLAGS = ["-std=c++17", "-O3"]  # probes are standalone; each file's header has its compile line
@@ -58,10 +60,11 @@ class Outcome:
 
 
 def gencode(arch: str) -> str:
-    if not re.fullmatch(r"sm_\d+[af]?", arch):
-        raise ValueError(f"bad arch {arch!r}: expected e.g. sm_90a or sm_120a")
-    cc = arch.removeprefix("sm_")
-    return f"-gencode=arch=compute_{cc},code=sm_{cc}"
+    """kernel_spec.gencode, with a bad arch as ValueError (the command line's error)."""
+    try:
+        return kernel_spec.gencode(arch)
+    except MonolithError as e:
+        raise ValueError(str(e)) from e
 
 
 def load_variants(path: Path, repo: Path = REPO) -> list[Target]:

@@ -347,7 +347,9 @@ def layer_milestones(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarr
     shorter and the token slower): the block that ends P last, against the median block, either
     started P late (`last_late_start_us`: its first start of P minus the median block's) or worked
     longer (`last_extra_work_us`: its first start to last end minus the median block's); medians over
-    layers. None when the trace has none of the chains."""
+    layers. `late_blocks`: the `top` blocks whose start of P is latest against the median block's,
+    averaged over layers, with their SMs (smid given) — a block late in every layer, not now and then.
+    None when the trace has none of the chains."""
     ids = {p.name: p.id for p in phases}
     chain = next((c for c in CHAINS if all(n in ids for n in c) and bool((ph == ids[c[0]]).any())), None)
     if chain is None:
