@@ -546,6 +546,16 @@ constexpr int kSplitEntriesMax = kSplitPositions;  // sm.sc per head
 #define MONOLITH_ACT_SYNCWARP 0
 #endif
 constexpr bool kActSyncwarp = MONOLITH_ACT_SYNCWARP != 0;
+// MONOLITH_NORM_SYNCWARP (nineteenth session, code only, off): the same __syncwarp after the residual
+// words' polls of the two norm hops, bit 1 the hop into qkv (tagged_gather), bit 2 the hop into the MLP
+// (resid_poll). In both, stream_prenorm's store_xh2 / store_xe (NVFP4 always; fp8 where
+// MONOLITH_E4M3_HALF2 has the phase's bit: the default's gate/up) is the warp's first convergence
+// point after the polling loop, as store_xe was in the act hop. Not measured yet (NOTES.md).
+#ifndef MONOLITH_NORM_SYNCWARP
+#define MONOLITH_NORM_SYNCWARP 0
+#endif
+constexpr int kNormSyncwarp = MONOLITH_NORM_SYNCWARP;
+static_assert(kNormSyncwarp >= 0 && kNormSyncwarp <= 3, "MONOLITH_NORM_SYNCWARP: a mask of 1 (qkv hop) and 2 (MLP hop)");
 // (MONOLITH_BLOCK_ROLES, roles from a host table so that each KV group sits on one L2 side, was
 // measured and removed in the nineteenth session: NOTES.md. The launch does not place block i on the
 // same SM from one launch to the next, and SM-to-SM round trips are not slower across the two sides.)
@@ -1723,6 +1733,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const long long* rp = acc + kTagResid + tid;
         tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, L - 1), v, S, tmo,
                          uint32_t(L) * 16u + 7u, ok);
+        if constexpr ((kNormSyncwarp & 1) != 0) __syncwarp();  // MONOLITH_NORM_SYNCWARP bit 1
         XRAY_WORDS_NOTE(&sm.xwords);
         XRAY_END(s_wait_resid, L);  // thread 0's words (the first round's barrier is the block's)
       }
@@ -2379,6 +2390,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       auto mlp_slots0 = [&] { return F::kSlotsPerUnit * min(kMlpRoundUnits, s.u1 - s.u0); };  // bf16 / E4M3: round 0's
       pretest(kNv ? slots_nv(ngu) : mlp_slots0());
       const bool ok = resid_poll(acc_o, kGroups + 1, rh, fix, S, tmo, uint32_t(L) * 16u + 10u);
+      if constexpr ((kNormSyncwarp & 2) != 0) __syncwarp();  // MONOLITH_NORM_SYNCWARP bit 2
       XRAY_WORDS_NOTE(&sm.xwords);
       XRAY_END(s_wait_o, L);  // thread 0's words (the first round's barrier is the block's)
       float v[2];
