@@ -535,27 +535,22 @@ constexpr int kMinBalancedSplits = 4;
 // (MONOLITH_ATTN_WIDE, wider splits at long positions, was measured and removed in the eleventh
 // session: NOTES.md, tenth and eleventh sessions. The 64-position split is the only shape.)
 constexpr int kSplitEntriesMax = kSplitPositions;  // sm.sc per head
-// MONOLITH_ACT_SYNCWARP=1 (nineteenth session, an experiment, off): a __syncwarp after the
-// activations' gather, before their stores. Why: with fp8's f16 down inputs (MONOLITH_E4M3_HALF2=8)
-// the plain X-ray's act hop (every thread's words in, last block) grew by ~1 us, but in the
-// MONOLITH_XRAY_SUB=1 build, which adds a __syncwarp there, by ~0.1 us: the lanes leave the gather's
-// polling loop one by one, and store_xe's redux.sync is then the warp's first convergence point.
-// Measured (dev, fp8-stream, 128 blocks, one call): mask 8 2,219 -> 2,276 tok/s (+2.6 %), the default
-// (fp32 act stores) 2,296 -> 2,294: off until NVFP4 (store_xh2 here) and mask 12 are measured.
-#ifndef MONOLITH_ACT_SYNCWARP
-#define MONOLITH_ACT_SYNCWARP 0
+// MONOLITH_POLL_SYNCWARP (nineteenth session, a mask, off): a __syncwarp after the polls of a hop,
+// before its input stores: 1 the hop into qkv (tagged_gather of the residual), 2 the hop into the MLP
+// (resid_poll), 4 the activations' hop (tagged_gather). Why: the lanes leave a polling loop one by one,
+// and where the stores are store_xh2 / store_xe (NVFP4 always; fp8 where MONOLITH_E4M3_HALF2 has the
+// phase's bit: the default's gate/up), their redux.sync is the warp's first convergence point after
+// it. With fp8's f16 down inputs (MONOLITH_E4M3_HALF2=8) the plain X-ray's act hop (every thread's
+// words in, last block) grew by ~1 us, but by ~0.1 us in the MONOLITH_XRAY_SUB=1 build, which has a
+// __syncwarp there. Measured (bit 4, then named MONOLITH_ACT_SYNCWARP; dev, fp8-stream, 128 blocks,
+// one call): mask 8 2,219 -> 2,276 tok/s (+2.6 %), the default (fp32 act stores) 2,296 -> 2,294.
+// Bits 1 and 2 not measured yet (NOTES.md).
+#ifndef MONOLITH_POLL_SYNCWARP
+#define MONOLITH_POLL_SYNCWARP 0
 #endif
-constexpr bool kActSyncwarp = MONOLITH_ACT_SYNCWARP != 0;
-// MONOLITH_NORM_SYNCWARP (nineteenth session, code only, off): the same __syncwarp after the residual
-// words' polls of the two norm hops, bit 1 the hop into qkv (tagged_gather), bit 2 the hop into the MLP
-// (resid_poll). In both, stream_prenorm's store_xh2 / store_xe (NVFP4 always; fp8 where
-// MONOLITH_E4M3_HALF2 has the phase's bit: the default's gate/up) is the warp's first convergence
-// point after the polling loop, as store_xe was in the act hop. Not measured yet (NOTES.md).
-#ifndef MONOLITH_NORM_SYNCWARP
-#define MONOLITH_NORM_SYNCWARP 0
-#endif
-constexpr int kNormSyncwarp = MONOLITH_NORM_SYNCWARP;
-static_assert(kNormSyncwarp >= 0 && kNormSyncwarp <= 3, "MONOLITH_NORM_SYNCWARP: a mask of 1 (qkv hop) and 2 (MLP hop)");
+constexpr int kPollSyncwarp = MONOLITH_POLL_SYNCWARP;
+static_assert(kPollSyncwarp >= 0 && kPollSyncwarp <= 7,
+              "MONOLITH_POLL_SYNCWARP: a mask of 1 (qkv hop), 2 (MLP hop), 4 (activations' hop)");
 // (MONOLITH_BLOCK_ROLES, roles from a host table so that each KV group sits on one L2 side, was
 // measured and removed in the nineteenth session: NOTES.md. The launch does not place block i on the
 // same SM from one launch to the next, and SM-to-SM round trips are not slower across the two sides.)
@@ -1733,7 +1728,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const long long* rp = acc + kTagResid + tid;
         tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, L - 1), v, S, tmo,
                          uint32_t(L) * 16u + 7u, ok);
-        if constexpr ((kNormSyncwarp & 1) != 0) __syncwarp();  // MONOLITH_NORM_SYNCWARP bit 1
+        if constexpr ((kPollSyncwarp & 1) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 1
         XRAY_WORDS_NOTE(&sm.xwords);
         XRAY_END(s_wait_resid, L);  // thread 0's words (the first round's barrier is the block's)
       }
@@ -2390,7 +2385,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       auto mlp_slots0 = [&] { return F::kSlotsPerUnit * min(kMlpRoundUnits, s.u1 - s.u0); };  // bf16 / E4M3: round 0's
       pretest(kNv ? slots_nv(ngu) : mlp_slots0());
       const bool ok = resid_poll(acc_o, kGroups + 1, rh, fix, S, tmo, uint32_t(L) * 16u + 10u);
-      if constexpr ((kNormSyncwarp & 2) != 0) __syncwarp();  // MONOLITH_NORM_SYNCWARP bit 2
+      if constexpr ((kPollSyncwarp & 2) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 2
       XRAY_WORDS_NOTE(&sm.xwords);
       XRAY_END(s_wait_o, L);  // thread 0's words (the first round's barrier is the block's)
       float v[2];
@@ -2492,7 +2487,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       const long long* ap = acc + kTagAct + tid;
       tagged_gather<kPer>([&](int k) { return ap + k * kStreamConsumerThreads; }, tag, av, S, tmo,
                           uint32_t(L) * 16u + 11u, ok);
-      if constexpr (kActSyncwarp) __syncwarp();  // MONOLITH_ACT_SYNCWARP (nineteenth session)
+      if constexpr ((kPollSyncwarp & 4) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 4
       XRAY_WORDS_NOTE(&sm.xwords);  // MONOLITH_XRAY_SUB=1: this warp's words are in (x_words, below)
       // thread 0's words are in; the stores below and the barrier are the hop's s_gather (eighteenth
       // session: does the f16 store (store_xe / store_xh2) lengthen this hop before or after the words?)
