@@ -535,18 +535,19 @@ constexpr int kMinBalancedSplits = 4;
 // (MONOLITH_ATTN_WIDE, wider splits at long positions, was measured and removed in the eleventh
 // session: NOTES.md, tenth and eleventh sessions. The 64-position split is the only shape.)
 constexpr int kSplitEntriesMax = kSplitPositions;  // sm.sc per head
-// MONOLITH_POLL_SYNCWARP (nineteenth session, a mask, off): a __syncwarp after the polls of a hop,
-// before its input stores: 1 the hop into qkv (tagged_gather of the residual), 2 the hop into the MLP
-// (resid_poll), 4 the activations' hop (tagged_gather). Why: the lanes leave a polling loop one by one,
-// and where the stores are store_xh2 / store_xe (NVFP4 always; fp8 where MONOLITH_E4M3_HALF2 has the
-// phase's bit: the default's gate/up), their redux.sync is the warp's first convergence point after
-// it. With fp8's f16 down inputs (MONOLITH_E4M3_HALF2=8) the plain X-ray's act hop (every thread's
-// words in, last block) grew by ~1 us, but by ~0.1 us in the MONOLITH_XRAY_SUB=1 build, which has a
-// __syncwarp there. Measured (bit 4, then named MONOLITH_ACT_SYNCWARP; dev, fp8-stream, 128 blocks,
-// one call): mask 8 2,219 -> 2,276 tok/s (+2.6 %), the default (fp32 act stores) 2,296 -> 2,294.
-// Bits 1 and 2 not measured yet (NOTES.md).
+// MONOLITH_POLL_SYNCWARP (a mask; default 7, all three, since the twentieth session): a __syncwarp
+// after the polls of a hop, before its input stores: 1 the hop into qkv (tagged_gather of the
+// residual), 2 the hop into the MLP (resid_poll), 4 the activations' hop (tagged_gather). Why: the
+// lanes leave a polling loop one by one, and where the stores are store_xh2 / store_xe (NVFP4 always;
+// fp8 where MONOLITH_E4M3_HALF2 has the phase's bit: the default's gate/up), their redux.sync is the
+// warp's first convergence point after it, so the warp waits there for its slowest lane with the
+// stores of the others stalled behind it. Found in fp8's f16 down inputs (MONOLITH_E4M3_HALF2=8: the
+// act hop's "every thread's words in" +1 us; nineteenth session). Measured (dev, 128 blocks, one call
+// each): bit 4 alone on fp8 mask 8 2,219 -> 2,276 tok/s, on the default 2,296 -> 2,294; twentieth
+// session, base / 2 / 7: fp8-stream 2,293 / 2,307 / 2,318, nvfp4-stream 2,203 / 2,232 / 2,285
+// (its X-ray's MLP hop, every thread's words in: 3.19 -> 1.80 us). 0 turns them off (A/B only).
 #ifndef MONOLITH_POLL_SYNCWARP
-#define MONOLITH_POLL_SYNCWARP 0
+#define MONOLITH_POLL_SYNCWARP 7
 #endif
 constexpr int kPollSyncwarp = MONOLITH_POLL_SYNCWARP;
 static_assert(kPollSyncwarp >= 0 && kPollSyncwarp <= 7,
