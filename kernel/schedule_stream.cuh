@@ -546,12 +546,15 @@ constexpr int kSplitEntriesMax = kSplitPositions;  // sm.sc per head
 // each): bit 4 alone on fp8 mask 8 2,219 -> 2,276 tok/s, on the default 2,296 -> 2,294; twentieth
 // session, base / 2 / 7: fp8-stream 2,293 / 2,307 / 2,318, nvfp4-stream 2,203 / 2,232 / 2,285
 // (its X-ray's MLP hop, every thread's words in: 3.19 -> 1.80 us). 0 turns them off (A/B only).
+// Bit 8 (twentieth session, off until measured): the same after the other gathers, where less code
+// follows the poll: qkv -> attention (before the q/k norm's warp_sum), the attention partials'
+// merge loop (before its exp/merge arithmetic) and the final norm's residual gather.
 #ifndef MONOLITH_POLL_SYNCWARP
 #define MONOLITH_POLL_SYNCWARP 7
 #endif
 constexpr int kPollSyncwarp = MONOLITH_POLL_SYNCWARP;
-static_assert(kPollSyncwarp >= 0 && kPollSyncwarp <= 7,
-              "MONOLITH_POLL_SYNCWARP: a mask of 1 (qkv hop), 2 (MLP hop), 4 (activations' hop)");
+static_assert(kPollSyncwarp >= 0 && kPollSyncwarp <= 15,
+              "MONOLITH_POLL_SYNCWARP: a mask of 1 (qkv hop), 2 (MLP hop), 4 (activations' hop), 8 (the others)");
 // (MONOLITH_BLOCK_ROLES, roles from a host table so that each KV group sits on one L2 side, was
 // measured and removed in the nineteenth session: NOTES.md. The launch does not place block i on the
 // same SM from one launch to the next, and SM-to-SM round trips are not slower across the two sides.)
@@ -1816,6 +1819,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (mine)
           tagged_gather<2>([&](int e) { return acc + kTagQKV + qkv_std_row(g, seg * kHeadDim + d + 64 * e); }, tag, v, S,
                            tmo, uint32_t(L) * 16u + 8u, ok);
+        if constexpr ((kPollSyncwarp & 8) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 8 (`mine` is warp-uniform)
         XRAY_END(s_wait_qkv, L);  // thread 0's words
         const float ssw = warp_sum(v[0] * v[0] + v[1] * v[1]);
         if (lane == 0) sm.red[warp] = ssw;
@@ -2221,6 +2225,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
                 return pp + (i % 3 == 2 ? 2 + d : i % 3);
               },
               tag, got, S, tmo, uint32_t(L) * 16u + 9u, ok);
+          // MONOLITH_POLL_SYNCWARP bit 8: converge before the merge arithmetic; an AND, not a plain
+          // __syncwarp, so that a lane whose wait failed leaves the loop with its whole warp (the
+          // loop's other bounds are warp-uniform: kGroupCols is a multiple of 32)
+          if constexpr ((kPollSyncwarp & 8) != 0) ok = __all_sync(0xffffffffu, ok);
 #pragma unroll
           for (int j = 0; j < kBatch; ++j) {
             const bool in = j < nb;
@@ -2578,6 +2586,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     const long long* rp = acc + kTagResid + tid;
     tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, kNumLayers - 1), v, S,
                      tmo, uint32_t(kNumLayers) * 16u + 7u, ok);
+    if constexpr ((kPollSyncwarp & 8) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 8
     XRAY_END(s_wait_final, kNumLayers);  // thread 0's words (the first round's barrier is the block's)
     stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);
     if (b == 0 && ok) {  // the next launch starts from these counted words
