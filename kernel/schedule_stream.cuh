@@ -546,9 +546,11 @@ constexpr int kSplitEntriesMax = kSplitPositions;  // sm.sc per head
 // each): bit 4 alone on fp8 mask 8 2,219 -> 2,276 tok/s, on the default 2,296 -> 2,294; twentieth
 // session, base / 2 / 7: fp8-stream 2,293 / 2,307 / 2,318, nvfp4-stream 2,203 / 2,232 / 2,285
 // (its X-ray's MLP hop, every thread's words in: 3.19 -> 1.80 us). 0 turns them off (A/B only).
-// Bit 8 (twentieth session, off until measured): the same after the other gathers, where less code
-// follows the poll: qkv -> attention (before the q/k norm's warp_sum), the attention partials'
-// merge loop (before its exp/merge arithmetic) and the final norm's residual gather.
+// Bit 8 (twentieth session, off): the same after the other gathers, where less code follows the
+// poll: qkv -> attention (before the q/k norm's warp_sum), the attention partials' merge loop (before
+// its exp/merge arithmetic) and the final norm's residual gather. Dev, one call, 7 -> 15: bf16-stream
+// 2,105 -> 2,138 (+1.6 %; X-ray: the attention -> O hop 1.18 -> 0.85 us), fp8 and nvfp4 +0.2 %. Off
+// until the harness has measured it (NOTES.md, twentieth session).
 #ifndef MONOLITH_POLL_SYNCWARP
 #define MONOLITH_POLL_SYNCWARP 7
 #endif
