@@ -59,6 +59,44 @@ __device__ __forceinline__ long long ld_relaxed_s64(const long long* p) {
   asm volatile("ld.relaxed.gpu.global.s64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
+// Two neighbouring words in one 16-byte load. Each 8-byte element is still its own single-copy
+// atomic access (PTX: a vector access is a set of scalar ones), so a word's tag and value stay
+// together; the two words need not be from the same moment, and nothing here assumes they are.
+__device__ __forceinline__ void ld_relaxed_v2(const long long* p, long long& a, long long& b) {
+  asm volatile("ld.relaxed.gpu.global.v2.s64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+
+// MONOLITH_WORD_PAIRS (twentieth session, a mask, off): the grid hops' words laid out so that a
+// consumer thread's words sit side by side and it polls them with 16-byte loads: half the load
+// requests per poll round on the lines that all 128 blocks poll at once. 1 the residual's tagged
+// words (down -> qkv, and the final norm), 2 the counted words of the residual after attention + O
+// (O -> MLP), 4 the activations' tagged words (MLP -> down). Thread t reads elements t, t + 512, ...
+// of a vector (kStreamConsumerThreads apart); with the bit set, element i lives at word
+// kPer * (i % 512) + i / 512 instead of i. Only where a word lives changes: the values, the
+// producers, the readers and every sum are the same (the tokens are bitwise those of the default).
+#ifndef MONOLITH_WORD_PAIRS
+#define MONOLITH_WORD_PAIRS 0
+#endif
+constexpr int kWordPairs = MONOLITH_WORD_PAIRS;
+static_assert(kWordPairs >= 0 && kWordPairs <= 7,
+              "MONOLITH_WORD_PAIRS: a mask of 1 (residual words), 2 (counted O words), 4 (activation words)");
+constexpr bool kPairsResid = (kWordPairs & 1) != 0, kPairsO = (kWordPairs & 2) != 0, kPairsAct = (kWordPairs & 4) != 0;
+constexpr int kActPer = kIntermediate / kStreamConsumerThreads;  // activation words per consumer thread
+static_assert(kHidden == 2 * kStreamConsumerThreads && kActPer * kStreamConsumerThreads == kIntermediate && kActPer % 2 == 0,
+              "word pairs: every thread holds whole pairs of each vector");
+static_assert(kAccO % 2 == 0 && kHidden % 2 == 0 && kTagAct % 2 == 0 && kTagResid % 2 == 0,
+              "word pairs: the hops' vectors start on 16-byte boundaries (acc itself is a torch allocation)");
+// Where element i of a vector of kPer * 512 words lives (kOn: thread t's kPer words side by side).
+template <int kPer, bool kOn>
+__device__ __forceinline__ int word_at(int i) {
+  return kOn ? kPer * (i % kStreamConsumerThreads) + i / kStreamConsumerThreads : i;
+}
+// The counted word of hidden row o + r in a buffer (O's epilogues; off: the address as before).
+template <bool kOn>
+__device__ __forceinline__ long long* o_word(long long* buf, int o, int r) {
+  if constexpr (kOn) return buf + word_at<2, true>(o + r);
+  else return buf + o + r;
+}
 
 // AND of a predicate over the consumer threads (barrier 1): a bounded per-thread wait that
 // fails in one thread makes every consumer leave together, never one thread at a barrier alone.
@@ -104,8 +142,12 @@ __device__ __forceinline__ bool resid_poll(const long long* buf, uint32_t expect
   long long w[2];
   const long long t0 = clock64();
   for (uint32_t it = 0;; ++it) {  // both words per round: one L2 round trip per poll
+    if constexpr (kPairsO) {
+      ld_relaxed_v2(buf + 2 * threadIdx.x, w[0], w[1]);  // MONOLITH_WORD_PAIRS bit 2
+    } else {
 #pragma unroll
-    for (int e = 0; e < 2; ++e) w[e] = ld_relaxed_s64(buf + threadIdx.x + e * kStreamConsumerThreads);
+      for (int e = 0; e < 2; ++e) w[e] = ld_relaxed_s64(buf + threadIdx.x + e * kStreamConsumerThreads);
+    }
     if (((unsigned long long)(w[0] - h.w2[0]) & kMask) == expected &&
         ((unsigned long long)(w[1] - h.w2[1]) & kMask) == expected)
       break;
@@ -207,6 +249,33 @@ __device__ __forceinline__ void tagged_gather(Addr p, uint32_t tag, float out[N]
   }
 #pragma unroll
   for (int i = 0; i < N; ++i) out[i] = __uint_as_float(uint32_t(w[i]));
+}
+// tagged_gather over NP pairs of neighbouring words (MONOLITH_WORD_PAIRS): p(k) is the 16-byte
+// aligned address of pair k, out[2k + e] its word e; a pair is polled again while either word misses.
+template <int NP, class Addr>
+__device__ __forceinline__ void tagged_gather_pairs(Addr p, uint32_t tag, float out[2 * NP], SyncState* S, long long tmo,
+                                                    uint32_t info, bool& ok) {
+  long long w[2 * NP];
+#pragma unroll
+  for (int k = 0; k < NP; ++k) ld_relaxed_v2(p(k), w[2 * k], w[2 * k + 1]);
+  auto has = [&](int i) { return uint32_t((unsigned long long)w[i] >> 32) == tag; };
+  const long long t0 = clock64();
+  for (uint32_t it = 0; ok; ++it) {
+    bool all = true;
+#pragma unroll
+    for (int i = 0; i < 2 * NP; ++i) all = all && has(i);
+    if (all) break;
+    if ((it & 15u) == 15u && (*(volatile uint32_t*)&S->error != 0u || clock64() - t0 > tmo)) {
+      raise_error(S, kErrCounterTimeout, info);
+      ok = false;
+      break;
+    }
+#pragma unroll
+    for (int k = 0; k < NP; ++k)
+      if (!has(2 * k) || !has(2 * k + 1)) ld_relaxed_v2(p(k), w[2 * k], w[2 * k + 1]);
+  }
+#pragma unroll
+  for (int i = 0; i < 2 * NP; ++i) out[i] = __uint_as_float(uint32_t((unsigned long long)w[i]));
 }
 
 
@@ -1685,7 +1754,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int i = tid + e * kStreamConsumerThreads;
-      if (i % G == b) resid_add(buf + i, to_fix(v[e]));
+      if (i % G == b) resid_add(buf + word_at<2, kPairsO>(i), to_fix(v[e]));
     }
   };
   for (int L = 0; L < kNumLayers; ++L) {
@@ -1731,9 +1800,14 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
       } else {
         pretest(kNv ? slots_nv(s.q1 - s.q0) : slots_1024(HF{}, s.q1 - s.q0, kRoundSlots));
-        const long long* rp = acc + kTagResid + tid;
-        tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, L - 1), v, S, tmo,
-                         uint32_t(L) * 16u + 7u, ok);
+        if constexpr (kPairsResid) {  // MONOLITH_WORD_PAIRS bit 1
+          tagged_gather_pairs<1>([&](int) { return acc + kTagResid + 2 * tid; }, layer_tag(steps, L - 1), v, S, tmo,
+                                 uint32_t(L) * 16u + 7u, ok);
+        } else {
+          const long long* rp = acc + kTagResid + tid;
+          tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, L - 1), v, S, tmo,
+                           uint32_t(L) * 16u + 7u, ok);
+        }
         if constexpr ((kPollSyncwarp & 1) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 1
         XRAY_WORDS_NOTE(&sm.xwords);
         XRAY_END(s_wait_resid, L);  // thread 0's words (the first round's barrier is the block's)
@@ -2300,8 +2374,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           a1 += __shfl_xor_sync(0xffffffffu, a1, m);
         }
         if (l8 == 0) {
-          if (r0 < nr) resid_add(acc_o + o + r0, to_fix(a0 * tso));
-          if (r1 < nr) resid_add(acc_o + o + r1, to_fix(a1 * tso));
+          if (r0 < nr) resid_add(o_word<kPairsO>(acc_o, o, r0), to_fix(a0 * tso));
+          if (r1 < nr) resid_add(o_word<kPairsO>(acc_o, o, r1), to_fix(a1 * tso));
         }
         if (o + F::kRowsO >= s.o1) hop_mark();
         release_n(1);
@@ -2329,8 +2403,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           a1 += __shfl_xor_sync(0xffffffffu, a1, m);
         }
         if (l16 == 0) {
-          if (r0 < nr) resid_add(acc_o + o + r0, to_fix(a0 * s0));
-          if (r1 < nr) resid_add(acc_o + o + r1, to_fix(a1 * s1));
+          if (r0 < nr) resid_add(o_word<kPairsO>(acc_o, o, r0), to_fix(a0 * s0));
+          if (r1 < nr) resid_add(o_word<kPairsO>(acc_o, o, r1), to_fix(a1 * s1));
         }
         if (o + F::kRowsO >= s.o1) hop_mark();
         release_n(1);
@@ -2356,7 +2430,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int k = 0; k < 2; ++k) {
             const int i = 4 * k + (lane >> 3);
             const int rr = 32 * (i >> 1) + 2 * warp + (i & 1);
-            if (rr < nr) resid_add(acc_o + o + rr, to_fix(k == 0 ? lo4 : hi4));
+            if (rr < nr) resid_add(o_word<kPairsO>(acc_o, o, rr), to_fix(k == 0 ? lo4 : hi4));
           }
         }
         if (o + 32 * kRoundSlots >= s.o1) hop_mark();
@@ -2426,7 +2500,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
                 const float gg = (part[2 * tid] * tsg) * inv, uu = (part[2 * tid + 1] * tsu) * inv;
                 const int j = kMlpUnitCols * s.u0 + q / 2 + tid;
                 const float av = gg / (1.f + __expf(-gg)) * uu;
-                tagged_store(acc + kTagAct + j, av, tag);
+                tagged_store(acc + kTagAct + word_at<kActPer, kPairsAct>(j), av, tag);
                 if (scr_on) scr[kScrAct + j] = av;  // phase diff only
               }
             }, false, unused))
@@ -2465,7 +2539,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
             const float gg = combine_row(part, 2 * tid) * (inv * scg), uu = combine_row(part, 2 * tid + 1) * (inv * scu);
             const int j = kMlpUnitCols * u + tid;
             const float av = gg / (1.f + __expf(-gg)) * uu;
-            tagged_store(acc + kTagAct + j, av, tag);
+            tagged_store(acc + kTagAct + word_at<kActPer, kPairsAct>(j), av, tag);
             if (scr_on) scr[kScrAct + j] = av;  // phase diff only
           }
           if (u + kMlpRoundUnits >= s.u1) hop_mark();
@@ -2489,15 +2563,20 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     }
     {
       bool ok = true;
-      constexpr int kPer = kIntermediate / kStreamConsumerThreads;
+      constexpr int kPer = kActPer;
       float av[kPer];
       {
         const int nseg = 3 * (s.h1 - s.h0);
         pretest(kNv ? slots_nv(nseg) : slots_1024(F{}, nseg, kRoundSlots));
       }
-      const long long* ap = acc + kTagAct + tid;
-      tagged_gather<kPer>([&](int k) { return ap + k * kStreamConsumerThreads; }, tag, av, S, tmo,
-                          uint32_t(L) * 16u + 11u, ok);
+      if constexpr (kPairsAct) {  // MONOLITH_WORD_PAIRS bit 4
+        tagged_gather_pairs<kPer / 2>([&](int k) { return acc + kTagAct + kPer * tid + 2 * k; }, tag, av, S, tmo,
+                                      uint32_t(L) * 16u + 11u, ok);
+      } else {
+        const long long* ap = acc + kTagAct + tid;
+        tagged_gather<kPer>([&](int k) { return ap + k * kStreamConsumerThreads; }, tag, av, S, tmo,
+                            uint32_t(L) * 16u + 11u, ok);
+      }
       if constexpr ((kPollSyncwarp & 4) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 4
       XRAY_WORDS_NOTE(&sm.xwords);  // MONOLITH_XRAY_SUB=1: this warp's words are in (x_words, below)
       // thread 0's words are in; the stores below and the barrier are the hop's s_gather (eighteenth
@@ -2567,7 +2646,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const int i = s.h0 + tid;
         const float* sg = sm.segsum + 3 * tid;  // the row's three segments, added in order
         const float v = sm.hval[i] + ((sg[0] + sg[1]) + sg[2]) * scd;
-        tagged_store(acc + kTagResid + i, v, tag);
+        tagged_store(acc + kTagResid + word_at<2, kPairsResid>(i), v, tag);
         if (p.stop_layer == L && (p.stop_phase == kStopGateUp || p.stop_phase == kStopDown)) scr[kScrHidden + i] = v;
       }
       hop_mark(true);
@@ -2585,9 +2664,14 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   constexpr int kHeadRows = HF::kHeadSlots * HF::kRows1024;  // LM-head rows per round: 32 | 96
   const float sch0 = kHeadWarp<HW> ? 1.f : first_scale(p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
   {
-    const long long* rp = acc + kTagResid + tid;
-    tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, kNumLayers - 1), v, S,
-                     tmo, uint32_t(kNumLayers) * 16u + 7u, ok);
+    if constexpr (kPairsResid) {  // MONOLITH_WORD_PAIRS bit 1
+      tagged_gather_pairs<1>([&](int) { return acc + kTagResid + 2 * tid; }, layer_tag(steps, kNumLayers - 1), v, S,
+                             tmo, uint32_t(kNumLayers) * 16u + 7u, ok);
+    } else {
+      const long long* rp = acc + kTagResid + tid;
+      tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, kNumLayers - 1), v, S,
+                       tmo, uint32_t(kNumLayers) * 16u + 7u, ok);
+    }
     if constexpr ((kPollSyncwarp & 8) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 8
     XRAY_END(s_wait_final, kNumLayers);  // thread 0's words (the first round's barrier is the block's)
     stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);

@@ -312,3 +312,38 @@ def test_merge_halves_rule():
             mu, nu, du = online(ms[upper], ls[upper], os_[upper])
             m, num, den = online([mu], [du], [nu], m, num, den)
         assert np.isclose(num / den, num0 / den0, rtol=1e-12) and m == m0
+
+
+def test_word_pairs_layout():
+    """MONOLITH_WORD_PAIRS (kernel/schedule_stream.cuh, off; source expressions checked, then
+    modelled): every producer of a hop word goes through word_at / o_word, every pair reader loads
+    thread t's words at kPer * t + 2k, and word_at is a bijection under which those reads return
+    exactly thread t's elements t + j * 512 in order j (so the gathers' outputs keep their order)."""
+    import re
+
+    src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
+    assert "#define MONOLITH_WORD_PAIRS 0" in src
+    assert "return kOn ? kPer * (i % kStreamConsumerThreads) + i / kStreamConsumerThreads : i;" in src
+    # producers: no counted O word and no residual / activation tagged word bypasses the mapping
+    assert not re.search(r"resid_add\(acc_o \+", src)
+    assert src.count("resid_add(o_word<kPairsO>(acc_o, o, ") == 5
+    assert "if (i % G == b) resid_add(buf + word_at<2, kPairsO>(i), to_fix(v[e]));" in src
+    assert not re.search(r"tagged_store\(acc \+ kTag(Act|Resid) \+ (?!word_at)", src)
+    assert src.count("tagged_store(acc + kTagAct + word_at<kActPer, kPairsAct>(j), av, tag);") == 2
+    assert src.count("tagged_store(acc + kTagResid + word_at<2, kPairsResid>(i), v, tag);") == 1
+    # readers: the pair loads
+    assert "ld_relaxed_v2(buf + 2 * threadIdx.x, w[0], w[1]);" in src
+    assert src.count("tagged_gather_pairs<1>([&](int) { return acc + kTagResid + 2 * tid; }") == 2
+    assert "tagged_gather_pairs<kPer / 2>([&](int k) { return acc + kTagAct + kPer * tid + 2 * k; }" in src
+    assert "for (int k = 0; k < NP; ++k) ld_relaxed_v2(p(k), w[2 * k], w[2 * k + 1]);" in src
+
+    threads = 512
+    for per in (2, C.INTERMEDIATE // threads):
+        n = per * threads
+        word_at = [per * (i % threads) + i // threads for i in range(n)]
+        assert sorted(word_at) == list(range(n))  # a bijection: no two elements share a word
+        where = {w: i for i, w in enumerate(word_at)}
+        for t in range(threads):
+            got = [where[per * t + 2 * k + e] for k in range(per // 2) for e in range(2)]
+            assert got == [t + j * threads for j in range(per)]
+            assert (per * t) % 2 == 0  # 16-byte aligned pairs (with an even vector start)
