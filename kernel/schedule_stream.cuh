@@ -224,12 +224,30 @@ __device__ __forceinline__ float tagged_wait(const long long* p, uint32_t tag, S
 // N tagged words at once: every poll round issues all N loads back to back, so waiting for N
 // words costs one L2 round trip per round, not N (six sequential polls made the activation hop
 // 2.5-3 us, X-ray NOTES.md M4). p(i) gives the address of word i.
-template <int N, class Addr>
-__device__ __forceinline__ void tagged_gather(Addr p, uint32_t tag, float out[N], SyncState* S, long long tmo,
-                                              uint32_t info, bool& ok) {
+// The poll loop of both: U words per load (1: one 8-byte load, 2: a 16-byte pair), N words.
+template <int U, int N, class Addr>
+__device__ __forceinline__ void tagged_poll(Addr p, uint32_t tag, float out[N], SyncState* S, long long tmo,
+                                            uint32_t info, bool& ok) {
+  static_assert((U == 1 || U == 2) && N % U == 0, "whole load units");
   unsigned long long w[N];
+  auto load = [&](int k) {  // load unit k: words U k .. U k + U - 1
+    if constexpr (U == 1) {
+      w[k] = (unsigned long long)ld_relaxed_s64(p(k));
+    } else {
+      long long a, c;
+      ld_relaxed_v2(p(k), a, c);
+      w[2 * k] = (unsigned long long)a;
+      w[2 * k + 1] = (unsigned long long)c;
+    }
+  };
+  auto unit_in = [&](int k) {
+    bool in = true;
 #pragma unroll
-  for (int i = 0; i < N; ++i) w[i] = (unsigned long long)ld_relaxed_s64(p(i));
+    for (int j = 0; j < U; ++j) in = in && uint32_t(w[U * k + j] >> 32) == tag;
+    return in;
+  };
+#pragma unroll
+  for (int k = 0; k < N / U; ++k) load(k);
   const long long t0 = clock64();
   for (uint32_t it = 0; ok; ++it) {
     bool all = true;
@@ -244,38 +262,23 @@ __device__ __forceinline__ void tagged_gather(Addr p, uint32_t tag, float out[N]
     // poll again only the words still missing: 132 blocks polling every word of a grid hop
     // each round put ~3 MB per round on L2 (the activation hop), most of it words already seen
 #pragma unroll
-    for (int i = 0; i < N; ++i)
-      if (uint32_t(w[i] >> 32) != tag) w[i] = (unsigned long long)ld_relaxed_s64(p(i));
+    for (int k = 0; k < N / U; ++k)
+      if (!unit_in(k)) load(k);
   }
 #pragma unroll
   for (int i = 0; i < N; ++i) out[i] = __uint_as_float(uint32_t(w[i]));
+}
+template <int N, class Addr>
+__device__ __forceinline__ void tagged_gather(Addr p, uint32_t tag, float out[N], SyncState* S, long long tmo,
+                                              uint32_t info, bool& ok) {
+  tagged_poll<1, N>(p, tag, out, S, tmo, info, ok);
 }
 // tagged_gather over NP pairs of neighbouring words (MONOLITH_WORD_PAIRS): p(k) is the 16-byte
 // aligned address of pair k, out[2k + e] its word e; a pair is polled again while either word misses.
 template <int NP, class Addr>
 __device__ __forceinline__ void tagged_gather_pairs(Addr p, uint32_t tag, float out[2 * NP], SyncState* S, long long tmo,
                                                     uint32_t info, bool& ok) {
-  long long w[2 * NP];
-#pragma unroll
-  for (int k = 0; k < NP; ++k) ld_relaxed_v2(p(k), w[2 * k], w[2 * k + 1]);
-  auto has = [&](int i) { return uint32_t((unsigned long long)w[i] >> 32) == tag; };
-  const long long t0 = clock64();
-  for (uint32_t it = 0; ok; ++it) {
-    bool all = true;
-#pragma unroll
-    for (int i = 0; i < 2 * NP; ++i) all = all && has(i);
-    if (all) break;
-    if ((it & 15u) == 15u && (*(volatile uint32_t*)&S->error != 0u || clock64() - t0 > tmo)) {
-      raise_error(S, kErrCounterTimeout, info);
-      ok = false;
-      break;
-    }
-#pragma unroll
-    for (int k = 0; k < NP; ++k)
-      if (!has(2 * k) || !has(2 * k + 1)) ld_relaxed_v2(p(k), w[2 * k], w[2 * k + 1]);
-  }
-#pragma unroll
-  for (int i = 0; i < 2 * NP; ++i) out[i] = __uint_as_float(uint32_t((unsigned long long)w[i]));
+  tagged_poll<2, 2 * NP>(p, tag, out, S, tmo, info, ok);
 }
 
 

@@ -335,7 +335,8 @@ def test_word_pairs_layout():
     assert "ld_relaxed_v2(buf + 2 * threadIdx.x, w[0], w[1]);" in src
     assert src.count("tagged_gather_pairs<1>([&](int) { return acc + kTagResid + 2 * tid; }") == 2
     assert "tagged_gather_pairs<kPer / 2>([&](int k) { return acc + kTagAct + kPer * tid + 2 * k; }" in src
-    assert "for (int k = 0; k < NP; ++k) ld_relaxed_v2(p(k), w[2 * k], w[2 * k + 1]);" in src
+    assert "tagged_poll<2, 2 * NP>(p, tag, out, S, tmo, info, ok);" in src
+    assert "ld_relaxed_v2(p(k), a, c);" in src
 
     threads = 512
     for per in (2, C.INTERMEDIATE // threads):
