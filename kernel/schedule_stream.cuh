@@ -273,12 +273,19 @@ __device__ __forceinline__ void tagged_gather(Addr p, uint32_t tag, float out[N]
                                               uint32_t info, bool& ok) {
   tagged_poll<1, N>(p, tag, out, S, tmo, info, ok);
 }
-// tagged_gather over NP pairs of neighbouring words (MONOLITH_WORD_PAIRS): p(k) is the 16-byte
-// aligned address of pair k, out[2k + e] its word e; a pair is polled again while either word misses.
-template <int NP, class Addr>
-__device__ __forceinline__ void tagged_gather_pairs(Addr p, uint32_t tag, float out[2 * NP], SyncState* S, long long tmo,
-                                                    uint32_t info, bool& ok) {
-  tagged_poll<2, 2 * NP>(p, tag, out, S, tmo, info, ok);
+// This thread's kPer words of a grid hop's vector of tagged words at base: elements t + 512 j, in
+// order j, where word_at<kPer, kPairs> put them (MONOLITH_WORD_PAIRS): side by side, polled as
+// kPer / 2 aligned 16-byte pairs (a pair again while either word misses), or 512 apart, one by one.
+template <int kPer, bool kPairs>
+__device__ __forceinline__ void gather_vec(const long long* base, uint32_t tag, float out[kPer], SyncState* S,
+                                           long long tmo, uint32_t info, bool& ok) {
+  const int t = threadIdx.x;
+  if constexpr (kPairs) {
+    tagged_poll<2, kPer>([&](int k) { return base + kPer * t + 2 * k; }, tag, out, S, tmo, info, ok);
+  } else {
+    const long long* p = base + t;
+    tagged_poll<1, kPer>([&](int k) { return p + k * kStreamConsumerThreads; }, tag, out, S, tmo, info, ok);
+  }
 }
 
 
@@ -1803,14 +1810,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
       } else {
         pretest(kNv ? slots_nv(s.q1 - s.q0) : slots_1024(HF{}, s.q1 - s.q0, kRoundSlots));
-        if constexpr (kPairsResid) {  // MONOLITH_WORD_PAIRS bit 1
-          tagged_gather_pairs<1>([&](int) { return acc + kTagResid + 2 * tid; }, layer_tag(steps, L - 1), v, S, tmo,
-                                 uint32_t(L) * 16u + 7u, ok);
-        } else {
-          const long long* rp = acc + kTagResid + tid;
-          tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, L - 1), v, S, tmo,
-                           uint32_t(L) * 16u + 7u, ok);
-        }
+        gather_vec<2, kPairsResid>(acc + kTagResid, layer_tag(steps, L - 1), v, S, tmo, uint32_t(L) * 16u + 7u, ok);
         if constexpr ((kPollSyncwarp & 1) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 1
         XRAY_WORDS_NOTE(&sm.xwords);
         XRAY_END(s_wait_resid, L);  // thread 0's words (the first round's barrier is the block's)
@@ -2572,14 +2572,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const int nseg = 3 * (s.h1 - s.h0);
         pretest(kNv ? slots_nv(nseg) : slots_1024(F{}, nseg, kRoundSlots));
       }
-      if constexpr (kPairsAct) {  // MONOLITH_WORD_PAIRS bit 4
-        tagged_gather_pairs<kPer / 2>([&](int k) { return acc + kTagAct + kPer * tid + 2 * k; }, tag, av, S, tmo,
-                                      uint32_t(L) * 16u + 11u, ok);
-      } else {
-        const long long* ap = acc + kTagAct + tid;
-        tagged_gather<kPer>([&](int k) { return ap + k * kStreamConsumerThreads; }, tag, av, S, tmo,
-                            uint32_t(L) * 16u + 11u, ok);
-      }
+      gather_vec<kPer, kPairsAct>(acc + kTagAct, tag, av, S, tmo, uint32_t(L) * 16u + 11u, ok);
       if constexpr ((kPollSyncwarp & 4) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 4
       XRAY_WORDS_NOTE(&sm.xwords);  // MONOLITH_XRAY_SUB=1: this warp's words are in (x_words, below)
       // thread 0's words are in; the stores below and the barrier are the hop's s_gather (eighteenth
@@ -2667,14 +2660,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   constexpr int kHeadRows = HF::kHeadSlots * HF::kRows1024;  // LM-head rows per round: 32 | 96
   const float sch0 = kHeadWarp<HW> ? 1.f : first_scale(p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
   {
-    if constexpr (kPairsResid) {  // MONOLITH_WORD_PAIRS bit 1
-      tagged_gather_pairs<1>([&](int) { return acc + kTagResid + 2 * tid; }, layer_tag(steps, kNumLayers - 1), v, S,
-                             tmo, uint32_t(kNumLayers) * 16u + 7u, ok);
-    } else {
-      const long long* rp = acc + kTagResid + tid;
-      tagged_gather<2>([&](int e) { return rp + e * kStreamConsumerThreads; }, layer_tag(steps, kNumLayers - 1), v, S,
-                       tmo, uint32_t(kNumLayers) * 16u + 7u, ok);
-    }
+    gather_vec<2, kPairsResid>(acc + kTagResid, layer_tag(steps, kNumLayers - 1), v, S, tmo,
+                               uint32_t(kNumLayers) * 16u + 7u, ok);
     if constexpr ((kPollSyncwarp & 8) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 8
     XRAY_END(s_wait_final, kNumLayers);  // thread 0's words (the first round's barrier is the block's)
     stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);

@@ -331,12 +331,14 @@ def test_word_pairs_layout():
     assert not re.search(r"tagged_store\(acc \+ kTag(Act|Resid) \+ (?!word_at)", src)
     assert src.count("tagged_store(acc + kTagAct + word_at<kActPer, kPairsAct>(j), av, tag);") == 2
     assert src.count("tagged_store(acc + kTagResid + word_at<2, kPairsResid>(i), v, tag);") == 1
-    # readers: the pair loads
+    # readers: the pair loads, and every gather of these vectors goes through gather_vec's layout
     assert "ld_relaxed_v2(buf + 2 * threadIdx.x, w[0], w[1]);" in src
-    assert src.count("tagged_gather_pairs<1>([&](int) { return acc + kTagResid + 2 * tid; }") == 2
-    assert "tagged_gather_pairs<kPer / 2>([&](int k) { return acc + kTagAct + kPer * tid + 2 * k; }" in src
-    assert "tagged_poll<2, 2 * NP>(p, tag, out, S, tmo, info, ok);" in src
+    assert "tagged_poll<2, kPer>([&](int k) { return base + kPer * t + 2 * k; }, tag, out, S, tmo, info, ok);" in src
     assert "ld_relaxed_v2(p(k), a, c);" in src
+    assert src.count("gather_vec<2, kPairsResid>(acc + kTagResid, ") == 2
+    assert src.count("gather_vec<kPer, kPairsAct>(acc + kTagAct, ") == 1
+    assert "constexpr int kPer = kActPer;" in src
+    assert not re.search(r"tagged_gather<\w+>\(\[&\]\(int \w+\) \{ return (acc \+ kTag(Act|Resid)|[ar]p) ", src)
 
     threads = 512
     for per in (2, C.INTERMEDIATE // threads):
