@@ -291,10 +291,10 @@ want round && probe_run round-probe round_gemv results/m4_round_gemv.json
 # The activation store between the gather and its barrier, alone (probes/act_store.cu, eighteenth
 # session: fp32 / store_xe / store_xh2 / a warp-local f16 store without redux); seconds.
 want actstore && probe_run act-store act_store results/m4_act_store.json
-# Does issuing mma.sync lower the SM clock (probes/tc_clock.cu, ninth session)? seconds.
 # Two halves of the L2 (probes/l2_partition.cu, nineteenth session): each SM's L2-hit latency per line,
 # and SM-to-SM round trips by the SMs' sides and the lines' home side; seconds.
 want l2part && probe_run l2-partition l2_partition results/m4_l2_partition.json
+# Does issuing mma.sync lower the SM clock (probes/tc_clock.cu, ninth session)? seconds.
 want tcclock && probe_run tc-clock tc_clock results/m4_tc_clock.json
 # mbarrier / store / load cost per operation with 0-12 bulk copies landing in the SM (probes/mbar_cost.cu,
 # sixth session: what the sub-interval X-ray's ~0.15 us per slot test is); seconds.
