@@ -59,44 +59,11 @@ __device__ __forceinline__ long long ld_relaxed_s64(const long long* p) {
   asm volatile("ld.relaxed.gpu.global.s64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
-// Two neighbouring words in one 16-byte load. Each 8-byte element is still its own single-copy
-// atomic access (PTX: a vector access is a set of scalar ones), so a word's tag and value stay
-// together; the two words need not be from the same moment, and nothing here assumes they are.
-__device__ __forceinline__ void ld_relaxed_v2(const long long* p, long long& a, long long& b) {
-  asm volatile("ld.relaxed.gpu.global.v2.s64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
-
-// MONOLITH_WORD_PAIRS (twentieth session, a mask, off): the grid hops' words laid out so that a
-// consumer thread's words sit side by side and it polls them with 16-byte loads: half the load
-// requests per poll round on the lines that all 128 blocks poll at once. 1 the residual's tagged
-// words (down -> qkv, and the final norm), 2 the counted words of the residual after attention + O
-// (O -> MLP), 4 the activations' tagged words (MLP -> down). Thread t reads elements t, t + 512, ...
-// of a vector (kStreamConsumerThreads apart); with the bit set, element i lives at word
-// kPer * (i % 512) + i / 512 instead of i. Only where a word lives changes: the values, the
-// producers, the readers and every sum are the same (the tokens are bitwise those of the default).
-#ifndef MONOLITH_WORD_PAIRS
-#define MONOLITH_WORD_PAIRS 0
-#endif
-constexpr int kWordPairs = MONOLITH_WORD_PAIRS;
-static_assert(kWordPairs >= 0 && kWordPairs <= 7,
-              "MONOLITH_WORD_PAIRS: a mask of 1 (residual words), 2 (counted O words), 4 (activation words)");
-constexpr bool kPairsResid = (kWordPairs & 1) != 0, kPairsO = (kWordPairs & 2) != 0, kPairsAct = (kWordPairs & 4) != 0;
+// (MONOLITH_WORD_PAIRS, a thread's hop words side by side and polled with 16-byte loads, was measured
+// and removed in the twenty-first session: dev -0.5 to -10 %, NOTES.md.)
 constexpr int kActPer = kIntermediate / kStreamConsumerThreads;  // activation words per consumer thread
-static_assert(kHidden == 2 * kStreamConsumerThreads && kActPer * kStreamConsumerThreads == kIntermediate && kActPer % 2 == 0,
-              "word pairs: every thread holds whole pairs of each vector");
-static_assert(kAccO % 2 == 0 && kHidden % 2 == 0 && kTagAct % 2 == 0 && kTagResid % 2 == 0,
-              "word pairs: the hops' vectors start on 16-byte boundaries (acc itself is a torch allocation)");
-// Where element i of a vector of kPer * 512 words lives (kOn: thread t's kPer words side by side).
-template <int kPer, bool kOn>
-__device__ __forceinline__ int word_at(int i) {
-  return kOn ? kPer * (i % kStreamConsumerThreads) + i / kStreamConsumerThreads : i;
-}
-// The counted word of hidden row o + r in a buffer (O's epilogues; off: the address as before).
-template <bool kOn>
-__device__ __forceinline__ long long* o_word(long long* buf, int o, int r) {
-  if constexpr (kOn) return buf + word_at<2, true>(o + r);
-  else return buf + o + r;
-}
+static_assert(kHidden == 2 * kStreamConsumerThreads && kActPer * kStreamConsumerThreads == kIntermediate,
+              "each consumer thread holds the same number of elements of each grid-hop vector");
 
 // AND of a predicate over the consumer threads (barrier 1): a bounded per-thread wait that
 // fails in one thread makes every consumer leave together, never one thread at a barrier alone.
@@ -142,12 +109,8 @@ __device__ __forceinline__ bool resid_poll(const long long* buf, uint32_t expect
   long long w[2];
   const long long t0 = clock64();
   for (uint32_t it = 0;; ++it) {  // both words per round: one L2 round trip per poll
-    if constexpr (kPairsO) {
-      ld_relaxed_v2(buf + 2 * threadIdx.x, w[0], w[1]);  // MONOLITH_WORD_PAIRS bit 2
-    } else {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) w[e] = ld_relaxed_s64(buf + threadIdx.x + e * kStreamConsumerThreads);
-    }
+    for (int e = 0; e < 2; ++e) w[e] = ld_relaxed_s64(buf + threadIdx.x + e * kStreamConsumerThreads);
     if (((unsigned long long)(w[0] - h.w2[0]) & kMask) == expected &&
         ((unsigned long long)(w[1] - h.w2[1]) & kMask) == expected)
       break;
@@ -224,30 +187,12 @@ __device__ __forceinline__ float tagged_wait(const long long* p, uint32_t tag, S
 // N tagged words at once: every poll round issues all N loads back to back, so waiting for N
 // words costs one L2 round trip per round, not N (six sequential polls made the activation hop
 // 2.5-3 us, X-ray NOTES.md M4). p(i) gives the address of word i.
-// The poll loop of both: U words per load (1: one 8-byte load, 2: a 16-byte pair), N words.
-template <int U, int N, class Addr>
-__device__ __forceinline__ void tagged_poll(Addr p, uint32_t tag, float out[N], SyncState* S, long long tmo,
-                                            uint32_t info, bool& ok) {
-  static_assert((U == 1 || U == 2) && N % U == 0, "whole load units");
+template <int N, class Addr>
+__device__ __forceinline__ void tagged_gather(Addr p, uint32_t tag, float out[N], SyncState* S, long long tmo,
+                                              uint32_t info, bool& ok) {
   unsigned long long w[N];
-  auto load = [&](int k) {  // load unit k: words U k .. U k + U - 1
-    if constexpr (U == 1) {
-      w[k] = (unsigned long long)ld_relaxed_s64(p(k));
-    } else {
-      long long a, c;
-      ld_relaxed_v2(p(k), a, c);
-      w[2 * k] = (unsigned long long)a;
-      w[2 * k + 1] = (unsigned long long)c;
-    }
-  };
-  auto unit_in = [&](int k) {
-    bool in = true;
 #pragma unroll
-    for (int j = 0; j < U; ++j) in = in && uint32_t(w[U * k + j] >> 32) == tag;
-    return in;
-  };
-#pragma unroll
-  for (int k = 0; k < N / U; ++k) load(k);
+  for (int i = 0; i < N; ++i) w[i] = (unsigned long long)ld_relaxed_s64(p(i));
   const long long t0 = clock64();
   for (uint32_t it = 0; ok; ++it) {
     bool all = true;
@@ -262,30 +207,20 @@ __device__ __forceinline__ void tagged_poll(Addr p, uint32_t tag, float out[N], 
     // poll again only the words still missing: 132 blocks polling every word of a grid hop
     // each round put ~3 MB per round on L2 (the activation hop), most of it words already seen
 #pragma unroll
-    for (int k = 0; k < N / U; ++k)
-      if (!unit_in(k)) load(k);
+    for (int i = 0; i < N; ++i)
+      if (uint32_t(w[i] >> 32) != tag) w[i] = (unsigned long long)ld_relaxed_s64(p(i));
   }
 #pragma unroll
   for (int i = 0; i < N; ++i) out[i] = __uint_as_float(uint32_t(w[i]));
 }
-template <int N, class Addr>
-__device__ __forceinline__ void tagged_gather(Addr p, uint32_t tag, float out[N], SyncState* S, long long tmo,
-                                              uint32_t info, bool& ok) {
-  tagged_poll<1, N>(p, tag, out, S, tmo, info, ok);
-}
 // This thread's kPer words of a grid hop's vector of tagged words at base: elements t + 512 j, in
-// order j, where word_at<kPer, kPairs> put them (MONOLITH_WORD_PAIRS): side by side, polled as
-// kPer / 2 aligned 16-byte pairs (a pair again while either word misses), or 512 apart, one by one.
-template <int kPer, bool kPairs>
+// order j (every gather of the residual and activation vectors goes through here).
+template <int kPer>
 __device__ __forceinline__ void gather_vec(const long long* base, uint32_t tag, float out[kPer], SyncState* S,
                                            long long tmo, uint32_t info, bool& ok) {
-  const int t = threadIdx.x;
-  if constexpr (kPairs) {
-    tagged_poll<2, kPer>([&](int k) { return base + kPer * t + 2 * k; }, tag, out, S, tmo, info, ok);
-  } else {
-    const long long* p = base + t;
-    tagged_poll<1, kPer>([&](int k) { return p + k * kStreamConsumerThreads; }, tag, out, S, tmo, info, ok);
-  }
+  const int t = threadIdx.x;  // an int, not threadIdx.x's unsigned: the address arithmetic (and SASS) of before
+  const long long* p = base + t;
+  tagged_gather<kPer>([&](int k) { return p + k * kStreamConsumerThreads; }, tag, out, S, tmo, info, ok);
 }
 
 
@@ -1765,7 +1700,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int i = tid + e * kStreamConsumerThreads;
-      if (i % G == b) resid_add(buf + word_at<2, kPairsO>(i), to_fix(v[e]));
+      if (i % G == b) resid_add(buf + i, to_fix(v[e]));
     }
   };
   for (int L = 0; L < kNumLayers; ++L) {
@@ -1811,7 +1746,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
       } else {
         pretest(kNv ? slots_nv(s.q1 - s.q0) : slots_1024(HF{}, s.q1 - s.q0, kRoundSlots));
-        gather_vec<2, kPairsResid>(acc + kTagResid, layer_tag(steps, L - 1), v, S, tmo, uint32_t(L) * 16u + 7u, ok);
+        gather_vec<2>(acc + kTagResid, layer_tag(steps, L - 1), v, S, tmo, uint32_t(L) * 16u + 7u, ok);
         if constexpr ((kPollSyncwarp & 1) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 1
         XRAY_WORDS_NOTE(&sm.xwords);
         XRAY_END(s_wait_resid, L);  // thread 0's words (the first round's barrier is the block's)
@@ -2378,8 +2313,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           a1 += __shfl_xor_sync(0xffffffffu, a1, m);
         }
         if (l8 == 0) {
-          if (r0 < nr) resid_add(o_word<kPairsO>(acc_o, o, r0), to_fix(a0 * tso));
-          if (r1 < nr) resid_add(o_word<kPairsO>(acc_o, o, r1), to_fix(a1 * tso));
+          if (r0 < nr) resid_add(acc_o + o + r0, to_fix(a0 * tso));
+          if (r1 < nr) resid_add(acc_o + o + r1, to_fix(a1 * tso));
         }
         if (o + F::kRowsO >= s.o1) hop_mark();
         release_n(1);
@@ -2407,8 +2342,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           a1 += __shfl_xor_sync(0xffffffffu, a1, m);
         }
         if (l16 == 0) {
-          if (r0 < nr) resid_add(o_word<kPairsO>(acc_o, o, r0), to_fix(a0 * s0));
-          if (r1 < nr) resid_add(o_word<kPairsO>(acc_o, o, r1), to_fix(a1 * s1));
+          if (r0 < nr) resid_add(acc_o + o + r0, to_fix(a0 * s0));
+          if (r1 < nr) resid_add(acc_o + o + r1, to_fix(a1 * s1));
         }
         if (o + F::kRowsO >= s.o1) hop_mark();
         release_n(1);
@@ -2434,7 +2369,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int k = 0; k < 2; ++k) {
             const int i = 4 * k + (lane >> 3);
             const int rr = 32 * (i >> 1) + 2 * warp + (i & 1);
-            if (rr < nr) resid_add(o_word<kPairsO>(acc_o, o, rr), to_fix(k == 0 ? lo4 : hi4));
+            if (rr < nr) resid_add(acc_o + o + rr, to_fix(k == 0 ? lo4 : hi4));
           }
         }
         if (o + 32 * kRoundSlots >= s.o1) hop_mark();
@@ -2504,7 +2439,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
                 const float gg = (part[2 * tid] * tsg) * inv, uu = (part[2 * tid + 1] * tsu) * inv;
                 const int j = kMlpUnitCols * s.u0 + q / 2 + tid;
                 const float av = gg / (1.f + __expf(-gg)) * uu;
-                tagged_store(acc + kTagAct + word_at<kActPer, kPairsAct>(j), av, tag);
+                tagged_store(acc + kTagAct + j, av, tag);
                 if (scr_on) scr[kScrAct + j] = av;  // phase diff only
               }
             }, false, unused))
@@ -2543,7 +2478,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
             const float gg = combine_row(part, 2 * tid) * (inv * scg), uu = combine_row(part, 2 * tid + 1) * (inv * scu);
             const int j = kMlpUnitCols * u + tid;
             const float av = gg / (1.f + __expf(-gg)) * uu;
-            tagged_store(acc + kTagAct + word_at<kActPer, kPairsAct>(j), av, tag);
+            tagged_store(acc + kTagAct + j, av, tag);
             if (scr_on) scr[kScrAct + j] = av;  // phase diff only
           }
           if (u + kMlpRoundUnits >= s.u1) hop_mark();
@@ -2573,7 +2508,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const int nseg = 3 * (s.h1 - s.h0);
         pretest(kNv ? slots_nv(nseg) : slots_1024(F{}, nseg, kRoundSlots));
       }
-      gather_vec<kPer, kPairsAct>(acc + kTagAct, tag, av, S, tmo, uint32_t(L) * 16u + 11u, ok);
+      gather_vec<kPer>(acc + kTagAct, tag, av, S, tmo, uint32_t(L) * 16u + 11u, ok);
       if constexpr ((kPollSyncwarp & 4) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 4
       XRAY_WORDS_NOTE(&sm.xwords);  // MONOLITH_XRAY_SUB=1: this warp's words are in (x_words, below)
       // thread 0's words are in; the stores below and the barrier are the hop's s_gather (eighteenth
@@ -2643,7 +2578,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         const int i = s.h0 + tid;
         const float* sg = sm.segsum + 3 * tid;  // the row's three segments, added in order
         const float v = sm.hval[i] + ((sg[0] + sg[1]) + sg[2]) * scd;
-        tagged_store(acc + kTagResid + word_at<2, kPairsResid>(i), v, tag);
+        tagged_store(acc + kTagResid + i, v, tag);
         if (p.stop_layer == L && (p.stop_phase == kStopGateUp || p.stop_phase == kStopDown)) scr[kScrHidden + i] = v;
       }
       hop_mark(true);
@@ -2661,7 +2596,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   constexpr int kHeadRows = HF::kHeadSlots * HF::kRows1024;  // LM-head rows per round: 32 | 96
   const float sch0 = kHeadWarp<HW> ? 1.f : first_scale(p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
   {
-    gather_vec<2, kPairsResid>(acc + kTagResid, layer_tag(steps, kNumLayers - 1), v, S, tmo,
+    gather_vec<2>(acc + kTagResid, layer_tag(steps, kNumLayers - 1), v, S, tmo,
                                uint32_t(kNumLayers) * 16u + 7u, ok);
     if constexpr ((kPollSyncwarp & 8) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 8
     XRAY_END(s_wait_final, kNumLayers);  // thread 0's words (the first round's barrier is the block's)
