@@ -165,24 +165,6 @@ __device__ __forceinline__ void tagged_store(long long* p, float v, uint32_t tag
   const unsigned long long w = (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(v);
   asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
 }
-// Bounded poll for this tag; on failure `ok` turns false (the caller combines it with csync_and).
-__device__ __forceinline__ float tagged_wait(const long long* p, uint32_t tag, SyncState* S, long long tmo, uint32_t info,
-                                             bool& ok) {
-  unsigned long long w = (unsigned long long)ld_relaxed_s64(p);
-  if (uint32_t(w >> 32) != tag && ok) {
-    const long long t0 = clock64();
-    for (uint32_t it = 0;; ++it) {
-      w = (unsigned long long)ld_relaxed_s64(p);
-      if (uint32_t(w >> 32) == tag) break;
-      if ((it & 63u) == 63u && (*(volatile uint32_t*)&S->error != 0u || clock64() - t0 > tmo)) {
-        raise_error(S, kErrCounterTimeout, info);
-        ok = false;
-        break;
-      }
-    }
-  }
-  return __uint_as_float(uint32_t(w));
-}
 
 // N tagged words at once: every poll round issues all N loads back to back, so waiting for N
 // words costs one L2 round trip per round, not N (six sequential polls made the activation hop
