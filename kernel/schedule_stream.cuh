@@ -744,11 +744,21 @@ constexpr bool kSlotPretest = MONOLITH_SLOT_PRETEST != 0;
 // Measured (tenth session, dev at position 2, 128 blocks, same call): bf16 2,046 -> 1,982 (-3.1 %),
 // fp8 2,024 -> 2,050 (+1.3 %), NVFP4 2,025 -> 1,727 (-14.7 %; the knob build spills at the
 // 96-register cap); tokens bitwise equal. Not worth a per-format default at +1.3 %.
+// Measured again (twenty-first session, dev, one call, on the POLL_SYNCWARP=15 default): fp8 2,335 ->
+// 2,378 (+1.8 %), NVFP4 2,282 -> 2,072 (-9.2 %), bf16 2,147 -> 2,099 (-2.2 %). Twice positive for
+// fp8 alone, but that build spilled 8 B (20 B in the long kernel) on sm_90a around the call to the
+// out-of-line producer_land; inlined (now), fp8 uses 94 / 92 registers and spills nothing.
+// -1: on for E4M3 alone (row-scaled, not block-scaled; off with MONOLITH_SLOT_PRETEST=1), the
+// candidate per-format default, not yet measured in this inlined form (NOTES.md, twenty-first
+// session); 0 (default) / 1: off / on for every format.
 #ifndef MONOLITH_SLOT_LANDED
 #define MONOLITH_SLOT_LANDED 0
 #endif
-constexpr bool kSlotLanded = MONOLITH_SLOT_LANDED != 0;
-static_assert(!(kSlotLanded && kSlotPretest), "MONOLITH_SLOT_LANDED replaces the pretest's purpose");
+static_assert(MONOLITH_SLOT_LANDED >= -1 && MONOLITH_SLOT_LANDED <= 1, "-1 (the format's default), 0 or 1");
+template <class W>
+constexpr bool kSlotLanded =
+    MONOLITH_SLOT_LANDED >= 0 ? MONOLITH_SLOT_LANDED != 0 : (!kSlotPretest && W::kRowScale && !W::kBlockScaled);
+static_assert(!(MONOLITH_SLOT_LANDED == 1 && kSlotPretest), "MONOLITH_SLOT_LANDED replaces the pretest's purpose");
 #ifndef MONOLITH_PRODUCER_BACKOFF_NS
 #define MONOLITH_PRODUCER_BACKOFF_NS 0
 #endif
@@ -993,7 +1003,7 @@ __device__ __forceinline__ void producer_publish_landed(uint32_t* landed, uint32
 // ... after testing, in ring order, the issued copies (< k) above it. Only copies k - kStages .. k - 1
 // are ever tested (issue() raises the count past a slot's previous copy before refilling it), so
 // a slot's barrier is never a lap ahead of the copy tested on it.
-__device__ __noinline__ void producer_land(uint64_t* full, uint32_t* landed, uint32_t k) {
+__device__ __forceinline__ void producer_land(uint64_t* full, uint32_t* landed, uint32_t k) {
   const uint32_t L0 = atomicAdd(landed, 0u);
   uint32_t L = L0;
   while (L < k && mbar_test_wait(&full[L % kStages], (L / kStages) & 1u)) ++L;
@@ -1052,13 +1062,13 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
   }
   int held_seen = 0;  // the last hop mark the producer held for (each mark holds it once)
   // MONOLITH_SLOT_LANDED: the producer's count of landed copies lives only in shared memory
-  // (producer_land, out of line: inlined into every issue site it made bf16-stream spill; NVFP4
-  // still spills 92 B with the knob, the producer's loops being inlined at every issue site)
+  // (producer_land: out of line it made fp8 spill 8 B around the call, twenty-first session; inlined
+  // into every issue site it had made bf16-stream spill in the ninth, which -1 leaves off)
   auto land = [&] {
-    if constexpr (kSlotLanded) producer_land(r.full, r.landed, k);
+    if constexpr (kSlotLanded<W>) producer_land(r.full, r.landed, k);
   };
   auto publish_landed = [&](uint32_t L) {
-    if constexpr (kSlotLanded) producer_publish_landed(r.landed, L);
+    if constexpr (kSlotLanded<W>) producer_publish_landed(r.landed, L);
   };
   auto issue = [&](const void* src, uint32_t bytes, uint32_t info) {
     if (!ok) return;
@@ -1081,7 +1091,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
           land();
           // (MONOLITH_SLOT_LANDED: a non-blocking test, so that the loop keeps publishing landings;
           // try_wait may suspend the thread for a while before it answers)
-          if (kSlotLanded ? mbar_test_wait(&r.empty[slot], par) : mbar_try_wait(&r.empty[slot], par)) break;
+          if (kSlotLanded<W> ? mbar_test_wait(&r.empty[slot], par) : mbar_try_wait(&r.empty[slot], par)) break;
           if (kProducerCalm ? ((it & 63u) == 63u && *(volatile int*)r.quit != 0) : atomicAdd(r.quit, 0) != 0) {
             ok = false;
             return;
@@ -1425,7 +1435,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           for (int i = 0; i < n && ok; ++i)
             if ((miss >> i) & 1u) wait_slot(i);
       }
-    } else if ((kSlotTestBatch<W> || kSlotPretest) && !kSlotLanded && tid == 0 && ok && n <= 2 * kRoundSlots) {
+    } else if ((kSlotTestBatch<W> || kSlotPretest) && !kSlotLanded<W> && tid == 0 && ok && n <= 2 * kRoundSlots) {
       // every test issued before the first branch on a result (a pretest's landed slots skipped)
       const uint32_t known = kSlotPretest && sm.pre_kc == kc ? sm.pre_landed : 0u;
       const uint32_t miss = test_slots(n, known);
@@ -1435,7 +1445,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // one test after another; MONOLITH_SLOT_LANDED: only the slots above the producer's count
       // (this plain loop, not the batched one, which made NVFP4 spill with the knob)
       int i0 = 0;
-      if constexpr (kSlotLanded) {
+      if constexpr (kSlotLanded<W>) {
         const uint32_t L = uint32_t(atomicAdd(r.landed, 0u));
         __threadfence_block();
         i0 = L > kc ? int(min(L - kc, uint32_t(n))) : 0;
@@ -2754,7 +2764,7 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
     }
     quit = 0;
     if constexpr (kHopHold<typename Cfg::Weights> > 0) hold = 0;
-    if constexpr (kSlotLanded) landed = 0u;
+    if constexpr (kSlotLanded<typename Cfg::Weights>) landed = 0u;
     if constexpr (kSlotPretest) {
       sm.pre_kc = ~0u;  // no pretest yet (a ring position never reached)
       sm.pre_landed = 0u;
