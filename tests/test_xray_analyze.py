@@ -264,8 +264,9 @@ def test_milestones_name_the_blocks_that_start_late_every_layer():
 def test_sub_intervals_of_a_diagnostic_trace():
     """MONOLITH_XRAY_SUB=1 traces cut x_* intervals out of the interval recorded next in the block:
     x_words out of the hop's s_gather, x_dot / x_out out of the work phase. The analyzer groups them
-    by that parent, the hop's readiness still ends at s_gather (an x_words between the wait and its
-    gather does not hide it), and a trace without cuts reports none."""
+    by that parent, an s_gather named by the phase its hop opens, the hop's readiness still ends at
+    s_gather (an x_words between the wait and its gather does not hide it), and a trace without cuts
+    reports none."""
     from monolith.xray.analyze import hop_latency, sub_intervals
     from monolith.xray.phases import load_phases
 
@@ -280,13 +281,39 @@ def test_sub_intervals_of_a_diagnostic_trace():
     h = {x["wait"]: x for x in hop_latency(s, e, ph, lay, phases, blk)}["s_wait_resid"]
     assert (h["first_ready_us"], h["last_ready_us"]) == pytest.approx((1.5, 2.0))
     subs = {(x["parent"], x["sub"]): x for x in sub_intervals(s, e, ph, blk, phases)}
-    assert set(subs) == {("s_gather", "x_words"), ("s_qkv", "x_dot"), ("s_qkv", "x_out")}
-    assert subs[("s_gather", "x_words")]["median_us"] == pytest.approx(0.5)  # 0.8 and 0.2 µs
-    assert subs[("s_gather", "x_words")]["max_us"] == pytest.approx(0.8)
+    assert set(subs) == {("s_gather@s_qkv", "x_words"), ("s_qkv", "x_dot"), ("s_qkv", "x_out")}
+    assert subs[("s_gather@s_qkv", "x_words")]["median_us"] == pytest.approx(0.5)  # 0.8 and 0.2 µs
+    assert subs[("s_gather@s_qkv", "x_words")]["max_us"] == pytest.approx(0.8)
     assert subs[("s_qkv", "x_dot")]["max_us"] == pytest.approx(0.5)
     assert subs[("s_qkv", "x_out")]["parent_rest_median_us"] == pytest.approx(0.1)
     plain = ~np.isin(ph, [pid["x_words"], pid["x_dot"], pid["x_out"]])
     assert sub_intervals(s[plain], e[plain], ph[plain], blk[plain], phases) is None
+
+
+def test_sub_intervals_name_each_gather_by_the_phase_it_opens():
+    """MONOLITH_XRAY_SUB=2: x_prenorm / x_slots cut from the s_gather of two different hops in the
+    same block (the residual hop into qkv, the O hop into the MLP) are reported apart, each with the
+    rest of its own gathers; a second block's gather with no wait before it is not labelled by the
+    first block's last wait."""
+    from monolith.xray.analyze import sub_intervals
+    from monolith.xray.phases import load_phases
+
+    phases = load_phases()
+    pid = {p.name: p.id for p in phases}
+    rows = [(0, pid["s_wait_resid"], 1, 0, 100), (0, pid["x_prenorm"], 1, 100, 400), (0, pid["x_slots"], 1, 400, 500),
+            (0, pid["s_gather"], 1, 500, 700), (0, pid["s_qkv"], 1, 700, 900),
+            (0, pid["s_wait_o"], 1, 900, 1000), (0, pid["x_prenorm"], 1, 1000, 1100), (0, pid["x_slots"], 1, 1100, 1900),
+            (0, pid["s_gather"], 1, 1900, 2000), (0, pid["s_mlp"], 1, 2000, 2100),
+            (1, pid["x_prenorm"], 1, 0, 50), (1, pid["s_gather"], 1, 50, 60)]
+    blk, ph, lay, s, e = (np.array(c, dtype=np.float64 if i > 2 else np.int64) for i, c in enumerate(zip(*rows, strict=True)))
+    subs = {(x["parent"], x["sub"]): x for x in sub_intervals(s, e, ph, blk, phases)}
+    assert set(subs) == {("s_gather@s_qkv", "x_prenorm"), ("s_gather@s_qkv", "x_slots"), ("s_gather@s_mlp", "x_prenorm"),
+                         ("s_gather@s_mlp", "x_slots"), ("s_gather", "x_prenorm")}
+    assert subs[("s_gather@s_qkv", "x_prenorm")]["median_us"] == pytest.approx(0.3)
+    assert subs[("s_gather@s_mlp", "x_slots")]["median_us"] == pytest.approx(0.8)
+    assert subs[("s_gather@s_qkv", "x_slots")]["parent_rest_median_us"] == pytest.approx(0.2)
+    assert subs[("s_gather@s_mlp", "x_slots")]["parent_rest_median_us"] == pytest.approx(0.1)
+    assert subs[("s_gather", "x_prenorm")]["parent_rest_median_us"] == pytest.approx(0.01)
 
 
 def test_steady_clock_gives_no_clock_warning_and_reports_the_sm_clock(trace, summ):

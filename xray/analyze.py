@@ -217,30 +217,43 @@ def sub_phase_ids(phases) -> list[int]:
     return [p.id for p in phases if p.name.startswith("x_")]
 
 
+# the stream wait that precedes a phase's opening -> that phase (labels an s_gather parent below)
+OPENS = {"s_wait_resid": "s_qkv", "s_wait_qkv": "s_attn", "s_wait_attn": "s_oproj", "s_wait_o": "s_mlp",
+         "s_wait_act": "s_down", "s_wait_final": "lmhead"}
+
+
 def sub_intervals(s: np.ndarray, e: np.ndarray, ph: np.ndarray, blk: np.ndarray, phases) -> list[dict] | None:
     """MONOLITH_XRAY_SUB traces: each x_* interval is cut from the interval recorded next in its
-    block (its parent: x_words from the hop's s_gather, x_open / x_dot / x_out from the work phase).
-    Per (parent, sub): intervals, median and max µs, and the parent's remainder (median of the
-    parent's own intervals). None when the trace has no sub-intervals."""
+    block (its parent: x_words / x_prenorm from the hop's s_gather, x_open / x_dot / x_out / x_slots
+    from the work phase). Every hop's bookkeeping is an s_gather, so an s_gather parent is named by
+    the phase it opens, from the stream wait before it in its block (`s_gather@s_qkv`: the residual
+    hop's). Per (parent, sub): intervals, median and max µs, and the parent's remainder (median of
+    that parent's own intervals). None when the trace has no sub-intervals."""
     sub_ids = set(sub_phase_ids(phases))
     if not np.isin(ph, list(sub_ids)).any():
         return None
     name = {p.id: p.name for p in phases}
     order = np.lexsort((s, blk))
     durs: dict[tuple[str, str], list[float]] = {}
+    rest: dict[str, list[float]] = {}
     pending: list[int] = []
+    opening, cur = None, None
     for i in order:
-        if pending and blk[pending[-1]] != blk[i]:
-            pending = []  # a block's last cut with no parent recorded after it
+        if blk[i] != cur:  # a new block: its own cuts and its own waits
+            pending, opening, cur = [], None, blk[i]
+        n = name[int(ph[i])]
         if int(ph[i]) in sub_ids:
             pending.append(i)
             continue
+        if n in OPENS:
+            opening = OPENS[n]
+        par = f"{n}@{opening}" if n == "s_gather" and opening else n
+        rest.setdefault(par, []).append(float(e[i] - s[i]))
         for j in pending:
-            durs.setdefault((name[int(ph[i])], name[int(ph[j])]), []).append(float(e[j] - s[j]))
+            durs.setdefault((par, name[int(ph[j])]), []).append(float(e[j] - s[j]))
         pending = []
-    pid = {n: i for i, n in name.items()}
     return [{"parent": par, "sub": sb, "count": len(v), "median_us": float(np.median(v)) / 1e3,
-             "max_us": float(np.max(v)) / 1e3, "parent_rest_median_us": float(np.median((e - s)[ph == pid[par]])) / 1e3}
+             "max_us": float(np.max(v)) / 1e3, "parent_rest_median_us": float(np.median(rest[par])) / 1e3}
             for (par, sb), v in sorted(durs.items())]
 
 
@@ -736,11 +749,14 @@ def print_report(summ: dict, console=None) -> None:
         con.print(f"LM head: span {h['span_us']:.2f} µs from {h['start_us']:.1f}; per block median "
                   f"{h['per_block_median_us']:.2f}, max {h['per_block_max_us']:.2f} µs{ring}", markup=False)
     subs = summ.get("sub_intervals")
-    if subs:  # MONOLITH_XRAY_SUB=1 traces only
-        con.print("sub-intervals (MONOLITH_XRAY_SUB; median / max µs, cut from the parent; the parent's own rest "
-                  "after the cuts): " + " · ".join(
-                      f"{x['parent']}:{x['sub']} {x['median_us']:.2f}/{x['max_us']:.2f} (rest {x['parent_rest_median_us']:.2f})"
-                      for x in subs), markup=False)
+    if subs:  # MONOLITH_XRAY_SUB traces only
+        by_parent: dict[str, list[dict]] = {}
+        for x in subs:
+            by_parent.setdefault(x["parent"], []).append(x)
+        con.print("sub-intervals (MONOLITH_XRAY_SUB; median / max µs, cut from the parent; s_gather@P: the hop "
+                  "bookkeeping that opens phase P; rest: the parent's own interval after the cuts): " + " · ".join(
+                      f"{par}: " + ", ".join(f"{x['sub']} {x['median_us']:.2f}/{x['max_us']:.2f}" for x in xs)
+                      + f" (rest {xs[0]['parent_rest_median_us']:.2f})" for par, xs in by_parent.items()), markup=False)
     w = summ["waits"]
     con.print(f"wait per block: mean {w['mean_per_block_us']:.1f} µs, max block {w['max_block']} "
               f"({w['per_block_us'][w['max_block']]:.1f} µs), min block {w['min_block']} ({w['per_block_us'][w['min_block']]:.1f} µs)")
