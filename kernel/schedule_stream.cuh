@@ -542,9 +542,9 @@ constexpr int kSplitEntriesMax = kSplitPositions;  // sm.sc per head
 // each): bit 4 alone on fp8 mask 8 2,219 -> 2,276 tok/s, on the default 2,296 -> 2,294; twentieth
 // session, base / 2 / 7: fp8-stream 2,293 / 2,307 / 2,318, nvfp4-stream 2,203 / 2,232 / 2,285
 // (its X-ray's MLP hop, every thread's words in: 3.19 -> 1.80 us). 0 turns them off (A/B only).
-// Bit 8 (twentieth session; on since the twenty-first): the same after the other gathers, where less code follows the
-// poll: qkv -> attention (before the q/k norm's warp_sum), the attention partials' merge loop (before
-// its exp/merge arithmetic) and the final norm's residual gather. Dev, one call, 7 -> 15: bf16-stream
+// Bit 8 (twentieth session; on since the twenty-first): the same after the other gathers, where
+// less code follows the poll: qkv -> attention (before the q/k norm's warp_sum), the attention
+// partials' merge loop (before its exp/merge arithmetic) and the final norm's residual gather. Dev, one call, 7 -> 15: bf16-stream
 // 2,105 -> 2,138 (+1.6 %; X-ray: the attention -> O hop 1.18 -> 0.85 us), fp8 and nvfp4 +0.2 %; the
 // harness run that made it the default is in NOTES.md, twenty-first session. With it the sm_120a
 // build spills nothing (=7 spilled up to 12 bytes there; the make test-cuda budget is now sm_120a=0).
@@ -748,9 +748,10 @@ constexpr bool kSlotPretest = MONOLITH_SLOT_PRETEST != 0;
 // 2,378 (+1.8 %), NVFP4 2,282 -> 2,072 (-9.2 %), bf16 2,147 -> 2,099 (-2.2 %). Twice positive for
 // fp8 alone, but that build spilled 8 B (20 B in the long kernel) on sm_90a around the call to the
 // out-of-line producer_land; inlined (now), fp8 uses 94 / 92 registers and spills nothing.
-// -1: on for E4M3 alone (row-scaled, not block-scaled; off with MONOLITH_SLOT_PRETEST=1), the
-// candidate per-format default, not yet measured in this inlined form (NOTES.md, twenty-first
-// session); 0 (default) / 1: off / on for every format.
+// -1: on for E4M3 alone (row-scaled, not block-scaled; off with MONOLITH_SLOT_PRETEST=1): dev fp8
+// 2,332 -> 2,381 (+2.1 %) in this inlined form, GPU tests and sanitizers clean; the candidate
+// per-format default, waiting for its harness run (NOTES.md, twenty-first session).
+// 0 (default) / 1: off / on for every format.
 #ifndef MONOLITH_SLOT_LANDED
 #define MONOLITH_SLOT_LANDED 0
 #endif
