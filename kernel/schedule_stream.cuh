@@ -760,6 +760,20 @@ template <class W>
 constexpr bool kSlotLanded =
     MONOLITH_SLOT_LANDED >= 0 ? MONOLITH_SLOT_LANDED != 0 : (!kSlotPretest && W::kRowScale && !W::kBlockScaled);
 static_assert(!(MONOLITH_SLOT_LANDED == 1 && kSlotPretest), "MONOLITH_SLOT_LANDED replaces the pretest's purpose");
+// MONOLITH_SEED_BITS=1 (twenty-first session; prepared, not measured): which of this thread's two
+// residual elements (t, t + 512) its block seeds into the O stage (element i when i % G == b) is
+// worked out once per launch instead of at every layer's qkv opening. Why: with G the runtime block
+// count, each `i % G` is an integer division (~20 dependent SASS instructions with an I2F / MUFU.RCP
+// / F2I chain) for both elements, on every thread's path between its residual words and the opening
+// barrier (the SUB=2 X-ray's x_prenorm, 0.22-0.37 us per opening). Prediction: +0.2..+0.7 %, no
+// change to any value (the same atomics, the same words); below a dev A/B's noise (+-0.8 %), so the
+// SUB=2 X-ray's qkv x_prenorm is the measure (0.34 us in fp8 today). Build: sm_90a no spills (the
+// division leaves the seed path: 7 IMAD.HI / I2F / MUFU instructions before the first seed atomic
+// -> 0); sm_120a bf16-stream spills 4 B, so it could not be the default as is.
+#ifndef MONOLITH_SEED_BITS
+#define MONOLITH_SEED_BITS 0
+#endif
+constexpr bool kSeedBits = MONOLITH_SEED_BITS != 0;
 #ifndef MONOLITH_PRODUCER_BACKOFF_NS
 #define MONOLITH_PRODUCER_BACKOFF_NS 0
 #endif
@@ -1348,6 +1362,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   constexpr int kRowsRound = kRoundSlots * F::kRows1024;  // K = 1024 rows per round: 32 | 64 | 128 (NVFP4)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int G = gridDim.x, b = blockIdx.x, g = s.g;
+  // MONOLITH_SEED_BITS: bit e set when this block seeds element tid + 512 e (seed_o below)
+  const uint32_t seed_bits = kSeedBits ? (uint32_t(tid % G == b) | uint32_t((tid + kStreamConsumerThreads) % G == b) << 1) : 0u;
   SyncState* S = p.sync;
   float* scr = p.scr;
   long long* acc = p.acc;
@@ -1693,7 +1709,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int i = tid + e * kStreamConsumerThreads;
-      if (i % G == b) resid_add(buf + i, to_fix(v[e]));
+      if (kSeedBits ? ((seed_bits >> e) & 1u) != 0u : i % G == b) resid_add(buf + i, to_fix(v[e]));
     }
   };
   for (int L = 0; L < kNumLayers; ++L) {
