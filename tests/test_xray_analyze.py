@@ -290,7 +290,7 @@ def test_sub_intervals_of_a_diagnostic_trace():
     assert sub_intervals(s[plain], e[plain], ph[plain], blk[plain], phases) is None
 
 
-def test_sub_intervals_name_each_gather_by_the_phase_it_opens():
+def test_sub_intervals_name_each_gather_by_the_phase_it_opens(summ, capsys):
     """MONOLITH_XRAY_SUB=2: x_prenorm / x_slots cut from the s_gather of two different hops in the
     same block (the residual hop into qkv, the O hop into the MLP) are reported apart, each with the
     rest of its own gathers; a second block's gather with no wait before it is not labelled by the
@@ -314,6 +314,13 @@ def test_sub_intervals_name_each_gather_by_the_phase_it_opens():
     assert subs[("s_gather@s_qkv", "x_slots")]["parent_rest_median_us"] == pytest.approx(0.2)
     assert subs[("s_gather@s_mlp", "x_slots")]["parent_rest_median_us"] == pytest.approx(0.1)
     assert subs[("s_gather", "x_prenorm")]["parent_rest_median_us"] == pytest.approx(0.01)
+    # the report prints one group per parent, its cuts in order and its own rest once
+    from monolith.xray.analyze import print_report
+
+    print_report({**summ, "sub_intervals": sub_intervals(s, e, ph, blk, phases)})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "s_gather@s_qkv: x_prenorm 0.30/0.30, x_slots 0.10/0.10 (rest 0.20)" in out
+    assert "s_gather@s_mlp: x_prenorm 0.10/0.10, x_slots 0.80/0.80 (rest 0.10)" in out
 
 
 def test_steady_clock_gives_no_clock_warning_and_reports_the_sm_clock(trace, summ):
