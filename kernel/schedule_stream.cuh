@@ -746,8 +746,8 @@ constexpr bool kSlotPretest = MONOLITH_SLOT_PRETEST != 0;
 // 96-register cap); tokens bitwise equal. Not worth a per-format default at +1.3 %.
 // Measured again (twenty-first session, dev, one call, on the POLL_SYNCWARP=15 default): fp8 2,335 ->
 // 2,378 (+1.8 %), NVFP4 2,282 -> 2,072 (-9.2 %), bf16 2,147 -> 2,099 (-2.2 %). Twice positive for
-// fp8 alone, but that build spilled 8 B (20 B in the long kernel) on sm_90a around the call to the
-// out-of-line producer_land; inlined (now), fp8 uses 94 / 92 registers and spills nothing.
+// fp8 alone, but that build spilled on sm_90a around the call to the out-of-line producer_land
+// (short / long kernel: fp8 8 / 20 B, NVFP4 88 / 104 B, bf16 0 / 12 B); inlined (now), nothing spills.
 // -1: on for E4M3 alone (row-scaled, not block-scaled; off with MONOLITH_SLOT_PRETEST=1): dev fp8
 // 2,332 -> 2,381 (+2.1 %) in this inlined form, GPU tests and sanitizers clean; the candidate
 // per-format default, waiting for its harness run (NOTES.md, twenty-first session).
@@ -1079,8 +1079,8 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
   }
   int held_seen = 0;  // the last hop mark the producer held for (each mark holds it once)
   // MONOLITH_SLOT_LANDED: the producer's count of landed copies lives only in shared memory
-  // (producer_land: out of line it made fp8 spill 8 B around the call, twenty-first session; inlined
-  // into every issue site it had made bf16-stream spill in the ninth, which -1 leaves off)
+  // (producer_land: out of line, the call made fp8 and NVFP4 spill, twenty-first session; inlined
+  // into every issue site it had made bf16-stream spill in the ninth session, and no longer does)
   auto land = [&] {
     if constexpr (kSlotLanded<W>) producer_land(r.full, r.landed, k);
   };
