@@ -544,10 +544,11 @@ constexpr int kSplitEntriesMax = kSplitPositions;  // sm.sc per head
 // (its X-ray's MLP hop, every thread's words in: 3.19 -> 1.80 us). 0 turns them off (A/B only).
 // Bit 8 (twentieth session; on since the twenty-first): the same after the other gathers, where
 // less code follows the poll: qkv -> attention (before the q/k norm's warp_sum), the attention
-// partials' merge loop (before its exp/merge arithmetic) and the final norm's residual gather. Dev, one call, 7 -> 15: bf16-stream
-// 2,105 -> 2,138 (+1.6 %; X-ray: the attention -> O hop 1.18 -> 0.85 us), fp8 and nvfp4 +0.2 %; the
-// harness run that made it the default is in NOTES.md, twenty-first session. With it the sm_120a
-// build spills nothing (=7 spilled up to 12 bytes there; the make test-cuda budget is now sm_120a=0).
+// partials' merge loop (before its exp/merge arithmetic) and the final norm's residual gather. Dev,
+// one call, 7 -> 15: bf16-stream 2,105 -> 2,138 (+1.6 %; X-ray: the attention -> O hop 1.18 -> 0.85
+// us), fp8 and nvfp4 +0.2 %; the harness run that made it the default is in NOTES.md, twenty-first
+// session. With it the sm_120a build spills nothing (=7 spilled up to 12 bytes there; the make
+// test-cuda budget is now sm_120a=0).
 #ifndef MONOLITH_POLL_SYNCWARP
 #define MONOLITH_POLL_SYNCWARP 15
 #endif
@@ -1428,6 +1429,13 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     return min(kSl, (rows + decltype(rf)::kRows1024 - 1) / decltype(rf)::kRows1024);
   };
   auto slots_nv = [&](int rows) { return min(kRoundSlots, (rows + NF::kRows1024 - 1) / NF::kRows1024); };
+  // MONOLITH_SLOT_LANDED: how many of the round's n slots from kc lie below the producer's count of
+  // landed copies (thread 0; the atomic read and the CTA fence pair with producer_publish_landed)
+  auto counted = [&](int n) -> uint32_t {
+    const uint32_t L = uint32_t(atomicAdd(r.landed, 0u));
+    __threadfence_block();
+    return L > kc ? min(L - kc, uint32_t(n)) : 0u;
+  };
   auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true, bool sub = false,
                        bool may_skip = false) -> bool {
     if constexpr (kSlotPretest) {
@@ -1457,12 +1465,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     } else if ((kSlotTestBatch<W> || (kSlotPretest && !kSlotLanded<W>)) && tid == 0 && ok && n <= 2 * kRoundSlots) {
       // every test issued before the first branch on a result (a pretest's landed slots skipped)
       uint32_t known = kSlotPretest && sm.pre_kc == kc ? sm.pre_landed : 0u;
-      if constexpr (kSlotLanded<W>) {  // batched formats (bf16): the slots below the count are known landed
-        const uint32_t L = uint32_t(atomicAdd(r.landed, 0u));
-        __threadfence_block();
-        const uint32_t i0 = L > kc ? min(L - kc, uint32_t(n)) : 0u;  // n <= 2 kRoundSlots < 32
-        known |= (1u << i0) - 1u;
-      }
+      if constexpr (kSlotLanded<W>)  // batched formats (bf16): the slots below the count are known landed
+        known |= (1u << counted(n)) - 1u;  // n <= 2 kRoundSlots < 32
       const uint32_t miss = test_slots(n, known);
       for (int i = 0; miss != 0u && i < n && ok; ++i)
         if ((miss >> i) & 1u) wait_slot(i);
@@ -1472,11 +1476,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // above, since the twenty-first session: before, the knob switched bf16 to this loop, which
       // costs bf16 its batching, +4.4 % in the eighth session, and may be its -2.2 % with the knob)
       int i0 = 0;
-      if constexpr (kSlotLanded<W>) {
-        const uint32_t L = uint32_t(atomicAdd(r.landed, 0u));
-        __threadfence_block();
-        i0 = L > kc ? int(min(L - kc, uint32_t(n))) : 0;
-      }
+      if constexpr (kSlotLanded<W>) i0 = int(counted(n));
       for (int i = i0; i < n && ok; ++i)
         if (!mbar_test_wait(&r.full[(kc + i) % kStages], ((kc + i) / kStages) & 1u)) wait_slot(i);
     }
@@ -2615,8 +2615,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   constexpr int kHeadRows = HF::kHeadSlots * HF::kRows1024;  // LM-head rows per round: 32 | 96
   const float sch0 = kHeadWarp<HW> ? 1.f : first_scale(p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
   {
-    gather_vec<2>(acc + kTagResid, layer_tag(steps, kNumLayers - 1), v, S, tmo,
-                               uint32_t(kNumLayers) * 16u + 7u, ok);
+    gather_vec<2>(acc + kTagResid, layer_tag(steps, kNumLayers - 1), v, S, tmo, uint32_t(kNumLayers) * 16u + 7u, ok);
     if constexpr ((kPollSyncwarp & 8) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 8
     XRAY_END(s_wait_final, kNumLayers);  // thread 0's words (the first round's barrier is the block's)
     stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);

@@ -312,4 +312,3 @@ def test_merge_halves_rule():
             mu, nu, du = online(ms[upper], ls[upper], os_[upper])
             m, num, den = online([mu], [du], [nu], m, num, den)
         assert np.isclose(num / den, num0 / den0, rtol=1e-12) and m == m0
-
