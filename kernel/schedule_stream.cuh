@@ -776,10 +776,28 @@ static_assert(!(MONOLITH_SLOT_LANDED == 1 && kSlotPretest), "MONOLITH_SLOT_LANDE
 // SUB=2 X-ray's qkv x_prenorm is the measure (0.34 us in fp8 today). Build: sm_90a no spills (the
 // division leaves the seed path: 7 IMAD.HI / I2F / MUFU instructions before the first seed atomic
 // -> 0); sm_120a bf16-stream spills 4 B, so it could not be the default as is.
+// Measured (twenty-second session, SUB=2 X-ray at position 128, one call, default builds before and
+// after): the qkv opening's x_prenorm 0.36 -> 0.24 us (fp8), 0.37 -> 0.24 (bf16); the MLP and down
+// openings unchanged. The division was the cost, as predicted.
 #ifndef MONOLITH_SEED_BITS
 #define MONOLITH_SEED_BITS 0
 #endif
 constexpr bool kSeedBits = MONOLITH_SEED_BITS != 0;
+// MONOLITH_SEED_RANGE=1 (twenty-second session): the same saving without a register held across the
+// layer loop (SEED_BITS's, which spills on sm_120a). Block b seeds the contiguous elements i with
+// (i G) >> log2(kHidden) == b, ~kHidden / G of them, instead of i % G == b: one multiply and a shift
+// per element, no division. Every element still gets exactly one seed (i G / kHidden runs over
+// 0 .. G-1, each value hit at least once as G <= kHidden), and the residual words are integer sums,
+// so the words, and the tokens, are bitwise the default's. A side effect: at 128 blocks a block's 8
+// seeds are 8 adjacent lanes of one warp (one 64-byte RED) instead of one lane in each of 4 warps x 2.
+// Default on since the twenty-second session (harness, NOTES.md); =0 restores i % G for the A/B;
+// MONOLITH_SEED_BITS=1 takes precedence (the two are two ways to the same saving).
+#ifndef MONOLITH_SEED_RANGE
+#define MONOLITH_SEED_RANGE 1
+#endif
+constexpr bool kSeedRange = MONOLITH_SEED_RANGE != 0 && !kSeedBits;
+constexpr int kHiddenShift = [] { int k = 0; while ((1 << k) < kHidden) ++k; return k; }();  // log2(kHidden)
+static_assert((1 << kHiddenShift) == kHidden, "MONOLITH_SEED_RANGE: the range split is a shift by log2(kHidden)");
 #ifndef MONOLITH_PRODUCER_BACKOFF_NS
 #define MONOLITH_PRODUCER_BACKOFF_NS 0
 #endif
@@ -1717,12 +1735,16 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   auto stop_after = [&](int L, int phase) {
     return p.stop_layer == L && (p.stop_phase == phase || (p.stop_phase == kFaultBlock0After + phase && b == 0));
   };
-  // Block b seeds element i of a counted stage (the residual connection) when i % G == b.
+  // Block b seeds element i of a counted stage (the residual connection) when i % G == b
+  // (MONOLITH_SEED_RANGE: when i G / kHidden == b).
   auto seed_o = [&](long long* buf, const float v[2]) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int i = tid + e * kStreamConsumerThreads;
-      if (kSeedBits ? ((seed_bits >> e) & 1u) != 0u : i % G == b) resid_add(buf + i, to_fix(v[e]));
+      const bool seeds = kSeedRange ? (i * G) >> kHiddenShift == b
+                        : kSeedBits ? ((seed_bits >> e) & 1u) != 0u
+                                    : i % G == b;
+      if (seeds) resid_add(buf + i, to_fix(v[e]));
     }
   };
   for (int L = 0; L < kNumLayers; ++L) {
