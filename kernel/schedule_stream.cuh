@@ -766,7 +766,7 @@ template <class W>
 constexpr bool kSlotLanded =
     MONOLITH_SLOT_LANDED >= 0 ? MONOLITH_SLOT_LANDED != 0 : (!kSlotPretest && W::kRowScale && !W::kBlockScaled);
 static_assert(!(MONOLITH_SLOT_LANDED == 1 && kSlotPretest), "MONOLITH_SLOT_LANDED replaces the pretest's purpose");
-// MONOLITH_SEED_BITS=1 (twenty-first session; prepared, not measured): which of this thread's two
+// MONOLITH_SEED_BITS=1 (twenty-first session; superseded by MONOLITH_SEED_RANGE below): which of this thread's two
 // residual elements (t, t + 512) its block seeds into the O stage (element i when i % G == b) is
 // worked out once per launch instead of at every layer's qkv opening. Why: with G the runtime block
 // count, each `i % G` is an integer division (~20 dependent SASS instructions with an I2F / MUFU.RCP
@@ -775,7 +775,7 @@ static_assert(!(MONOLITH_SLOT_LANDED == 1 && kSlotPretest), "MONOLITH_SLOT_LANDE
 // change to any value (the same atomics, the same words); below a dev A/B's noise (+-0.8 %), so the
 // SUB=2 X-ray's qkv x_prenorm is the measure (0.34 us in fp8 today). Build: sm_90a no spills (the
 // division leaves the seed path: 7 IMAD.HI / I2F / MUFU instructions before the first seed atomic
-// -> 0); sm_120a bf16-stream spills 4 B, so it could not be the default as is.
+// -> 0); sm_120a bf16-stream spilled 4 B then (0 on the twenty-second session's code).
 // Measured (twenty-second session, SUB=2 X-ray at position 128, one call, default builds before and
 // after): the qkv opening's x_prenorm 0.36 -> 0.24 us (fp8), 0.37 -> 0.24 (bf16); the MLP and down
 // openings unchanged. The division was the cost, as predicted.
@@ -790,7 +790,10 @@ constexpr bool kSeedBits = MONOLITH_SEED_BITS != 0;
 // 0 .. G-1, each value hit at least once as G <= kHidden), and the residual words are integer sums,
 // so the words, and the tokens, are bitwise the default's. A side effect: at 128 blocks a block's 8
 // seeds are 8 adjacent lanes of one warp (one 64-byte RED) instead of one lane in each of 4 warps x 2.
-// Default on since the twenty-second session (harness, NOTES.md); =0 restores i % G for the A/B;
+// Measured (twenty-second session, harness, one run of all four engines against the same session's
+// row before it): fp8 2,368.4 -> 2,400.4 tok/s (+1.4 %), NVFP4 2,269.3 -> 2,299.8 (+1.3 %), bf16
+// 2,134.9 -> 2,134.5 (bf16-upstream's unchanged code +0.05 %); same gate divergences; the SUB=2
+// X-ray's qkv x_prenorm 0.25 / 0.26 us (fp8 / bf16). Default on; =0 restores i % G for the A/B;
 // MONOLITH_SEED_BITS=1 takes precedence (the two are two ways to the same saving).
 #ifndef MONOLITH_SEED_RANGE
 #define MONOLITH_SEED_RANGE 1

@@ -1,12 +1,16 @@
-"""Split the twenty-second session's harness run (call 2) into the two headline files."""
+"""Split one of the twenty-second session's harness runs into the two headline files.
+Usage (repo root): python3 results/logs/2026-12-02-s22/split.py call5 m4_stream_s22b.json "device call 5"
+(call 2 was: call2 m4_stream_s22.json "device call 2")."""
 import copy
 import json
+import sys
 
 D = "results/logs/2026-12-02-s22"
-run = json.load(open(f"{D}/call2/results/m4_stream_s22.json"))
-old_nvfp4 = json.load(open("results/m5_nvfp4.json"))
+CALL, NAME, LABEL = sys.argv[1:4]
+run = json.load(open(f"{D}/{CALL}/results/{NAME}"))
+old_nvfp4 = json.load(open(f"{D}/m5_nvfp4-before-s22.json"))  # the twenty-first session's row
 rows = {r["engine"]: r for r in run["rows"]}
-src = f"{D}/call2/results/m4_stream_s22.json"
+src = f"{D}/{CALL}/results/{NAME}"
 
 
 def out(path, engines, note):
@@ -19,16 +23,17 @@ def out(path, engines, note):
 q = copy.deepcopy(next(r for r in old_nvfp4["rows"] if r["engine"] == "megakernel-nvfp4-stream")["quality"])
 q["source"] = q["source"].replace(
     "this row's gate lists",
-    "twenty-second session: MONOLITH_SLOT_LANDED's default -1 changes only the E4M3 kernel, and this "
-    "row's nvfp4 sm_90a SASS is byte-identical to the twenty-first session's (b1b02f9d86c8); this row's gate lists",
+    "twenty-second session: MONOLITH_SLOT_LANDED's default -1 changes only the E4M3 kernel, and "
+    "MONOLITH_SEED_RANGE only which block adds each residual seed, an integer atomic: no value "
+    "changes; this row's gate lists",
 )
 assert "twenty-second" in q["source"]
 files = [
     out("results/m4_stream_bf16.json", ["megakernel-bf16-upstream", "megakernel-bf16-stream"],
-        f"twenty-second session, device call 2: rows taken from {src} (one harness run of all four "
+        f"twenty-second session, {LABEL}: rows taken from {src} (one harness run of all four "
         "engines; the other rows of that run are in the sibling file)"),
     out("results/m5_nvfp4.json", ["megakernel-fp8-stream", "megakernel-nvfp4-stream"],
-        f"twenty-second session, device call 2: rows taken from {src} (one harness run of all four "
+        f"twenty-second session, {LABEL}: rows taken from {src} (one harness run of all four "
         "engines; the other rows of that run are in the sibling file), nvfp4's quality carried with its source"),
 ]
 files[1][1]["rows"][1]["quality"] = q
