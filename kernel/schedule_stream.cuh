@@ -1489,8 +1489,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
     } else if ((kSlotTestBatch<W> || (kSlotPretest && !kSlotLanded<W>)) && tid == 0 && ok && n <= 2 * kRoundSlots) {
       // every test issued before the first branch on a result (a pretest's landed slots skipped)
       uint32_t known = kSlotPretest && sm.pre_kc == kc ? sm.pre_landed : 0u;
-      if constexpr (kSlotLanded<W>)  // batched formats (bf16): the slots below the count are known landed
+      if constexpr (kSlotLanded<W>) {  // batched formats (bf16): the slots below the count are known landed
         known |= (1u << counted(n)) - 1u;  // n <= 2 kRoundSlots < 32
+        if (sub) XRAY_SUB2(x_count, layer);  // (SUB=2: the count's read, apart from the tests above it)
+      }
       const uint32_t miss = test_slots(n, known);
       for (int i = 0; miss != 0u && i < n && ok; ++i)
         if ((miss >> i) & 1u) wait_slot(i);
@@ -1500,7 +1502,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // above, since the twenty-first session: before, the knob switched bf16 to this loop, which
       // costs bf16 its batching, +4.4 % in the eighth session, and may be its -2.2 % with the knob)
       int i0 = 0;
-      if constexpr (kSlotLanded<W>) i0 = int(counted(n));
+      if constexpr (kSlotLanded<W>) {
+        i0 = int(counted(n));
+        if (sub) XRAY_SUB2(x_count, layer);  // (SUB=2: the count's read, apart from the tests above it)
+      }
       for (int i = i0; i < n && ok; ++i)
         if (!mbar_test_wait(&r.full[(kc + i) % kStages], ((kc + i) / kStages) & 1u)) wait_slot(i);
     }

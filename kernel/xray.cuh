@@ -114,9 +114,10 @@ struct XrayRecorder {
   xr.stamp(g, c)
 #define XRAY_STALL(work_phase, stall_phase, layer, g, c) xr.stall((work_phase), (stall_phase), (layer), (g), (c))
 // MONOLITH_XRAY_SUB=1: the diagnostic sub-intervals of xray_phases.def (x_words, x_open, x_dot,
-// x_out), only in that X-ray build; =2: x_open, x_dot, x_out, x_prenorm, x_slots; =3 (ninth
-// session): only the attention's x_att_* (a block's first split; the others would overflow the
-// 1,024 events of a block that records level 1 or 2 as well). XRAY_SUB closes the current interval like XRAY_END.
+// x_out), only in that X-ray build; =2: x_open, x_dot, x_out, x_prenorm, x_slots (and x_count where
+// the landed count is on); =3 (ninth session): only the attention's x_att_* (a block's first split;
+// the others would overflow the 1,024 events of a block that records level 1 or 2 as well).
+// XRAY_SUB closes the current interval like XRAY_END.
 // XRAY_WORDS_NOTE: once a warp's lanes have their words of a hop, its lane 0 raises the block's
 // latest cycle (a shared word); XRAY_WORDS_CUT: thread 0, after the barrier every thread passed,
 // records [thread 0's words, the last thread's words] as x_words and clears the word.

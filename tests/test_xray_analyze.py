@@ -323,6 +323,28 @@ def test_sub_intervals_name_each_gather_by_the_phase_it_opens(summ, capsys):
     assert "s_gather@s_mlp: x_prenorm 0.10/0.10, x_slots 0.80/0.80 (rest 0.10)" in out
 
 
+def test_sub_intervals_split_the_landed_count_read_from_the_slot_tests(summ, capsys):
+    """MONOLITH_XRAY_SUB=2 with the landed count (twenty-second session): thread 0's x_count (the
+    count's read) sits between x_prenorm and x_slots in the same gather; the report gives it as its
+    own cut of that gather, in time order (not by name), so a lagging count (long x_slots) and a
+    costly read (long x_count) are told apart."""
+    from monolith.xray.analyze import print_report, sub_intervals
+    from monolith.xray.phases import load_phases
+
+    phases = load_phases()
+    pid = {p.name: p.id for p in phases}
+    rows = [(0, pid["s_wait_resid"], 1, 0, 100), (0, pid["x_prenorm"], 1, 100, 350), (0, pid["x_count"], 1, 350, 500),
+            (0, pid["x_slots"], 1, 500, 520), (0, pid["s_gather"], 1, 520, 700), (0, pid["s_qkv"], 1, 700, 900)]
+    blk, ph, lay, s, e = (np.array(c, dtype=np.float64 if i > 2 else np.int64) for i, c in enumerate(zip(*rows, strict=True)))
+    subs = sub_intervals(s, e, ph, blk, phases)
+    got = {(x["parent"], x["sub"]): x["median_us"] for x in subs}
+    assert got == pytest.approx({("s_gather@s_qkv", "x_prenorm"): 0.25, ("s_gather@s_qkv", "x_count"): 0.15,
+                                 ("s_gather@s_qkv", "x_slots"): 0.02})
+    print_report({**summ, "sub_intervals": subs})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "s_gather@s_qkv: x_prenorm 0.25/0.25, x_count 0.15/0.15, x_slots 0.02/0.02 (rest 0.18)" in out
+
+
 def test_steady_clock_gives_no_clock_warning_and_reports_the_sm_clock(trace, summ):
     assert not any("clock fit residual" in w for w in summ["warnings"]), summ["warnings"]
     g = summ["clock_alignment"]["sm_ghz"]

@@ -227,8 +227,9 @@ def sub_intervals(s: np.ndarray, e: np.ndarray, ph: np.ndarray, blk: np.ndarray,
     block (its parent: x_words / x_prenorm from the hop's s_gather, x_open / x_dot / x_out / x_slots
     from the work phase). Every hop's bookkeeping is an s_gather, so an s_gather parent is named by
     the phase it opens, from the stream wait before it in its block (`s_gather@s_qkv`: the residual
-    hop's). Per (parent, sub): intervals, median and max µs, and the parent's remainder (median of
-    that parent's own intervals). None when the trace has no sub-intervals."""
+    hop's). Per (parent, sub), in the order they first occur (the first block's timeline): intervals,
+    median and max µs, and the parent's remainder (median of that parent's own intervals). None when
+    the trace has no sub-intervals."""
     sub_ids = set(sub_phase_ids(phases))
     if not np.isin(ph, list(sub_ids)).any():
         return None
@@ -254,7 +255,7 @@ def sub_intervals(s: np.ndarray, e: np.ndarray, ph: np.ndarray, blk: np.ndarray,
         pending = []
     return [{"parent": par, "sub": sb, "count": len(v), "median_us": float(np.median(v)) / 1e3,
              "max_us": float(np.max(v)) / 1e3, "parent_rest_median_us": float(np.median(rest[par])) / 1e3}
-            for (par, sb), v in sorted(durs.items())]
+            for (par, sb), v in durs.items()]  # first-seen order: a block's cuts in time order
 
 
 def hop_latency(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, phases,
