@@ -952,11 +952,32 @@ __global__ void __launch_bounds__(VariantCfg<kVariant>::kBlockThreads, 1) decode
   static_assert(Cfg::kStream && Cfg::kLongKernel, "a long-position kernel exists for streaming variants only");
   stream_step<Cfg, true>(p);
 }
+// MONOLITH_ATTN_WIDE (schedule_stream.cuh; off by default, prepared in the twenty-second session): the
+// long kernel with wider attention splits, launched only where the rule widens them (wide_applies),
+// so that the short and long kernels keep their code. Correct at any position (elsewhere its splits
+// are the long kernel's 64), like the other two.
+template <int kVariant>
+__global__ void __launch_bounds__(VariantCfg<kVariant>::kBlockThreads, 1) decode_step_wide(const StepParams p) {
+  using Cfg = VariantCfg<kVariant>;
+  static_assert(Cfg::kStream && Cfg::kLongKernel && kAttnWide, "the wide kernel: a streaming variant's, with MONOLITH_ATTN_WIDE");
+  stream_step<Cfg, true, true>(p);
+}
+// Whether the wide kernel's splits are wider than 64 at this position and grid: k of the rule for
+// the smallest group (blocks / kGroups; groups differ by at most one block) within [MIN, MAX].
+static bool wide_applies(int blocks, int position) {
+  if constexpr (!kAttnWide) {
+    return false;
+  } else {
+    const int k = wide_k(position, blocks / kGroups);
+    return k >= kWideMinSlots && k <= kWideSlots;
+  }
+}
 
 // ---- host side ----------------------------------------------------------------------------
 struct KernelInfo {
   const void* fn;
   const void* fn_long;  // positions >= kLongKernelFrom (decode_step_long), or nullptr: fn at every position
+  const void* fn_wide;  // where wide_applies (decode_step_wide, MONOLITH_ATTN_WIDE builds), or nullptr
   int threads;
   int dynamic_smem;
   bool row_scaled;  // reads StepParams::codes / row_scales / embed_codes / embed_scales
@@ -967,8 +988,10 @@ template <int kVariant>
 KernelInfo info_of() {
   using Cfg = VariantCfg<kVariant>;
   const void* fn_long = nullptr;
+  const void* fn_wide = nullptr;
   if constexpr (Cfg::kLongKernel) fn_long = reinterpret_cast<const void*>(&decode_step_long<kVariant>);
-  return {reinterpret_cast<const void*>(&decode_step<kVariant>), fn_long, Cfg::kBlockThreads, Cfg::kDynamicSmem,
+  if constexpr (Cfg::kStream && Cfg::kLongKernel && kAttnWide) fn_wide = reinterpret_cast<const void*>(&decode_step_wide<kVariant>);
+  return {reinterpret_cast<const void*>(&decode_step<kVariant>), fn_long, fn_wide, Cfg::kBlockThreads, Cfg::kDynamicSmem,
           Cfg::Weights::kRowScale, Cfg::kStream};
 }
 
@@ -987,7 +1010,7 @@ static KernelInfo kernel_for(int variant) {  // {nullptr, ...}: not a variant of
     case kVariantNvfp4Stream:
       return info_of<kVariantNvfp4Stream>();
     default:
-      return {nullptr, nullptr, 0, 0, false, false};
+      return {nullptr, nullptr, nullptr, 0, 0, false, false};
   }
 }
 
@@ -996,8 +1019,8 @@ static KernelInfo kernel_for(int variant) {  // {nullptr, ...}: not a variant of
 static cudaError_t prepare(const KernelInfo& k) {
   if (k.dynamic_smem == 0) return cudaSuccess;
   cudaError_t e = cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.dynamic_smem);
-  if (e == cudaSuccess && k.fn_long != nullptr)
-    e = cudaFuncSetAttribute(k.fn_long, cudaFuncAttributeMaxDynamicSharedMemorySize, k.dynamic_smem);
+  for (const void* fn : {k.fn_long, k.fn_wide})
+    if (e == cudaSuccess && fn != nullptr) e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.dynamic_smem);
   return e;
 }
 
@@ -1016,6 +1039,7 @@ cudaError_t launch_step(const StepParams& p, int variant, int blocks, int positi
   // correct at any position; a host count that disagreed would give the other kernel's summation
   // order above 4 partials, and MegakernelEngine.check raises on such a disagreement anyway)
   const void* fn = k.fn_long != nullptr && position >= kLongKernelFrom ? k.fn_long : k.fn;
+  if (k.fn_wide != nullptr && position >= kLongKernelFrom && wide_applies(blocks, position)) fn = k.fn_wide;
   return cudaLaunchKernel(fn, dim3(blocks), dim3(k.threads), args, size_t(k.dynamic_smem), stream);
 }
 
@@ -1028,8 +1052,8 @@ int max_coresident_blocks(int variant, int device, cudaError_t* err) {
   int sms = 0, optin = 0;
   *err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (*err != cudaSuccess) return 0;
-  // the grid must fit with either kernel of the variant (decode_step, decode_step_long)
-  const void* fns[2] = {k.fn, k.fn_long};
+  // the grid must fit with every kernel of the variant (decode_step, decode_step_long, decode_step_wide)
+  const void* fns[3] = {k.fn, k.fn_long, k.fn_wide};
   for (const void* fn : fns) {
     if (fn == nullptr) continue;
     cudaFuncAttributes a{};
@@ -1039,7 +1063,7 @@ int max_coresident_blocks(int variant, int device, cudaError_t* err) {
   }
   *err = prepare(k);
   if (*err != cudaSuccess) return 0;
-  int per_sm = 1 << 30;  // the smaller of the two (k.fn is never null)
+  int per_sm = 1 << 30;  // the smallest of them (k.fn is never null)
   for (const void* fn : fns) {
     if (fn == nullptr) continue;
     int n = 0;

@@ -528,9 +528,60 @@ struct StreamPlan {
 #endif
 constexpr bool kAttnBalanced = MONOLITH_ATTN_BALANCED != 0;
 constexpr int kMinBalancedSplits = 4;
-// (MONOLITH_ATTN_WIDE, wider splits at long positions, was measured and removed in the eleventh
-// session: NOTES.md, tenth and eleventh sessions. The 64-position split is the only shape.)
-constexpr int kSplitEntriesMax = kSplitPositions;  // sm.sc per head
+// MONOLITH_ATTN_WIDE=N (0 = off, the default; 2 or 3) and MONOLITH_ATTN_WIDE_MIN=M (default 3): wider
+// attention splits at long positions, in a THIRD kernel of the variant (megakernel.cu
+// decode_step_wide) that the host launches only where they apply. Let k = ceil((pos / 64 + 1) / ng),
+// the 64-position slots each of the group's ng blocks holds when every block runs one split. With
+// fixed 64-position splits a block runs k of them (merged locally, MONOLITH_ATTN_LOCAL_MERGE); where
+// M <= k <= N the wide kernel's splits are k x 64 positions wide (k K slots, then k V slots, in the
+// ring), so a block runs one split: one softmax, one output, one set of barriers. At 128 blocks
+// (ng = 16) and N = M = 3: positions 2,048-3,071, where the 64-position splits give one block of each
+// group a third split (33 splits over 16 blocks from 2,048: the harness's 2,048 sweep point).
+// History (NOTES.md, tenth to eleventh sessions): as a knob of the one kernel, N = 3 measured +2.9 %
+// bf16 / +5.1 % fp8 (dev, positions 2,040-2,072; N = 2, one 128-wide split instead of two merged
+// 64-wide ones, -2.3 %). On by default with both paths in one kernel it cost -4 to -8 % at short
+// positions, where the wide paths never run (code layout; +18 % SASS), and built as the only path
+// -5.6 % (its runtime-n acquires and slot loops at every position): so the knob was removed.
+// Re-added in the twenty-second session, prepared and NOT YET MEASURED, in the form the twelfth
+// session's long kernel made possible: its own kernel, so that the short and long kernels stay
+// byte-identical and the wide code runs only at positions that gain. Another summation order where
+// it widens (deterministic, not bitwise the long kernel's).
+#ifndef MONOLITH_ATTN_WIDE
+#define MONOLITH_ATTN_WIDE 0
+#endif
+#ifndef MONOLITH_ATTN_WIDE_MIN
+#define MONOLITH_ATTN_WIDE_MIN 3
+#endif
+constexpr int kWideSlots = MONOLITH_ATTN_WIDE;
+constexpr int kWideMinSlots = MONOLITH_ATTN_WIDE_MIN;
+constexpr bool kAttnWide = kWideSlots > 1;  // the variant has a wide kernel (megakernel.cu)
+static_assert(kWideSlots == 0 || kWideSlots == 2 || kWideSlots == 3, "MONOLITH_ATTN_WIDE: 0 (off), 2 or 3 slots per split");
+static_assert(!kAttnWide || (kWideMinSlots >= 2 && kWideMinSlots <= kWideSlots),
+              "MONOLITH_ATTN_WIDE_MIN: the smallest widened split, 2 .. MONOLITH_ATTN_WIDE slots");
+static_assert(!(kAttnWide && kAttnBalanced), "MONOLITH_ATTN_WIDE widens the fixed 64-position splits");
+constexpr int kSplitSlotsMax = kAttnWide ? kWideSlots : 1;  // K (and V) slots of one split
+constexpr int kSplitEntriesMax = kSplitPositions;            // sm.sc per head (the short and long kernels)
+// The wide kernel's scores, up to kSplitSlotsMax x 64 per head, live in sm.x instead (the qkv input,
+// free from the qkv -> attention hop until the MLP's RMSNorm writes it): StreamSmem, and with it every
+// address in the short and long kernels, stays the same whether the knob is on or not.
+constexpr int kWideEntriesMax = kSplitSlotsMax * kSplitPositions;
+// k of the rule above (host and device use the same expression: megakernel.cu wide_applies)
+__host__ __device__ __forceinline__ int wide_k(int pos, int ng) { return (pos / kSplitPositions + ng) / ng; }
+// cached positions per split at this position for a group of ng blocks: 64, or in the wide kernel
+// (kWide) k x 64 where the rule widens
+template <bool kWide>
+__device__ __forceinline__ int split_width(int pos, int ng) {
+  if constexpr (kWide) {
+    const int k = wide_k(pos, ng);
+    if (k >= kWideMinSlots && k <= kWideSlots) return k * kSplitPositions;
+  }
+  return kSplitPositions;
+}
+// K (or V) slots of a split of nh cached positions: one per 64 (the last one partial); the min
+// tells the compiler the bound (acquire_n unrolls thread 0's tests to it)
+__device__ __forceinline__ int split_slots(int nh) {
+  return min((nh + kSplitPositions - 1) / kSplitPositions, kSplitSlotsMax);
+}
 // MONOLITH_POLL_SYNCWARP (a mask; default 15, all four, since the twenty-first session): a __syncwarp
 // after the polls of a hop, before its input stores: 1 the hop into qkv (tagged_gather of the
 // residual), 2 the hop into the MLP (resid_poll), 4 the activations' hop (tagged_gather). Why: the
@@ -558,6 +609,7 @@ static_assert(kPollSyncwarp >= 0 && kPollSyncwarp <= 15,
 // (MONOLITH_BLOCK_ROLES, roles from a host table so that each KV group sits on one L2 side, was
 // measured and removed in the nineteenth session: NOTES.md. The launch does not place block i on the
 // same SM from one launch to the next, and SM-to-SM round trips are not slower across the two sides.)
+template <bool kWide>
 __device__ __forceinline__ StreamPlan make_plan(int b, int G, int pos) {
   StreamPlan s;
   s.g = 0;
@@ -570,22 +622,24 @@ __device__ __forceinline__ StreamPlan make_plan(int b, int G, int pos) {
   s.u0 = int(part_begin(kMlpUnits, G, b)), s.u1 = int(part_begin(kMlpUnits, G, b + 1));
   s.h0 = int(part_begin(kHidden, G, b)), s.h1 = int(part_begin(kHidden, G, b + 1));
   s.v0 = int(part_begin(kVocab, G, b)), s.v1 = int(part_begin(kVocab, G, b + 1));
-  s.nsplit = pos / kSplitPositions + 1;
+  s.nsplit = pos / split_width<kWide>(pos, s.ng) + 1;
   if constexpr (kAttnBalanced) s.nsplit = max(s.nsplit, min(min(kMinBalancedSplits, s.ng), pos + 1));
   return s;
 }
 
 // Split sp of the attention at this position: its cached positions [t0, t1) (t1 <= pos; this
-// position itself belongs to the last split). Fixed 64-position splits, or MONOLITH_ATTN_BALANCED.
-// ng: the group's blocks.
+// position itself belongs to the last split). Fixed 64-position splits (the wide kernel: wider
+// where MONOLITH_ATTN_WIDE's rule says), or MONOLITH_ATTN_BALANCED. ng: the group's blocks.
+template <bool kWide>
 __device__ __forceinline__ void split_range(int sp, int nsplit, int pos, int ng, int& t0, int& t1) {
   if constexpr (kAttnBalanced) {
     const int e = pos + 1;  // entries: cached positions and this one
     t0 = int((int64_t(sp) * e) / nsplit);
     t1 = min(int((int64_t(sp + 1) * e) / nsplit), pos);
   } else {
-    t0 = sp * kSplitPositions;
-    t1 = min(t0 + kSplitPositions, pos);
+    const int w = split_width<kWide>(pos, ng);
+    t0 = sp * w;
+    t1 = min(t0 + w, pos);
   }
 }
 
@@ -1012,6 +1066,8 @@ static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merge
 #endif
 constexpr bool kAttnMma = MONOLITH_ATTN_MMA != 0;
 static_assert(!(kAttnMma && (kAttnFlash || kAttnQSmem)), "MONOLITH_ATTN_MMA replaces the shipped score loop");
+static_assert(!(kAttnWide && (kAttnFlash || kAttnTight || kAttnMma || kAttnQSmem)),
+              "MONOLITH_ATTN_WIDE widens the shipped split shape only (build the others with MONOLITH_ATTN_WIDE=0)");
 static_assert(!kAttnMma || kStreamConsumerWarps == 16, "MONOLITH_ATTN_MMA: 4 position tiles x 4 dim quarters");
 static_assert(!kAttnMma || (kSplitPositions == 64 && kHeadDim == 128 && kHeadsPerKV == 2),
               "MONOLITH_ATTN_MMA: 64 positions = 4 tiles of 16, 128 dims = 8 k-steps of 16, two heads");
@@ -1052,7 +1108,8 @@ __device__ __forceinline__ void producer_land(uint64_t* full, uint32_t* landed, 
   if (L != L0) producer_publish_landed(landed, L);
 }
 
-template <class W>
+// kWide: the wide kernel's splits (MONOLITH_ATTN_WIDE), which the consumers read in the same order
+template <class W, bool kWide>
 __device__ __forceinline__ void stream_producer(const StepParams& p, const StreamPlan& s, int pos, Ring r) {
   using F = StreamFmt<W>;
   using HF = StreamFmt<typename W::Head>;  // the LM head's format (NVFP4: FP8)
@@ -1195,8 +1252,13 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
     nv_prefetch_part(L, 0);
     for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
       int t0, t1;
-      split_range(sp, s.nsplit, pos, s.ng, t0, t1);
-      if (t1 > t0) {
+      split_range<kWide>(sp, s.nsplit, pos, s.ng, t0, t1);
+      if constexpr (kWide) {  // K in slots of 64 positions, then V likewise
+        for (int kind = 0; kind < 2; ++kind)
+          for (int c = t0; c < t1; c += kSplitPositions)
+            issue(kv_base(p.kv, L, kind, s.g) + int64_t(c) * kHeadDim,
+                  uint32_t(min(kSplitPositions, t1 - c)) * kHeadDim * 2, info);
+      } else if (t1 > t0) {
         issue(kv_base(p.kv, L, 0, s.g) + int64_t(t0) * kHeadDim, uint32_t(t1 - t0) * kHeadDim * 2, info);
         issue(kv_base(p.kv, L, 1, s.g) + int64_t(t0) * kHeadDim, uint32_t(t1 - t0) * kHeadDim * 2, info);
       }
@@ -1358,8 +1420,9 @@ static_assert(kRingBytes + int(sizeof(StreamSmem)) + kStages * kNvSlotScaleBytes
               "a per-stage scale area would fit now: reconsider reading NVFP4 block scales from L2");
 
 // kLong: the long-position kernel (megakernel.cu decode_step_long), which differs only where
-// MONOLITH_MERGE_HALVES says
-template <class Cfg, bool kLong>
+// MONOLITH_MERGE_HALVES says; kWide: the wide kernel (decode_step_wide: kLong's, with
+// MONOLITH_ATTN_WIDE's splits)
+template <class Cfg, bool kLong, bool kWide>
 __device__ __forceinline__ void stream_consumer(const StepParams& p, const StreamPlan& s, int pos, int token,
                                              uint32_t steps, Ring r, StreamSmem& sm) {
   using W = typename Cfg::Weights;
@@ -1850,7 +1913,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // slots that barrier takes: the first split's K (K and V: flash, tight), when it has cached positions
       auto first_split_slots = [&] {
         int h0, h1;
-        split_range(s.gi, s.nsplit, pos, s.ng, h0, h1);
+        split_range<kWide>(s.gi, s.nsplit, pos, s.ng, h0, h1);
+        if constexpr (kWide) return split_slots(h1 - h0);  // its K slots
         return h1 > h0 ? (kAttnFlash || kAttnTight ? 2 : 1) : 0;
       };
       {
@@ -2027,9 +2091,13 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       };
       // MONOLITH_ATTN_LOCAL_MERGE: this thread's (head, dim) running merge of the block's splits
       float lm = -INFINITY, ll = 0.f, lo = 0.f;
+      // a split's scores, then probabilities, [head][entry]: sm.sc, or sm.x in the wide kernel
+      float* const scw = kWide ? sm.x : sm.sc;
+      constexpr int kSE = kWide ? kWideEntriesMax : kSplitEntriesMax;
+      static_assert(kHeadsPerKV * kWideEntriesMax <= kHidden, "the wide kernel's scores fit in sm.x");
       for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
         int t0, t1;
-        split_range(sp, s.nsplit, pos, s.ng, t0, t1);
+        split_range<kWide>(sp, s.nsplit, pos, s.ng, t0, t1);
         const int nh = t1 > t0 ? t1 - t0 : 0;      // cached positions in this split
         const bool cur = sp == s.nsplit - 1;       // this position is the split's last entry
         if constexpr (kAttnFlash) {
@@ -2126,7 +2194,28 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           continue;
         }
         // scores: one half-warp per cached position, 16 lanes x 16 B = one K row, both heads
-        if (nh > 0) {
+        if (kWide && nh > 0) {  // the wide kernel: nk K slots, position r in slot r / 64
+          const int nk = split_slots(nh);
+          if (!held && !acquire_n(nk, kPhase_s_attn, L)) return;
+          held = false;
+          const int hw = tid >> 4, l16 = tid & 15;
+          // slot by slot, each as the 64-position loop below (constant trip count, unrolled; the
+          // ninth session's single loop over nk x 64 with a division per position did not unroll)
+#pragma unroll 1
+          for (int c = 0; c < nk; ++c) {
+            const uint4* slot = slot_at(c);
+            for (int rr = hw; rr < kSplitPositions; rr += kStreamConsumerThreads / 16) {
+              const int r = c * kSplitPositions + rr;
+              float a0, a1;
+              score_k(slot, rr, r < nh, a0, a1);
+              if (l16 == 0 && r < nh) {
+                scw[r] = a0 * scale;
+                scw[kSE + r] = a1 * scale;
+              }
+            }
+          }
+          release_n(nk);
+        } else if (nh > 0) {
           if (!held && !acquire_n(kAttnTight ? 2 : 1, kPhase_s_attn, L)) return;  // tight: K and V
           held = false;
           const uint4* slot = slot_at(0);
@@ -2138,8 +2227,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
               float a0, a1;
               score_k(slot, rr, rr < nh, a0, a1);
               if (l16 == 0 && rr < nh) {
-                sm.sc[rr] = a0 * scale;
-                sm.sc[kSplitEntriesMax + rr] = a1 * scale;
+                scw[rr] = a0 * scale;
+                scw[kSE + rr] = a1 * scale;
               }
             }
           }
@@ -2155,14 +2244,29 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
               sm.vpart[lane * kGroupCols + kSplitPositions + nh] = lane ? 0.f : a1;
             }
           } else if (lane == 0) {
-            sm.sc[nh] = a0 * scale;
-            sm.sc[kSplitEntriesMax + nh] = a1 * scale;
+            scw[nh] = a0 * scale;
+            scw[kSE + nh] = a1 * scale;
           }
         }
         csync();
         const int n = nh + (cur ? 1 : 0);
-        if (warp < kHeadsPerKV) {  // softmax statistics of this split, one warp per head
-          float* sc = sm.sc + warp * kSplitEntriesMax;
+        if (kWide && warp < kHeadsPerKV) {  // the same over up to kWideEntriesMax entries
+          float* sc = scw + warp * kSE;
+          float m = -INFINITY, e = 0.f;  // two passes over shared memory (registers are at the cap)
+          for (int r = lane; r < n; r += 32) m = fmaxf(m, sc[r]);
+          m = warp_max(m);
+          for (int r = lane; r < n; r += 32) {
+            const float er = __expf(sc[r] - m);
+            sc[r] = er;
+            e += er;
+          }
+          const float l = warp_sum(e);
+          if (lane == 0) {
+            sm.ml[2 * warp] = m;
+            sm.ml[2 * warp + 1] = l;
+          }
+        } else if (warp < kHeadsPerKV) {  // softmax statistics of this split, one warp per head
+          float* sc = scw + warp * kSE;
           auto score = [&](int r) {  // MONOLITH_ATTN_MMA: the four dim quarters' partials, in order
             if constexpr (kAttnMma) {
               const float* q4 = sm.vpart + warp * kSplitPositions + r;
@@ -2186,13 +2290,25 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (sp == s.gi) XRAY_SUB3(x_att_soft, L);
         // V: warp w takes cached positions w, w + 16, w + 32, w + 48; lane holds dims 4 lane .. + 3
         float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
-        if (nh > 0) {
+        if (kWide && nh > 0) {  // the wide kernel: nk V slots; warp w: positions w + 16 j of each
+          const int nk = split_slots(nh);
+          if (!acquire_n(nk, kPhase_s_attn, L)) return;
+#pragma unroll 1
+          for (int c = 0; c < nk; ++c) {  // slot by slot, positions in increasing order per warp
+            const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(c));
+#pragma unroll
+            for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
+              const int r = warp + kStreamConsumerWarps * j, rr = c * kSplitPositions + r;
+              if (rr < nh) add_v(vslot[r * 32 + lane], scw[rr], scw[kSE + rr], o0, o1);
+            }
+          }
+        } else if (nh > 0) {
           if (!kAttnTight && !acquire_n(1, kPhase_s_attn, L)) return;
           const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(kAttnTight ? 1 : 0));
 #pragma unroll
           for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
             const int rr = warp + kStreamConsumerWarps * j;
-            if (rr < nh) add_v(vslot[rr * 32 + lane], sm.sc[rr], sm.sc[kSplitEntriesMax + rr], o0, o1);
+            if (rr < nh) add_v(vslot[rr * 32 + lane], scw[rr], scw[kSE + rr], o0, o1);
           }
         }
         store_vpart(o0, o1);
@@ -2203,7 +2319,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           float a = 0.f;
 #pragma unroll
           for (int w = 0; w < kStreamConsumerWarps; ++w) a += sm.vpart[w * kGroupCols + tid];
-          if (cur) a = fmaf(sm.sc[h * kSplitEntriesMax + nh], sm.vc[d], a);
+          if (cur) a = fmaf(scw[h * kSE + nh], sm.vc[d], a);
           if constexpr (kAttnLocalMerge) {  // fold this split in (lm = -inf before the first: ca = 0)
             const float ms = sm.ml[2 * h], ls = sm.ml[2 * h + 1];
             const float mn = fmaxf(lm, ms), ca = __expf(lm - mn), cb = __expf(ms - mn);
@@ -2228,7 +2344,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           }
         }
         if (sp + s.ng >= s.nsplit) hop_mark();  // the block's last split: the merge's hop follows
-        if (nh > 0) hand_back(kAttnTight ? 2 : 1);
+        if (nh > 0) hand_back(kWide ? split_slots(nh) : kAttnTight ? 2 : 1);
         // vpart and sc are reused by the next split (tight: after the last one, the merge's barrier
         // comes before anything writes them)
         if (!kAttnTight || sp + s.ng < s.nsplit) csync();
@@ -2804,7 +2920,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   XRAY_END(argmax, kNumLayers);
 }
 
-template <class Cfg, bool kLong>
+template <class Cfg, bool kLong, bool kWide = false>
 __device__ __forceinline__ void stream_step(const StepParams& p) {
   extern __shared__ __align__(128) uint8_t ring_slots[];
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
@@ -2832,16 +2948,16 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
 #if defined(MONOLITH_XRAY) && MONOLITH_XRAY_SUB == 1
     sm.xwords = 0ull;
 #endif
-    plan = make_plan(blockIdx.x, gridDim.x, pos);
+    plan = make_plan<kWide>(blockIdx.x, gridDim.x, pos);
     mbar_fence_init();
   }
   __syncthreads();  // the schedule's only barrier 0: from here the consumers sync on barrier 1
   const Ring r{ring_slots, full, empty, &quit, &hold, &landed};
   if (tid >= kStreamConsumerThreads) {
-    if (tid == kStreamConsumerThreads) stream_producer<typename Cfg::Weights>(p, plan, pos, r);
+    if (tid == kStreamConsumerThreads) stream_producer<typename Cfg::Weights, kWide>(p, plan, pos, r);
     return;
   }
   const uint32_t steps = *(volatile const uint32_t*)&p.sync->steps;  // names this launch in tagged words
-  stream_consumer<Cfg, kLong>(p, plan, pos, token, steps, r, sm);
+  stream_consumer<Cfg, kLong, kWide>(p, plan, pos, token, steps, r, sm);
   if (tid == 0) atomicExch(&quit, 1);  // whatever path the consumers left by
 }

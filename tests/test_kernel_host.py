@@ -231,10 +231,13 @@ def test_fixed_attention_splits_tile_the_positions():
     """The default split rule (kernel/schedule_stream.cuh make_plan / split_range; the source's
     expressions checked, then modelled): pos / 64 + 1 splits of 64 cached positions, the last one
     partial and also holding this position; they tile [0, pos) at every position up to the
-    context cap, and the partials fit kMaxSplits."""
+    context cap, and the partials fit kMaxSplits. The short and long kernels always take it: only
+    the wide kernel (kWide) widens, and only in MONOLITH_ATTN_WIDE builds."""
     src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
-    assert "s.nsplit = pos / kSplitPositions + 1;" in src
-    assert "t0 = sp * kSplitPositions;" in src and "t1 = min(t0 + kSplitPositions, pos);" in src
+    assert "s.nsplit = pos / split_width<kWide>(pos, s.ng) + 1;" in src
+    assert "const int w = split_width<kWide>(pos, ng);" in src
+    assert "t0 = sp * w;" in src and "t1 = min(t0 + w, pos);" in src
+    assert "  return kSplitPositions;\n}" in src  # split_width's answer outside the wide kernel's rule
     h = parse_config_header()
     split, max_splits = int(h["kSplitPositions"]), int(h["kMaxSplits"])
     for pos in range(C.CONTEXT_CAP):
@@ -244,6 +247,59 @@ def test_fixed_attention_splits_tile_the_positions():
         covered = [t for t0, t1 in ranges for t in range(t0, t1)]
         assert covered == list(range(pos)), pos
         assert all(t1 - t0 == split for t0, t1 in ranges[:-1]) and 0 <= ranges[-1][1] - ranges[-1][0] < split
+
+
+@pytest.mark.parametrize("wide,wide_min", [(3, 3), (2, 2), (3, 2)])
+def test_wide_attention_splits_tile_the_positions(wide, wide_min):
+    """MONOLITH_ATTN_WIDE's split rule (schedule_stream.cuh wide_k / split_width / split_slots, the
+    source's expressions checked, then modelled): k = ceil((pos / 64 + 1) / ng) slots per block;
+    where wide_min <= k <= wide the wide kernel's splits are k x 64 wide. At every position and
+    group size the splits tile the cached positions, the last one also holds this position, a
+    widened position has at most one split per block and none wider than `wide` slots (acquire_n's
+    bound), its scores fit the sm.x it borrows, the partials fit kMaxSplits, and everywhere else the
+    splits are the default's 64. The host launches the wide kernel where k (for blocks / 8 per
+    group) is in range: at 128 blocks and 3 / 3, positions 2,048-3,071."""
+    src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
+    assert "return (pos / kSplitPositions + ng) / ng; }" in src
+    assert "if (k >= kWideMinSlots && k <= kWideSlots) return k * kSplitPositions;" in src
+    assert "return min((nh + kSplitPositions - 1) / kSplitPositions, kSplitSlotsMax);" in src
+    assert "#define MONOLITH_ATTN_WIDE 0\n" in src and "#define MONOLITH_ATTN_WIDE_MIN 3\n" in src
+    assert 'static_assert(kHeadsPerKV * kWideEntriesMax <= kHidden, "the wide kernel\'s scores fit in sm.x");' in src
+    cu = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
+    assert "const int k = wide_k(position, blocks / kGroups);" in cu
+    assert "if (k.fn_wide != nullptr && position >= kLongKernelFrom && wide_applies(blocks, position)) fn = k.fn_wide;" in cu
+    h = parse_config_header()
+    split, max_splits, hidden = int(h["kSplitPositions"]), int(h["kMaxSplits"]), int(h["kHidden"])
+    assert 2 * wide * split <= hidden  # two heads' scores in sm.x
+    widened = 0
+    for ng in (1, 2, 3, 8, 16, 17, 48):
+        for pos in list(range(0, 300)) + list(range(300, C.CONTEXT_CAP, 37)) + [C.CONTEXT_CAP - 1]:
+            k = (pos // split + ng) // ng
+            assert k == -(-(pos // split + 1) // ng)  # the source's expression is the ceiling
+            w = k * split if wide_min <= k <= wide else split
+            nsplit = pos // w + 1
+            assert nsplit <= max_splits
+            if w == split:
+                assert nsplit == pos // split + 1  # the default's splits
+            else:
+                widened += 1
+                assert nsplit <= ng  # one split per block
+            covered = 0
+            for sp in range(nsplit):
+                t0, t1 = sp * w, min(sp * w + w, pos)
+                nh = max(t1 - t0, 0)
+                assert t0 == covered or (sp == nsplit - 1 and nh == 0 and t0 >= pos), (ng, pos, sp)
+                assert nh <= wide * split and min(-(-nh // split), wide) == -(-nh // split) <= 8
+                if sp < nsplit - 1:
+                    assert nh == w  # only the last split is partial (and holds this position)
+                else:
+                    assert nh < w  # so this position's entry (index nh) fits the w entries per head
+                covered = t0 + nh
+            assert covered == pos
+    assert widened > 0
+    if (wide, wide_min) == (3, 3):
+        ks = [p for p in range(C.CONTEXT_CAP) if 3 <= (p // split + 16) // 16 <= 3]
+        assert (ks[0], ks[-1]) == (2048, 3071)
 
 
 def test_long_kernel_dispatch_rule():
