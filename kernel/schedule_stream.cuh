@@ -2213,45 +2213,32 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           continue;
         }
         // scores: one half-warp per cached position, 16 lanes x 16 B = one K row, both heads
-        if (kWide && nh > 0) {  // the wide kernel: nk K slots, position r in slot r / 64
-          const int nk = split_slots(nh);
-          if (!held && !acquire_n(nk, kPhase_s_attn, L)) return;
+        if (nh > 0) {
+          // K slots: one, or in the wide kernel nk (position r in slot r / 64); tight: K and V together
+          const int nk = kWide ? split_slots(nh) : 1;
+          if (!held && !acquire_n(kWide ? nk : kAttnTight ? 2 : 1, kPhase_s_attn, L)) return;
           held = false;
-          const int hw = tid >> 4, l16 = tid & 15;
-          // slot by slot, each as the 64-position loop below (constant trip count, unrolled; the
-          // ninth session's single loop over nk x 64 with a division per position did not unroll)
-#pragma unroll 1
-          for (int c = 0; c < nk; ++c) {
-            const uint4* slot = slot_at(c);
-            for (int rr = hw; rr < kSplitPositions; rr += kStreamConsumerThreads / 16) {
-              const int r = c * kSplitPositions + rr;
-              float a0, a1;
-              score_k(slot, rr, r < nh, a0, a1);
-              if (l16 == 0 && r < nh) {
-                scw[r] = a0 * scale;
-                scw[kSE + r] = a1 * scale;
-              }
-            }
-          }
-          release_n(nk);
-        } else if (nh > 0) {
-          if (!held && !acquire_n(kAttnTight ? 2 : 1, kPhase_s_attn, L)) return;  // tight: K and V
-          held = false;
-          const uint4* slot = slot_at(0);
           if constexpr (kAttnMma) {
-            mma_scores(reinterpret_cast<const uint32_t*>(slot), nh);
+            mma_scores(reinterpret_cast<const uint32_t*>(slot_at(0)), nh);
           } else {
             const int hw = tid >> 4, l16 = tid & 15;
-            for (int rr = hw; rr < kSplitPositions; rr += kStreamConsumerThreads / 16) {
-              float a0, a1;
-              score_k(slot, rr, rr < nh, a0, a1);
-              if (l16 == 0 && rr < nh) {
-                scw[rr] = a0 * scale;
-                scw[kSE + rr] = a1 * scale;
+            // slot by slot, each a 64-position loop (constant trip count, unrolled; the ninth
+            // session's single loop over nk x 64 with a division per position did not unroll)
+#pragma unroll 1
+            for (int c = 0; c < nk; ++c) {
+              const uint4* slot = slot_at(c);
+              for (int rr = hw; rr < kSplitPositions; rr += kStreamConsumerThreads / 16) {
+                const int r = c * kSplitPositions + rr;
+                float a0, a1;
+                score_k(slot, rr, r < nh, a0, a1);
+                if (l16 == 0 && r < nh) {
+                  scw[r] = a0 * scale;
+                  scw[kSE + r] = a1 * scale;
+                }
               }
             }
           }
-          if constexpr (!kAttnTight) release_n(1);  // tight: K goes back with V, at the split's end
+          if constexpr (!kAttnTight) release_n(nk);  // tight: K goes back with V, at the split's end
         }
         if (sp == s.gi) XRAY_SUB3(x_att_score, L);  // (after the K hand-back's barrier, when it had slots)
         if (cur && warp == 0) {
@@ -2309,25 +2296,17 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (sp == s.gi) XRAY_SUB3(x_att_soft, L);
         // V: warp w takes cached positions w, w + 16, w + 32, w + 48; lane holds dims 4 lane .. + 3
         float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
-        if (kWide && nh > 0) {  // the wide kernel: nk V slots; warp w: positions w + 16 j of each
-          const int nk = split_slots(nh);
-          if (!acquire_n(nk, kPhase_s_attn, L)) return;
+        if (nh > 0) {  // V slots: one (tight: acquired with K), or in the wide kernel nk
+          const int nk = kWide ? split_slots(nh) : 1;
+          if (!kAttnTight && !acquire_n(nk, kPhase_s_attn, L)) return;
 #pragma unroll 1
           for (int c = 0; c < nk; ++c) {  // slot by slot, positions in increasing order per warp
-            const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(c));
+            const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(kAttnTight ? 1 : c));
 #pragma unroll
             for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
               const int r = warp + kStreamConsumerWarps * j, rr = c * kSplitPositions + r;
               if (rr < nh) add_v(vslot[r * 32 + lane], scw[rr], scw[kSE + rr], o0, o1);
             }
-          }
-        } else if (nh > 0) {
-          if (!kAttnTight && !acquire_n(1, kPhase_s_attn, L)) return;
-          const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(kAttnTight ? 1 : 0));
-#pragma unroll
-          for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
-            const int rr = warp + kStreamConsumerWarps * j;
-            if (rr < nh) add_v(vslot[rr * 32 + lane], scw[rr], scw[kSE + rr], o0, o1);
           }
         }
         store_vpart(o0, o1);
