@@ -835,39 +835,28 @@ static_assert(!(MONOLITH_SLOT_LANDED == 1 && kSlotPretest), "MONOLITH_SLOT_LANDE
 #endif
 constexpr uint32_t kLandedSuspendNs = MONOLITH_LANDED_SUSPEND_NS;
 static_assert(kLandedSuspendNs <= 10000, "a suspend hint of at most 10 us");
-// MONOLITH_SEED_BITS=1 (twenty-first session; superseded by MONOLITH_SEED_RANGE below): which of this thread's two
-// residual elements (t, t + 512) its block seeds into the O stage (element i when i % G == b) is
-// worked out once per launch instead of at every layer's qkv opening. Why: with G the runtime block
-// count, each `i % G` is an integer division (~20 dependent SASS instructions with an I2F / MUFU.RCP
-// / F2I chain) for both elements, on every thread's path between its residual words and the opening
-// barrier (the SUB=2 X-ray's x_prenorm, 0.22-0.37 us per opening). Prediction: +0.2..+0.7 %, no
-// change to any value (the same atomics, the same words); below a dev A/B's noise (+-0.8 %), so the
-// SUB=2 X-ray's qkv x_prenorm is the measure (0.34 us in fp8 today). Build: sm_90a no spills (the
-// division leaves the seed path: 7 IMAD.HI / I2F / MUFU instructions before the first seed atomic
-// -> 0); sm_120a bf16-stream spilled 4 B then (0 on the twenty-second session's code).
-// Measured (twenty-second session, SUB=2 X-ray at position 128, one call, default builds before and
-// after): the qkv opening's x_prenorm 0.36 -> 0.24 us (fp8), 0.37 -> 0.24 (bf16); the MLP and down
-// openings unchanged. The division was the cost, as predicted.
-#ifndef MONOLITH_SEED_BITS
-#define MONOLITH_SEED_BITS 0
-#endif
-constexpr bool kSeedBits = MONOLITH_SEED_BITS != 0;
-// MONOLITH_SEED_RANGE=1 (twenty-second session): the same saving without a register held across the
-// layer loop (SEED_BITS's, which spills on sm_120a). Block b seeds the contiguous elements i with
-// (i G) >> log2(kHidden) == b, ~kHidden / G of them, instead of i % G == b: one multiply and a shift
-// per element, no division. Every element still gets exactly one seed (i G / kHidden runs over
-// 0 .. G-1, each value hit at least once as G <= kHidden), and the residual words are integer sums,
-// so the words, and the tokens, are bitwise the default's. A side effect: at 128 blocks a block's 8
-// seeds are 8 adjacent lanes of one warp (one 64-byte RED) instead of one lane in each of 4 warps x 2.
+// MONOLITH_SEED_RANGE (twenty-second session; default on): which of its residual elements a block
+// seeds into the O stage without an integer division. Block b seeds the contiguous elements i with
+// (i G) >> log2(kHidden) == b, ~kHidden / G of them; =0 restores i % G == b (G the runtime block
+// count: ~20 dependent SASS instructions, an I2F / MUFU.RCP / F2I chain, for both of a thread's
+// elements, on every thread's path between its residual words and the qkv opening's barrier).
+// Every element still gets exactly one seed (i G / kHidden runs over 0 .. G-1, each value hit at
+// least once as G <= kHidden), and the residual words are integer sums, so the words, and the
+// tokens, are bitwise the same. A side effect: at 128 blocks a block's 8 seeds are 8 adjacent lanes
+// of one warp (one 64-byte RED) instead of one lane in each of 4 warps x 2.
+// How it was found: MONOLITH_SEED_BITS=1 (twenty-first session; removed in the twenty-second)
+// worked `i % G` out once per launch into a per-thread bit pair held across the layer loop (it
+// spilled 4 B on sm_120a then). Its SUB=2 X-ray at position 128 (twenty-second session, one call):
+// the qkv opening's x_prenorm 0.36 -> 0.24 us (fp8), 0.37 -> 0.24 (bf16), the MLP and down openings
+// unchanged: the division was the cost. The range rule gets the same saving with nothing held.
 // Measured (twenty-second session, harness, one run of all four engines against the same session's
 // row before it): fp8 2,368.4 -> 2,400.4 tok/s (+1.4 %), NVFP4 2,269.3 -> 2,299.8 (+1.3 %), bf16
 // 2,134.9 -> 2,134.5 (bf16-upstream's unchanged code +0.05 %); same gate divergences; the SUB=2
-// X-ray's qkv x_prenorm 0.25 / 0.26 us (fp8 / bf16). Default on; =0 restores i % G for the A/B;
-// MONOLITH_SEED_BITS=1 takes precedence (the two are two ways to the same saving).
+// X-ray's qkv x_prenorm 0.25 / 0.26 us (fp8 / bf16).
 #ifndef MONOLITH_SEED_RANGE
 #define MONOLITH_SEED_RANGE 1
 #endif
-constexpr bool kSeedRange = MONOLITH_SEED_RANGE != 0 && !kSeedBits;
+constexpr bool kSeedRange = MONOLITH_SEED_RANGE != 0;
 constexpr int kHiddenShift = [] { int k = 0; while ((1 << k) < kHidden) ++k; return k; }();  // log2(kHidden)
 static_assert((1 << kHiddenShift) == kHidden, "MONOLITH_SEED_RANGE: the range split is a shift by log2(kHidden)");
 #ifndef MONOLITH_PRODUCER_BACKOFF_NS
@@ -1471,8 +1460,6 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   constexpr int kRowsRound = kRoundSlots * F::kRows1024;  // K = 1024 rows per round: 32 | 64 | 128 (NVFP4)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int G = gridDim.x, b = blockIdx.x, g = s.g;
-  // MONOLITH_SEED_BITS: bit e set when this block seeds element tid + 512 e (seed_o below)
-  const uint32_t seed_bits = kSeedBits ? (uint32_t(tid % G == b) | uint32_t((tid + kStreamConsumerThreads) % G == b) << 1) : 0u;
   SyncState* S = p.sync;
   float* scr = p.scr;
   long long* acc = p.acc;
@@ -1831,10 +1818,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int i = tid + e * kStreamConsumerThreads;
-      const bool seeds = kSeedRange ? (i * G) >> kHiddenShift == b
-                        : kSeedBits ? ((seed_bits >> e) & 1u) != 0u
-                                    : i % G == b;
-      if (seeds) resid_add(buf + i, to_fix(v[e]));
+      if (kSeedRange ? (i * G) >> kHiddenShift == b : i % G == b) resid_add(buf + i, to_fix(v[e]));
     }
   };
   for (int L = 0; L < kNumLayers; ++L) {
