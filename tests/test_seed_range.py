@@ -4,15 +4,13 @@ every element exactly one seeding block, for every grid size the host may launch
 every block (none idles while another seeds twice as many). Checked here for all G up to kHidden,
 against the kernel's own expression read from the source."""
 
-import re
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-KERNEL = Path(__file__).resolve().parents[1] / "kernel"
-SRC = (KERNEL / "schedule_stream.cuh").read_text()
-HIDDEN = int(re.search(r"constexpr int kHidden = (\d+);", (KERNEL / "config.cuh").read_text()).group(1))
+from monolith import REPO_ROOT, kernel_spec
+
+SRC = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
+HIDDEN = int(kernel_spec.config_constants()["kHidden"])
 SHIFT = HIDDEN.bit_length() - 1
 
 
