@@ -552,13 +552,26 @@ constexpr int kMinBalancedSplits = 4;
 #ifndef MONOLITH_ATTN_WIDE_MIN
 #define MONOLITH_ATTN_WIDE_MIN 3
 #endif
+// MONOLITH_ATTN_WIDE_EVEN=1 (twenty-third session; needs MONOLITH_ATTN_WIDE): where the rule widens,
+// the splits are ceil((pos + 1) / ng) positions wide instead of k x 64, so every block of the group
+// holds about the same number of positions (at 2,060 and ng = 16: 16 splits of 129 instead of 11 of
+// 192 and 5 idle blocks). Why: the first X-ray of the wide kernel (NOTES.md, twenty-third session)
+// showed a split's time growing with its positions (192 positions in one split: 5.2 us of work,
+// against 4.1 us for two 64-position splits), so what sets the group's chain is the most positions
+// any block holds. The slots of a split start at t0 (any position: a K or V row is 256 bytes), the
+// last one partial; ceil((pos + 1) / ng) <= k x 64 where k is in range (the tiling test checks it).
+#ifndef MONOLITH_ATTN_WIDE_EVEN
+#define MONOLITH_ATTN_WIDE_EVEN 0
+#endif
 constexpr int kWideSlots = MONOLITH_ATTN_WIDE;
 constexpr int kWideMinSlots = MONOLITH_ATTN_WIDE_MIN;
+constexpr bool kWideEven = MONOLITH_ATTN_WIDE_EVEN != 0;
 constexpr bool kAttnWide = kWideSlots > 1;  // the variant has a wide kernel (megakernel.cu)
 static_assert(kWideSlots == 0 || kWideSlots == 2 || kWideSlots == 3, "MONOLITH_ATTN_WIDE: 0 (off), 2 or 3 slots per split");
 static_assert(!kAttnWide || (kWideMinSlots >= 2 && kWideMinSlots <= kWideSlots),
               "MONOLITH_ATTN_WIDE_MIN: the smallest widened split, 2 .. MONOLITH_ATTN_WIDE slots");
 static_assert(!(kAttnWide && kAttnBalanced), "MONOLITH_ATTN_WIDE widens the fixed 64-position splits");
+static_assert(kAttnWide || !kWideEven, "MONOLITH_ATTN_WIDE_EVEN evens out the wide kernel's splits: set MONOLITH_ATTN_WIDE too");
 constexpr int kSplitSlotsMax = kAttnWide ? kWideSlots : 1;  // K (and V) slots of one split
 constexpr int kSplitEntriesMax = kSplitPositions;            // sm.sc per head (the short and long kernels)
 // The wide kernel's scores, up to kSplitSlotsMax x 64 per head, live in sm.x instead (the qkv input,
@@ -568,12 +581,12 @@ constexpr int kWideEntriesMax = kSplitSlotsMax * kSplitPositions;
 // k of the rule above (host and device use the same expression: megakernel.cu wide_applies)
 __host__ __device__ __forceinline__ int wide_k(int pos, int ng) { return (pos / kSplitPositions + ng) / ng; }
 // cached positions per split at this position for a group of ng blocks: 64, or in the wide kernel
-// (kWide) k x 64 where the rule widens
+// (kWide) k x 64 where the rule widens, or with MONOLITH_ATTN_WIDE_EVEN ceil((pos + 1) / ng)
 template <bool kWide>
 __device__ __forceinline__ int split_width(int pos, int ng) {
   if constexpr (kWide) {
     const int k = wide_k(pos, ng);
-    if (k >= kWideMinSlots && k <= kWideSlots) return k * kSplitPositions;
+    if (k >= kWideMinSlots && k <= kWideSlots) return kWideEven ? (pos + ng) / ng : k * kSplitPositions;
   }
   return kSplitPositions;
 }

@@ -249,11 +249,13 @@ def test_fixed_attention_splits_tile_the_positions():
         assert all(t1 - t0 == split for t0, t1 in ranges[:-1]) and 0 <= ranges[-1][1] - ranges[-1][0] < split
 
 
+@pytest.mark.parametrize("even", [0, 1])
 @pytest.mark.parametrize("wide,wide_min", [(3, 3), (2, 2), (3, 2)])
-def test_wide_attention_splits_tile_the_positions(wide, wide_min):
+def test_wide_attention_splits_tile_the_positions(wide, wide_min, even):
     """MONOLITH_ATTN_WIDE's split rule (schedule_stream.cuh wide_k / split_width / split_slots, the
     source's expressions checked, then modelled): k = ceil((pos / 64 + 1) / ng) slots per block;
-    where wide_min <= k <= wide the wide kernel's splits are k x 64 wide. At every position and
+    where wide_min <= k <= wide the wide kernel's splits are k x 64 wide, or with
+    MONOLITH_ATTN_WIDE_EVEN (`even`) ceil((pos + 1) / ng) wide. At every position and
     group size the splits tile the cached positions, the last one also holds this position, a
     widened position has at most one split per block and none wider than `wide` slots (acquire_n's
     bound), its scores fit the sm.x it borrows, the partials fit kMaxSplits, and everywhere else the
@@ -261,7 +263,8 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min):
     group) is in range: at 128 blocks and 3 / 3, positions 2,048-3,071."""
     src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
     assert "return (pos / kSplitPositions + ng) / ng; }" in src
-    assert "if (k >= kWideMinSlots && k <= kWideSlots) return k * kSplitPositions;" in src
+    assert "if (k >= kWideMinSlots && k <= kWideSlots) return kWideEven ? (pos + ng) / ng : k * kSplitPositions;" in src
+    assert "#define MONOLITH_ATTN_WIDE_EVEN 0\n" in src
     assert "return min((nh + kSplitPositions - 1) / kSplitPositions, kSplitSlotsMax);" in src
     assert "#define MONOLITH_ATTN_WIDE 0\n" in src and "#define MONOLITH_ATTN_WIDE_MIN 3\n" in src
     assert 'static_assert(kHeadsPerKV * kWideEntriesMax <= kHidden, "the wide kernel\'s scores fit in sm.x");' in src
@@ -276,14 +279,17 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min):
         for pos in list(range(0, 300)) + list(range(300, C.CONTEXT_CAP, 37)) + [C.CONTEXT_CAP - 1]:
             k = (pos // split + ng) // ng
             assert k == -(-(pos // split + 1) // ng)  # the source's expression is the ceiling
-            w = k * split if wide_min <= k <= wide else split
+            w = (-(-(pos + 1) // ng) if even else k * split) if wide_min <= k <= wide else split
+            assert w == split or (pos + ng) // ng == -(-(pos + 1) // ng)  # the source's even width
             nsplit = pos // w + 1
             assert nsplit <= max_splits
-            if w == split:
+            if not (wide_min <= k <= wide):
                 assert nsplit == pos // split + 1  # the default's splits
             else:
                 widened += 1
                 assert nsplit <= ng  # one split per block
+                if even:
+                    assert nsplit == ng  # and every block of the group holds one
             covered = 0
             for sp in range(nsplit):
                 t0, t1 = sp * w, min(sp * w + w, pos)
@@ -300,6 +306,10 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min):
     if (wide, wide_min) == (3, 3):
         ks = [p for p in range(C.CONTEXT_CAP) if 3 <= (p // split + 16) // 16 <= 3]
         assert (ks[0], ks[-1]) == (2048, 3071)
+    if even and (wide, wide_min) == (3, 3):  # the point of the rule: at 2,060 and ng = 16, 16 splits of 129
+        pos, ng = 2060, 16
+        w = -(-(pos + 1) // ng)
+        assert (w, pos // w + 1) == (129, 16)
 
 
 def test_long_kernel_dispatch_rule():
