@@ -563,15 +563,30 @@ constexpr int kMinBalancedSplits = 4;
 #ifndef MONOLITH_ATTN_WIDE_EVEN
 #define MONOLITH_ATTN_WIDE_EVEN 0
 #endif
+// MONOLITH_ATTN_WIDE_FLAT=mask (twenty-third session, prepared, not measured; needs MONOLITH_ATTN_WIDE):
+// the wide kernel's score (bit 1) and V (bit 2) loops walk the split's positions in one fully unrolled pass
+// (half-warp hw: positions hw, hw + 32, ...; warp w: w, w + 16, ...) with every shared-memory load
+// issued first, instead of slot by slot under `unroll 1` with each load behind its own branch.
+// Why: in the X-ray at 2,060 a block's one wide split works ~5 us whether it holds 129 or 192
+// positions (and a 64-position split of the long kernel ~1.6 us whether it holds 13 or 64), so the
+// time goes with the passes, not the positions. A guess until MONOLITH_XRAY_SUB=3 cuts the wide
+// split: the passes' load-to-use latencies add up. Each position's score and each V term are
+// computed and summed in the same order as slot by slot: the same bits.
+#ifndef MONOLITH_ATTN_WIDE_FLAT
+#define MONOLITH_ATTN_WIDE_FLAT 0
+#endif
 constexpr int kWideSlots = MONOLITH_ATTN_WIDE;
 constexpr int kWideMinSlots = MONOLITH_ATTN_WIDE_MIN;
 constexpr bool kWideEven = MONOLITH_ATTN_WIDE_EVEN != 0;
+constexpr int kWideFlat = MONOLITH_ATTN_WIDE_FLAT;  // a mask: 1 the score loop, 2 the V loop
+static_assert(kWideFlat >= 0 && kWideFlat <= 3, "MONOLITH_ATTN_WIDE_FLAT: a mask of 1 (scores) and 2 (V)");
 constexpr bool kAttnWide = kWideSlots > 1;  // the variant has a wide kernel (megakernel.cu)
 static_assert(kWideSlots == 0 || kWideSlots == 2 || kWideSlots == 3, "MONOLITH_ATTN_WIDE: 0 (off), 2 or 3 slots per split");
 static_assert(!kAttnWide || (kWideMinSlots >= 2 && kWideMinSlots <= kWideSlots),
               "MONOLITH_ATTN_WIDE_MIN: the smallest widened split, 2 .. MONOLITH_ATTN_WIDE slots");
 static_assert(!(kAttnWide && kAttnBalanced), "MONOLITH_ATTN_WIDE widens the fixed 64-position splits");
 static_assert(kAttnWide || !kWideEven, "MONOLITH_ATTN_WIDE_EVEN evens out the wide kernel's splits: set MONOLITH_ATTN_WIDE too");
+static_assert(kAttnWide || !kWideFlat, "MONOLITH_ATTN_WIDE_FLAT unrolls the wide kernel's loops: set MONOLITH_ATTN_WIDE too");
 constexpr int kSplitSlotsMax = kAttnWide ? kWideSlots : 1;  // K (and V) slots of one split
 constexpr int kSplitEntriesMax = kSplitPositions;            // sm.sc per head (the short and long kernels)
 // The wide kernel's scores, up to kSplitSlotsMax x 64 per head, live in sm.x instead (the qkv input,
@@ -1083,6 +1098,7 @@ static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merge
 #endif
 constexpr bool kAttnMma = MONOLITH_ATTN_MMA != 0;
 static_assert(!(kAttnMma && (kAttnFlash || kAttnQSmem)), "MONOLITH_ATTN_MMA replaces the shipped score loop");
+static_assert(!(kWideFlat && (kAttnTight || kAttnMma || kAttnFlash || kAttnQSmem)), "MONOLITH_ATTN_WIDE_FLAT unrolls the shipped wide loops");
 static_assert(!(kAttnWide && (kAttnFlash || kAttnTight || kAttnMma || kAttnQSmem)),
               "MONOLITH_ATTN_WIDE widens the shipped split shape only (build the others with MONOLITH_ATTN_WIDE=0)");
 static_assert(!kAttnMma || kStreamConsumerWarps == 16, "MONOLITH_ATTN_MMA: 4 position tiles x 4 dim quarters");
@@ -2217,6 +2233,50 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           held = false;
           if constexpr (kAttnMma) {
             mma_scores(reinterpret_cast<const uint32_t*>(slot_at(0)), nh);
+          } else if constexpr (kWide && (kWideFlat & 1)) {
+            // half-warp hw: positions hw + 32 i (slot i / 2, row hw + 32 (i % 2)), in batches of rows:
+            // the batch's loads first, then its dot products, then its shuffles level by level, so
+            // that its rows overlap (inside score_k's `if (valid)` the compiler ran them one after
+            // another). Rows past the split are read from an acquired slot (stale, never in flight)
+            // and their scores dropped; each score is score_k's arithmetic in score_k's order.
+            constexpr int kHalfWarps = kStreamConsumerThreads / 16;
+            constexpr int kIters = kWideEntriesMax / kHalfWarps;
+            static_assert(kSplitPositions == 2 * kHalfWarps && kIters == 2 * kSplitSlotsMax, "two rows per half-warp and slot");
+            const int hw = tid >> 4, l16 = tid & 15;
+            // in batches of 3 rows (few registers: 5 of the 17 warps share an SM sub-partition, so
+            // ptxas has 96 per thread)
+            constexpr int kBatch = kIters % 3 == 0 ? 3 : 2;  // (2 where MONOLITH_ATTN_WIDE=2 or off: 4 or 2 rows)
+            static_assert(kIters % kBatch == 0, "whole batches");
+#pragma unroll
+            for (int i0 = 0; i0 < kIters; i0 += kBatch) {
+              uint4 kw[kBatch];
+#pragma unroll
+              for (int i = 0; i < kBatch; ++i)
+                kw[i] = slot_at(min((i0 + i) / 2, nk - 1))[(hw + kHalfWarps * ((i0 + i) % 2)) * 16 + ql16];
+              float a0[kBatch], a1[kBatch];
+#pragma unroll
+              for (int i = 0; i < kBatch; ++i) {
+                const bool valid = hw + kHalfWarps * (i0 + i) < nh;  // (computed either way: a select, not a branch)
+                const float d0 = dot8_bf16(kw[i], qa0, qa1, 0.f), d1 = dot8_bf16(kw[i], qb0, qb1, 0.f);
+                a0[i] = valid ? d0 : 0.f;
+                a1[i] = valid ? d1 : 0.f;
+              }
+#pragma unroll
+              for (int o = 8; o > 0; o >>= 1)
+#pragma unroll
+                for (int i = 0; i < kBatch; ++i) {
+                  a0[i] += __shfl_xor_sync(0xffffffffu, a0[i], o);
+                  a1[i] += __shfl_xor_sync(0xffffffffu, a1[i], o);
+                }
+#pragma unroll
+              for (int i = 0; i < kBatch; ++i) {
+                const int r = hw + kHalfWarps * (i0 + i);
+                if (l16 == 0 && r < nh) {
+                  scw[r] = a0[i] * scale;
+                  scw[kSE + r] = a1[i] * scale;
+                }
+              }
+            }
           } else {
             const int hw = tid >> 4, l16 = tid & 15;
             // slot by slot, each a 64-position loop (constant trip count, unrolled; the ninth
@@ -2296,13 +2356,40 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (nh > 0) {  // V slots: one (tight: acquired with K), or in the wide kernel nk
           const int nk = kWide ? split_slots(nh) : 1;
           if (!kAttnTight && !acquire_n(nk, kPhase_s_attn, L)) return;
+          if constexpr (kWide && (kWideFlat & 2)) {
+            // warp w: positions w + 16 j, increasing (the slot-by-slot order), each slot's loads
+            // before its terms (rows past the split from an acquired slot, stale, their terms skipped)
+            constexpr int kPerSlot = kSplitPositions / kStreamConsumerWarps;
+            constexpr int kIters = kSplitSlotsMax * kPerSlot;
+            // one slot's four rows per batch, the batches not unrolled (unrolled, ptxas hoisted all
+            // twelve rows' loads and spilled: 5 of the 17 warps share an SM sub-partition, so it
+            // has 96 registers per thread)
 #pragma unroll 1
-          for (int c = 0; c < nk; ++c) {  // slot by slot, positions in increasing order per warp
-            const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(kAttnTight ? 1 : c));
+            for (int j0 = 0; j0 < kIters; j0 += kPerSlot) {
+              uint2 vv[kPerSlot];
+              float p0[kPerSlot], p1[kPerSlot];
 #pragma unroll
-            for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
-              const int r = warp + kStreamConsumerWarps * j, rr = c * kSplitPositions + r;
-              if (rr < nh) add_v(vslot[r * 32 + lane], scw[rr], scw[kSE + rr], o0, o1);
+              for (int j = 0; j < kPerSlot; ++j) {
+                const int rr = (j0 / kPerSlot) * kSplitPositions + warp + kStreamConsumerWarps * j;
+                vv[j] = reinterpret_cast<const uint2*>(slot_at(min(j0 / kPerSlot, nk - 1)))[(rr % kSplitPositions) * 32 + lane];
+                p0[j] = scw[rr];
+                p1[j] = scw[kSE + rr];
+              }
+#pragma unroll
+              for (int j = 0; j < kPerSlot; ++j) {
+                const int rr = (j0 / kPerSlot) * kSplitPositions + warp + kStreamConsumerWarps * j;
+                if (rr < nh) add_v(vv[j], p0[j], p1[j], o0, o1);
+              }
+            }
+          } else {
+#pragma unroll 1
+            for (int c = 0; c < nk; ++c) {  // slot by slot, positions in increasing order per warp
+              const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(kAttnTight ? 1 : c));
+#pragma unroll
+              for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
+                const int r = warp + kStreamConsumerWarps * j, rr = c * kSplitPositions + r;
+                if (rr < nh) add_v(vslot[r * 32 + lane], scw[rr], scw[kSE + rr], o0, o1);
+              }
             }
           }
         }
