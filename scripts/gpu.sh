@@ -161,9 +161,14 @@ if want abdev; then
     fi
     run "ab$i-dev" "${defs[@]}" python3 scripts/dev_bench.py --variant "${AB_VARIANTS:-bf16-stream,fp8-stream}" \
       --blocks 128 --runs 3 ${ref_args[@]+"${ref_args[@]}"} ${dev_args[@]+"${dev_args[@]}"} --out "results/ab/dev-$i.json"
-    # AB_XRAY_POS: the X-ray's position (default 128); AB_XRAY=0: none
+    # AB_XRAY_POS: the X-ray's position (default 128); AB_XRAY=0: none; AB_XRAY_DEFINES: defines added
+    # to the set's for its X-ray only (e.g. MONOLITH_XRAY_SUB=3: the attention split's cuts)
     if [ "${AB_XRAY:-1}" != 0 ]; then
-      run "ab$i-xray" "${defs[@]}" python3 scripts/xray_raw.py --variant "${AB_VARIANTS:-bf16-stream,fp8-stream}" \
+      xdefs=("${defs[@]}")
+      if [ -n "${AB_XRAY_DEFINES:-}" ]; then
+        if [ "$d" = base ]; then xdefs=(env MONOLITH_NVCC_DEFINES="$AB_XRAY_DEFINES"); else xdefs=(env MONOLITH_NVCC_DEFINES="$d,$AB_XRAY_DEFINES"); fi
+      fi
+      run "ab$i-xray" "${xdefs[@]}" python3 scripts/xray_raw.py --variant "${AB_VARIANTS:-bf16-stream,fp8-stream}" \
         --position "${AB_XRAY_POS:-128}" --out "results/ab/xray-$i"
     fi
     i=$((i + 1))

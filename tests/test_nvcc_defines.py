@@ -320,6 +320,18 @@ def test_gpu_sh_abdev_runs_tests_per_build_and_places_or_skips_the_xray(tmp_path
     assert (tmp_path / "test_variants").read_text().split() == ["bf16-stream", "bf16-stream"]  # the A/B's variants
 
 
+def test_gpu_sh_abdev_xray_defines_reach_only_the_xray(tmp_path):
+    """AB_XRAY_DEFINES (twenty-third session: the SUB=3 cuts of each set's attention) is added to each
+    set's defines for its X-ray alone; the set's dev timing builds the set's defines only."""
+    r, calls, _ = _gpu_sh(tmp_path, "abdev", AB_DEFINES="base;MONOLITH_ATTN_WIDE=3", AB_VARIANTS="bf16-stream",
+                          AB_XRAY_DEFINES="MONOLITH_XRAY_SUB=3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    dev = [c.split(" | ")[1] for c in calls if "dev_bench.py" in c]
+    xr = [c.split(" | ")[1] for c in calls if "xray_raw.py" in c]
+    assert [d.split()[0] for d in dev] == ["DEFINES=unset", "DEFINES=MONOLITH_ATTN_WIDE=3"]
+    assert [x.split()[0] for x in xr] == ["DEFINES=MONOLITH_XRAY_SUB=3", "DEFINES=MONOLITH_ATTN_WIDE=3,MONOLITH_XRAY_SUB=3"]
+
+
 def test_gpu_sh_abpatch_times_this_tree_the_patched_copy_and_this_tree_again(tmp_path):
     """AB_PATCH is applied to a copy of the tree (AB_TREE), never to the tree itself; dev timings run
     base, patch, base again, each from its own tree, the patched build's tokens checked against the
