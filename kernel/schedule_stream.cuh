@@ -555,18 +555,19 @@ constexpr int kMinBalancedSplits = 4;
 // MONOLITH_ATTN_WIDE_EVEN=1 (twenty-third session; needs MONOLITH_ATTN_WIDE): where the rule widens,
 // the splits are ceil((pos + 1) / ng) positions wide instead of k x 64, so every block of the group
 // holds about the same number of positions (at 2,060 and ng = 16: 16 splits of 129 instead of 11 of
-// 192 and 5 idle blocks). Why: the first X-ray of the wide kernel (NOTES.md, twenty-third session)
-// showed a split's time growing with its positions (192 positions in one split: 5.2 us of work,
-// against 4.1 us for two 64-position splits), so what sets the group's chain is the most positions
-// any block holds. The slots of a split start at t0 (any position: a K or V row is 256 bytes), the
-// last one partial; ceil((pos + 1) / ng) <= k x 64 where k is in range (the tiling test checks it).
+// 192 and 5 idle blocks). The guess behind it: the most positions any block holds sets the group's
+// chain. Measured (NOTES.md, twenty-third session): no better than k x 64 (fp8 +5.4 % at 2,048
+// against +5.6 %), because a wide split costs the same ~5 us at 129 positions as at 192: its time
+// goes with its passes over slots, not its positions. Kept, off, for the A/Bs that shorten the passes.
+// The slots of a split start at t0 (any position: a K or V row is 256 bytes), the last one partial;
+// ceil((pos + 1) / ng) <= k x 64 where k is in range (the tiling test checks it).
 #ifndef MONOLITH_ATTN_WIDE_EVEN
 #define MONOLITH_ATTN_WIDE_EVEN 0
 #endif
 // MONOLITH_ATTN_WIDE_FLAT=mask (twenty-third session, prepared, not measured; needs MONOLITH_ATTN_WIDE):
-// the wide kernel's score (bit 1) and V (bit 2) loops walk the split's positions in one fully unrolled pass
-// (half-warp hw: positions hw, hw + 32, ...; warp w: w, w + 16, ...) with every shared-memory load
-// issued first, instead of slot by slot under `unroll 1` with each load behind its own branch.
+// the wide kernel's score (bit 1) and V (bit 2) loops issue a batch of rows' shared-memory loads
+// before their arithmetic (scores: batches of 3 rows per half-warp, unrolled over the slots; V: a
+// slot's 4 rows per warp) instead of each load behind its own branch, slot by slot.
 // Why: in the X-ray at 2,060 a block's one wide split works ~5 us whether it holds 129 or 192
 // positions (and a 64-position split of the long kernel ~1.6 us whether it holds 13 or 64), so the
 // time goes with the passes, not the positions. A guess until MONOLITH_XRAY_SUB=3 cuts the wide
