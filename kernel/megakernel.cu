@@ -964,9 +964,12 @@ __global__ void __launch_bounds__(VariantCfg<kVariant>::kBlockThreads, 1) decode
 }
 // Whether the wide kernel's splits are wider than 64 at this position and grid: k of the rule for
 // the smallest group (blocks / kGroups; groups differ by at most one block) within [MIN, MAX].
+// (MONOLITH_ATTN_WIDE_FORCE: always, the A/B control.)
 static bool wide_applies(int blocks, int position) {
   if constexpr (!kAttnWide) {
     return false;
+  } else if constexpr (kWideForce) {
+    return true;
   } else {
     const int k = wide_k(position, blocks / kGroups);
     return k >= kWideMinSlots && k <= kWideSlots;

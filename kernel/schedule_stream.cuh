@@ -576,10 +576,20 @@ constexpr int kMinBalancedSplits = 4;
 #ifndef MONOLITH_ATTN_WIDE_FLAT
 #define MONOLITH_ATTN_WIDE_FLAT 0
 #endif
+// MONOLITH_ATTN_WIDE_FORCE=1 (twenty-third session, a control for A/Bs; needs MONOLITH_ATTN_WIDE): the
+// host launches the wide kernel at every position from kLongKernelFrom on, also where its rule does
+// not widen (there its splits are the long kernel's 64 and, the softmax's two passes summing in the
+// same order, its tokens should be the long kernel's). Why: NVFP4 lost 10.9 % at 1,100 in the wide
+// kernel while its trace showed no longer attention; timing the wide kernel where it computes what the
+// long one does separates its code (size, layout, runtime slot counts) from its wider splits.
+#ifndef MONOLITH_ATTN_WIDE_FORCE
+#define MONOLITH_ATTN_WIDE_FORCE 0
+#endif
 constexpr int kWideSlots = MONOLITH_ATTN_WIDE;
 constexpr int kWideMinSlots = MONOLITH_ATTN_WIDE_MIN;
 constexpr bool kWideEven = MONOLITH_ATTN_WIDE_EVEN != 0;
 constexpr int kWideFlat = MONOLITH_ATTN_WIDE_FLAT;  // a mask: 1 the score loop, 2 the V loop
+constexpr bool kWideForce = MONOLITH_ATTN_WIDE_FORCE != 0;
 static_assert(kWideFlat >= 0 && kWideFlat <= 3, "MONOLITH_ATTN_WIDE_FLAT: a mask of 1 (scores) and 2 (V)");
 constexpr bool kAttnWide = kWideSlots > 1;  // the variant has a wide kernel (megakernel.cu)
 static_assert(kWideSlots == 0 || kWideSlots == 2 || kWideSlots == 3, "MONOLITH_ATTN_WIDE: 0 (off), 2 or 3 slots per split");
@@ -588,6 +598,7 @@ static_assert(!kAttnWide || (kWideMinSlots >= 2 && kWideMinSlots <= kWideSlots),
 static_assert(!(kAttnWide && kAttnBalanced), "MONOLITH_ATTN_WIDE widens the fixed 64-position splits");
 static_assert(kAttnWide || !kWideEven, "MONOLITH_ATTN_WIDE_EVEN evens out the wide kernel's splits: set MONOLITH_ATTN_WIDE too");
 static_assert(kAttnWide || !kWideFlat, "MONOLITH_ATTN_WIDE_FLAT unrolls the wide kernel's loops: set MONOLITH_ATTN_WIDE too");
+static_assert(kAttnWide || !kWideForce, "MONOLITH_ATTN_WIDE_FORCE launches the wide kernel: set MONOLITH_ATTN_WIDE too");
 constexpr int kSplitSlotsMax = kAttnWide ? kWideSlots : 1;  // K (and V) slots of one split
 constexpr int kSplitEntriesMax = kSplitPositions;            // sm.sc per head (the short and long kernels)
 // The wide kernel's scores, up to kSplitSlotsMax x 64 per head, live in sm.x instead (the qkv input,
