@@ -449,3 +449,35 @@ def test_token_edges_report_layer_0_and_the_lm_head_and_their_compare_rows(capsy
     print_report(b)
     out = capsys.readouterr().out
     assert "layer 0:" in out and "LM head: span" in out
+
+
+def test_attention_by_group_index_finds_the_block_that_runs_more_splits():
+    """32 blocks in 8 KV groups of 4 (the kernel's part_begin): index 0 of each group works 3,000 ns in
+    s_attn, the others 2,000 (as at 2,048 cached positions, where index 0 runs a third split); a
+    MONOLITH_XRAY_SUB=3 cut (x_att_score) inside the slow blocks' phase is counted back in; layer 0 is
+    left out (its block 5 is made the slowest there and must not show)."""
+    from monolith.xray.analyze import attention_by_group_index
+    from monolith.xray.phases import load_phases
+
+    phases = load_phases()
+    pid = {p.name: p.id for p in phases}
+    rows = []
+    for L in range(3):
+        for b in range(32):
+            t = 10_000 * L
+            if b % 4 == 0 and L > 0:  # 1,000 ns of cut + 2,000 ns of the parent's rest
+                rows.append((b, pid["x_att_score"], L, t, t + 1000))
+                rows.append((b, pid["s_attn"], L, t + 1000, t + 3000))
+            else:
+                rows.append((b, pid["s_attn"], L, t, t + (9000 if (L == 0 and b == 5) else 2000)))
+            rows.append((b, pid["s_oproj"], L, t + 4000, t + 5000))  # another phase: not counted
+    blk, ph, lay, s, e = (np.array(c, dtype=np.float64 if i > 2 else np.int64) for i, c in enumerate(zip(*rows, strict=True)))
+    a = attention_by_group_index(s, e, ph, lay, phases, blk, 32)
+    assert a["per_index_us"] == pytest.approx([3.0, 2.0, 2.0, 2.0])
+    assert a["slowest_index"] == 0 and a["slowest_us"] == pytest.approx(3.0)
+    assert a["spread_us"] == pytest.approx(1.0)  # 3.0 against the median index's 2.0
+    # 36 blocks: groups of 4 or 5 (part_begin 0, 4, 9, 13, 18, ...); index 4 exists in half of them
+    a = attention_by_group_index(s, e, ph, lay, phases, blk, 36)
+    assert len(a["per_index_us"]) == 5
+    keep = ph == pid["s_oproj"]
+    assert attention_by_group_index(s[keep], e[keep], ph[keep], lay[keep], phases, blk[keep], 32) is None

@@ -426,6 +426,40 @@ def layer_milestones(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarr
                       "phase's time in the layer; medians over layers"}
 
 
+def attention_by_group_index(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: np.ndarray, phases,
+                             blk: np.ndarray, nblocks: int, groups: int = 8) -> dict | None:
+    """The streaming schedule's attention work (`s_attn`) by a block's index in its KV group: block b
+    is in group g where g * nblocks // groups <= b < (g + 1) * nblocks // groups (the kernel's
+    part_begin), index b minus the group's first block. Each block's s_attn time in a layer; the median
+    over groups and layers 1.. (layer 0 also waits for the first weights), µs. Why (twenty-third
+    session): at long positions the splits of a group are not shared evenly (33 of 64 positions over
+    16 blocks: index 0 runs three, the others two), and the slowest index sets the group's hop; the
+    phase's median work hides it. `spread_us`: the slowest index minus the median index. A
+    MONOLITH_XRAY_SUB=3 trace's x_att_* cuts are s_attn's time too and are added back. None without
+    s_attn."""
+    ids = [p.id for p in phases if p.name == "s_attn" or p.name.startswith("x_att_")]
+    m = np.isin(ph, ids) & (lay >= 1)
+    if not (ph == next((p.id for p in phases if p.name == "s_attn"), -1)).any():
+        return None
+    starts = np.array([g * nblocks // groups for g in range(groups + 1)])
+    g_of = np.searchsorted(starts, blk[m], side="right") - 1
+    idx = blk[m] - starts[g_of]
+    per_layer_block = {}
+    for b, L, d in zip(blk[m].tolist(), lay[m].tolist(), (e[m] - s[m]).tolist(), strict=True):
+        per_layer_block[(b, L)] = per_layer_block.get((b, L), 0.0) + d
+    idx_of = dict(zip(blk[m].tolist(), idx.tolist(), strict=False))
+    width = int(max(starts[g + 1] - starts[g] for g in range(groups)))
+    vals: list[list[float]] = [[] for _ in range(width)]
+    for (b, _L), d in per_layer_block.items():
+        vals[idx_of[b]].append(d)
+    per_index = [float(np.median(v) / 1e3) if v else None for v in vals]
+    have = [x for x in per_index if x is not None]
+    return {"per_index_us": per_index, "slowest_index": int(np.nanargmax([np.nan if x is None else x for x in per_index])),
+            "slowest_us": float(max(have)), "median_us": float(np.median(have)),
+            "spread_us": float(max(have) - np.median(have)),
+            "method": "per block and layer >= 1: its s_attn time; median over groups and layers by index in the group"}
+
+
 def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min_ns: float = 100.0) -> dict:
     meta, ev = validate_raw(meta, events)
     al = align(meta, ev, method)
@@ -503,6 +537,7 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
     edges = token_edges(s, e, ph, lay, phases, blk, layer_scoped,
                         float(layer_us[0]) if present and present[0] == 0 else None, n_layers, nblocks)
     subs = sub_intervals(s, e, ph, blk, phases)
+    attn_idx = attention_by_group_index(s, e, ph, lay, phases, blk, nblocks)
     bar_per_layer = float(d[bar & layer_mask].sum() / 1e3 / nblocks / max(n_layers, 1))
     mean_layer = float(layer_us.mean()) if len(layer_us) else None
 
@@ -578,6 +613,7 @@ def analyze(meta: dict, events: np.ndarray, method: str = "clock64-fit", gap_min
         "milestones": milestones,
         "edges": edges,
         "sub_intervals": subs,
+        "attention_by_group_index": attn_idx,
         "grid_bandwidth_token_tbs": _tbs(float(sum(v["bytes"] * (n_layers if v["per"] == "layer" else 1)
                                                    for v in bytes_model.values())), span) if span > 0 else None,
         "idle": {
@@ -625,6 +661,8 @@ def compare(a: dict, b: dict) -> list[dict]:
         ("LM head span, µs", ("edges", "lm_head", "span_us")),
         ("LM head per block, µs (median)", ("edges", "lm_head", "per_block_median_us")),
         ("LM head ring waits per block, µs", ("edges", "lm_head", "ring_wait_per_block_us")),
+        ("s_attn work, slowest index in a KV group, µs", ("attention_by_group_index", "slowest_us")),
+        ("s_attn work, median index in a KV group, µs", ("attention_by_group_index", "median_us")),
     ]
     out = [{"metric": name, "a": get(a, *path), "b": get(b, *path)} for name, path in rows]
     seg = {}
@@ -749,6 +787,11 @@ def print_report(summ: dict, console=None) -> None:
         ring = f", ring waits {h['ring_wait_per_block_us']:.2f} µs/block" if h["ring_wait_per_block_us"] is not None else ""
         con.print(f"LM head: span {h['span_us']:.2f} µs from {h['start_us']:.1f}; per block median "
                   f"{h['per_block_median_us']:.2f}, max {h['per_block_max_us']:.2f} µs{ring}", markup=False)
+    ai = summ.get("attention_by_group_index")
+    if ai:
+        con.print("attention work by the block's index in its KV group (median over groups and layers ≥ 1, µs): "
+                  + " ".join("–" if x is None else f"{x:.2f}" for x in ai["per_index_us"])
+                  + f" · slowest index {ai['slowest_index']} +{ai['spread_us']:.2f} over the median", markup=False)
     subs = summ.get("sub_intervals")
     if subs:  # MONOLITH_XRAY_SUB traces only
         by_parent: dict[str, list[dict]] = {}
