@@ -572,7 +572,9 @@ constexpr int kMinBalancedSplits = 4;
 // positions (and a 64-position split of the long kernel ~1.6 us whether it holds 13 or 64), so the
 // time goes with the passes, not the positions. A guess until MONOLITH_XRAY_SUB=3 cuts the wide
 // split: the passes' load-to-use latencies add up. Each position's score and each V term are
-// computed and summed in the same order as slot by slot: the same bits.
+// computed and summed in the same order as slot by slot: the same bits. Bit 4: the softmax statistics
+// (up to 193 entries per head, by 2 warps in two passes while 14 wait) by all 16 warps, one entry per
+// lane, behind one more barrier; its sum has its own order, so bit 4 changes the bits (deterministic).
 #ifndef MONOLITH_ATTN_WIDE_FLAT
 #define MONOLITH_ATTN_WIDE_FLAT 0
 #endif
@@ -588,9 +590,9 @@ constexpr int kMinBalancedSplits = 4;
 constexpr int kWideSlots = MONOLITH_ATTN_WIDE;
 constexpr int kWideMinSlots = MONOLITH_ATTN_WIDE_MIN;
 constexpr bool kWideEven = MONOLITH_ATTN_WIDE_EVEN != 0;
-constexpr int kWideFlat = MONOLITH_ATTN_WIDE_FLAT;  // a mask: 1 the score loop, 2 the V loop
+constexpr int kWideFlat = MONOLITH_ATTN_WIDE_FLAT;  // a mask: 1 the score loop, 2 the V loop, 4 the softmax
 constexpr bool kWideForce = MONOLITH_ATTN_WIDE_FORCE != 0;
-static_assert(kWideFlat >= 0 && kWideFlat <= 3, "MONOLITH_ATTN_WIDE_FLAT: a mask of 1 (scores) and 2 (V)");
+static_assert(kWideFlat >= 0 && kWideFlat <= 7, "MONOLITH_ATTN_WIDE_FLAT: a mask of 1 (scores), 2 (V) and 4 (softmax)");
 constexpr bool kAttnWide = kWideSlots > 1;  // the variant has a wide kernel (megakernel.cu)
 static_assert(kWideSlots == 0 || kWideSlots == 2 || kWideSlots == 3, "MONOLITH_ATTN_WIDE: 0 (off), 2 or 3 slots per split");
 static_assert(!kAttnWide || (kWideMinSlots >= 2 && kWideMinSlots <= kWideSlots),
@@ -2325,7 +2327,29 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         }
         csync();
         const int n = nh + (cur ? 1 : 0);
-        if (kWide && warp < kHeadsPerKV) {  // the same over up to kWideEntriesMax entries
+        if constexpr (kWide && (kWideFlat & 4)) {
+          // MONOLITH_ATTN_WIDE_FLAT bit 4: the softmax statistics by all warps, not two: warp w takes
+          // head w / 8 and entries 32 (w % 8) + lane (one each), the 8 warps' maxima meet in sm.sc (free
+          // in the wide kernel: its scores are in sm.x) behind one more barrier. The max is exact, so m
+          // is the two-warp form's; l sums per warp, then the 8 warps in order (its own order: a
+          // deterministic build, not the two-warp form's bits). sm.ml is written at the V step (below).
+          constexpr int kParts = kStreamConsumerWarps / kHeadsPerKV;
+          static_assert(kParts * 32 >= kWideEntriesMax && 2 * kStreamConsumerWarps <= kHeadsPerKV * kSplitEntriesMax,
+                        "one entry per lane; the per-warp (max, sum) fit in sm.sc");
+          const int h = warp / kParts, r = (warp % kParts) * 32 + lane;
+          float* sc = scw + h * kSE;
+          const float x = r < n ? sc[r] : -INFINITY;
+          const float mw = warp_max(x);
+          if (lane == 0) sm.sc[warp] = mw;
+          csync();
+          float m = -INFINITY;
+#pragma unroll
+          for (int j = 0; j < kParts; ++j) m = fmaxf(m, sm.sc[h * kParts + j]);
+          const float er = r < n ? __expf(x - m) : 0.f;
+          if (r < n) sc[r] = er;
+          const float lw = warp_sum(er);
+          if (lane == 0) sm.sc[kStreamConsumerWarps + warp] = lw;
+        } else if (kWide && warp < kHeadsPerKV) {  // the same over up to kWideEntriesMax entries
           float* sc = scw + warp * kSE;
           float m = -INFINITY, e = 0.f;  // two passes over shared memory (registers are at the cap)
           for (int r = lane; r < n; r += 32) m = fmaxf(m, sc[r]);
@@ -2365,6 +2389,18 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         if (sp == s.gi) XRAY_SUB3(x_att_soft, L);
         // V: warp w takes cached positions w, w + 16, w + 32, w + 48; lane holds dims 4 lane .. + 3
         float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
+        if constexpr (kWide && (kWideFlat & 4)) {  // bit 4: each head's (max, sum) from its 8 warps' (above), in order
+          constexpr int kParts = kStreamConsumerWarps / kHeadsPerKV;
+          if (tid < kHeadsPerKV) {
+            float m = -INFINITY, l = 0.f;
+#pragma unroll
+            for (int j = 0; j < kParts; ++j) m = fmaxf(m, sm.sc[tid * kParts + j]);
+#pragma unroll
+            for (int j = 0; j < kParts; ++j) l += sm.sc[kStreamConsumerWarps + tid * kParts + j];
+            sm.ml[2 * tid] = m;
+            sm.ml[2 * tid + 1] = l;
+          }
+        }
         if (nh > 0) {  // V slots: one (tight: acquired with K), or in the wide kernel nk
           const int nk = kWide ? split_slots(nh) : 1;
           if (!kAttnTight && !acquire_n(nk, kPhase_s_attn, L)) return;
