@@ -481,3 +481,5 @@ def test_attention_by_group_index_finds_the_block_that_runs_more_splits():
     assert len(a["per_index_us"]) == 5
     keep = ph == pid["s_oproj"]
     assert attention_by_group_index(s[keep], e[keep], ph[keep], lay[keep], phases, blk[keep], 32) is None
+    keep = lay == 0  # attention in layer 0 only: nothing to report, no crash
+    assert attention_by_group_index(s[keep], e[keep], ph[keep], lay[keep], phases, blk[keep], 32) is None

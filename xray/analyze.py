@@ -438,9 +438,9 @@ def attention_by_group_index(s: np.ndarray, e: np.ndarray, ph: np.ndarray, lay: 
     MONOLITH_XRAY_SUB=3 trace's x_att_* cuts are s_attn's time too and are added back. None without
     s_attn."""
     ids = [p.id for p in phases if p.name == "s_attn" or p.name.startswith("x_att_")]
-    m = np.isin(ph, ids) & (lay >= 1)
-    if not (ph == next((p.id for p in phases if p.name == "s_attn"), -1)).any():
-        return None
+    m = np.isin(ph, ids) & (lay >= 1) & (blk < nblocks)
+    if not (ph == next((p.id for p in phases if p.name == "s_attn"), -1)).any() or not m.any():
+        return None  # (no attention after layer 0: nothing to compare)
     starts = np.array([g * nblocks // groups for g in range(groups + 1)])
     g_of = np.searchsorted(starts, blk[m], side="right") - 1
     idx = blk[m] - starts[g_of]
