@@ -1113,6 +1113,7 @@ static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merge
 constexpr bool kAttnMma = MONOLITH_ATTN_MMA != 0;
 static_assert(!(kAttnMma && (kAttnFlash || kAttnQSmem)), "MONOLITH_ATTN_MMA replaces the shipped score loop");
 static_assert(!(kWideFlat && (kAttnTight || kAttnMma || kAttnFlash || kAttnQSmem)), "MONOLITH_ATTN_WIDE_FLAT unrolls the shipped wide loops");
+constexpr int kWideSoftmaxParts = kStreamConsumerWarps / kHeadsPerKV;  // FLAT bit 4: warps per head (their partials in sm.sc)
 static_assert(!(kAttnWide && (kAttnFlash || kAttnTight || kAttnMma || kAttnQSmem)),
               "MONOLITH_ATTN_WIDE widens the shipped split shape only (build the others with MONOLITH_ATTN_WIDE=0)");
 static_assert(!kAttnMma || kStreamConsumerWarps == 16, "MONOLITH_ATTN_MMA: 4 position tiles x 4 dim quarters");
@@ -2333,10 +2334,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           // in the wide kernel: its scores are in sm.x) behind one more barrier. The max is exact, so m
           // is the two-warp form's; l sums per warp, then the 8 warps in order (its own order: a
           // deterministic build, not the two-warp form's bits). sm.ml is written at the V step (below).
-          constexpr int kParts = kStreamConsumerWarps / kHeadsPerKV;
-          static_assert(kParts * 32 >= kWideEntriesMax && 2 * kStreamConsumerWarps <= kHeadsPerKV * kSplitEntriesMax,
+          static_assert(kWideSoftmaxParts * 32 >= kWideEntriesMax && 2 * kStreamConsumerWarps <= kHeadsPerKV * kSplitEntriesMax,
                         "one entry per lane; the per-warp (max, sum) fit in sm.sc");
-          const int h = warp / kParts, r = (warp % kParts) * 32 + lane;
+          const int h = warp / kWideSoftmaxParts, r = (warp % kWideSoftmaxParts) * 32 + lane;
           float* sc = scw + h * kSE;
           const float x = r < n ? sc[r] : -INFINITY;
           const float mw = warp_max(x);
@@ -2344,7 +2344,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           csync();
           float m = -INFINITY;
 #pragma unroll
-          for (int j = 0; j < kParts; ++j) m = fmaxf(m, sm.sc[h * kParts + j]);
+          for (int j = 0; j < kWideSoftmaxParts; ++j) m = fmaxf(m, sm.sc[h * kWideSoftmaxParts + j]);
           const float er = r < n ? __expf(x - m) : 0.f;
           if (r < n) sc[r] = er;
           const float lw = warp_sum(er);
@@ -2390,13 +2390,12 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
         // V: warp w takes cached positions w, w + 16, w + 32, w + 48; lane holds dims 4 lane .. + 3
         float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
         if constexpr (kWide && (kWideFlat & 4)) {  // bit 4: each head's (max, sum) from its 8 warps' (above), in order
-          constexpr int kParts = kStreamConsumerWarps / kHeadsPerKV;
           if (tid < kHeadsPerKV) {
             float m = -INFINITY, l = 0.f;
 #pragma unroll
-            for (int j = 0; j < kParts; ++j) m = fmaxf(m, sm.sc[tid * kParts + j]);
+            for (int j = 0; j < kWideSoftmaxParts; ++j) m = fmaxf(m, sm.sc[tid * kWideSoftmaxParts + j]);
 #pragma unroll
-            for (int j = 0; j < kParts; ++j) l += sm.sc[kStreamConsumerWarps + tid * kParts + j];
+            for (int j = 0; j < kWideSoftmaxParts; ++j) l += sm.sc[kStreamConsumerWarps + tid * kWideSoftmaxParts + j];
             sm.ml[2 * tid] = m;
             sm.ml[2 * tid + 1] = l;
           }
