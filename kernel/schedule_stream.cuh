@@ -514,6 +514,23 @@ struct StreamPlan {
   int v0, v1;     // LM-head rows
   int nsplit;     // attention splits at this position (same in every block)
 };
+// The wide kernel's plan (MONOLITH_ATTN_WIDE): its split width at this position, computed once per
+// token. Why (NOTES.md, twenty-fourth session): the wide kernel computing exactly the long kernel's
+// splits (MONOLITH_ATTN_WIDE_FORCE at 1,100) was 9-12 % slower in every format. Nsight Compute put
+// the extra time in many small places of its attention; one is split_width's division by the group's
+// block count, recomputed by all 16 warps for each split and slot count of every layer (~1,300 of
+// the ~3,900 extra warp instructions per block and layer), another the hand-backs' loops over a
+// runtime slot count. MONOLITH_ATTN_WIDE_LEAN=1 (the default where the wide kernel is built) takes
+// the width from the plan and unrolls the hand-backs to kSplitSlotsMax; =0 builds the twenty-third
+// session's form, for the A/B. The same splits and sums either way: the same tokens.
+#ifndef MONOLITH_ATTN_WIDE_LEAN
+#define MONOLITH_ATTN_WIDE_LEAN 1
+#endif
+struct WidePlan : StreamPlan {
+  int w;  // cached positions per split (split_width<true>(pos, ng))
+};
+template <bool kWide>
+using PlanT = std::conditional_t<kWide, WidePlan, StreamPlan>;
 
 // MONOLITH_ATTN_BALANCED=1 (fifth session; dev at position 2: sixth session -1.0 % bf16, -1.4 % fp8,
 // twelfth session -11.1 % bf16, -11.9 % fp8; slower, off): the pos + 1 entries of the
@@ -652,8 +669,8 @@ static_assert(kPollSyncwarp >= 0 && kPollSyncwarp <= 15,
 // measured and removed in the nineteenth session: NOTES.md. The launch does not place block i on the
 // same SM from one launch to the next, and SM-to-SM round trips are not slower across the two sides.)
 template <bool kWide>
-__device__ __forceinline__ StreamPlan make_plan(int b, int G, int pos) {
-  StreamPlan s;
+__device__ __forceinline__ PlanT<kWide> make_plan(int b, int G, int pos) {
+  PlanT<kWide> s;
   s.g = 0;
   while (s.g + 1 < kGroups && part_begin(G, kGroups, s.g + 1) <= b) ++s.g;
   const int gb0 = int(part_begin(G, kGroups, s.g)), gb1 = int(part_begin(G, kGroups, s.g + 1));
@@ -666,6 +683,7 @@ __device__ __forceinline__ StreamPlan make_plan(int b, int G, int pos) {
   s.v0 = int(part_begin(kVocab, G, b)), s.v1 = int(part_begin(kVocab, G, b + 1));
   s.nsplit = pos / split_width<kWide>(pos, s.ng) + 1;
   if constexpr (kAttnBalanced) s.nsplit = max(s.nsplit, min(min(kMinBalancedSplits, s.ng), pos + 1));
+  if constexpr (kWide) s.w = split_width<kWide>(pos, s.ng);
   return s;
 }
 
@@ -682,6 +700,18 @@ __device__ __forceinline__ void split_range(int sp, int nsplit, int pos, int ng,
     const int w = split_width<kWide>(pos, ng);
     t0 = sp * w;
     t1 = min(t0 + w, pos);
+  }
+}
+
+constexpr bool kWideLean = MONOLITH_ATTN_WIDE_LEAN != 0;
+// split sp from the plan: the wide kernel reads its width there (WidePlan), the others compute it
+template <bool kWide>
+__device__ __forceinline__ void split_of(const PlanT<kWide>& s, int sp, int pos, int& t0, int& t1) {
+  if constexpr (kWide && kWideLean) {
+    t0 = sp * s.w;
+    t1 = min(t0 + s.w, pos);
+  } else {
+    split_range<kWide>(sp, s.nsplit, pos, s.ng, t0, t1);
   }
 }
 
@@ -1158,7 +1188,7 @@ __device__ __forceinline__ void producer_land(uint64_t* full, uint32_t* landed, 
 
 // kWide: the wide kernel's splits (MONOLITH_ATTN_WIDE), which the consumers read in the same order
 template <class W, bool kWide>
-__device__ __forceinline__ void stream_producer(const StepParams& p, const StreamPlan& s, int pos, Ring r) {
+__device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT<kWide>& s, int pos, Ring r) {
   using F = StreamFmt<W>;
   using HF = StreamFmt<typename W::Head>;  // the LM head's format (NVFP4: FP8)
   using NF = StreamFmt<WeightsNvfp4>;
@@ -1304,7 +1334,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const Strea
     nv_prefetch_part(L, 0);
     for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
       int t0, t1;
-      split_range<kWide>(sp, s.nsplit, pos, s.ng, t0, t1);
+      split_of<kWide>(s, sp, pos, t0, t1);
       if constexpr (kWide) {  // K in slots of 64 positions, then V likewise
         for (int kind = 0; kind < 2; ++kind)
           for (int c = t0; c < t1; c += kSplitPositions)
@@ -1475,7 +1505,7 @@ static_assert(kRingBytes + int(sizeof(StreamSmem)) + kStages * kNvSlotScaleBytes
 // MONOLITH_MERGE_HALVES says; kWide: the wide kernel (decode_step_wide: kLong's, with
 // MONOLITH_ATTN_WIDE's splits)
 template <class Cfg, bool kLong, bool kWide>
-__device__ __forceinline__ void stream_consumer(const StepParams& p, const StreamPlan& s, int pos, int token,
+__device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT<kWide>& s, int pos, int token,
                                              uint32_t steps, Ring r, StreamSmem& sm) {
   using W = typename Cfg::Weights;
   using F = StreamFmt<W>;
@@ -1646,6 +1676,22 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
   auto release_n = [&](int n) {
     csync();
     hand_back(n);
+  };
+  // a wide split's K or V slots (n <= kSplitSlotsMax, known at run time only): MONOLITH_ATTN_WIDE_LEAN
+  // unrolls the arrivals to the bound behind predicates (the loop's branches showed in ncu)
+  auto hand_back_split = [&](int n) {
+    if constexpr (!kWideLean) {
+      hand_back(n);
+    } else {
+      if constexpr (kEmptyArrivals == kStreamConsumerWarps) __syncwarp();
+      const bool arrives = kEmptyArrivals == 1 ? tid == 0 : kEmptyArrivals == kStreamConsumerWarps ? lane == 0 : true;
+      if (arrives) {
+#pragma unroll
+        for (int i = 0; i < kSplitSlotsMax; ++i)
+          if (i < n) mbar_arrive(&r.empty[(kc + i) % kStages]);
+      }
+      kc += n;
+    }
   };
   // Rows of K = 1024 in slots base .. base + n (nr rows in all, kRows1024 per slot): warp w's
   // half-row sum of row 8 b + w / 2 goes to part[b * 16 + w] (b: 8-row block of the round); the
@@ -1960,7 +2006,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       // slots that barrier takes: the first split's K (K and V: flash, tight), when it has cached positions
       auto first_split_slots = [&] {
         int h0, h1;
-        split_range<kWide>(s.gi, s.nsplit, pos, s.ng, h0, h1);
+        split_of<kWide>(s, s.gi, pos, h0, h1);
         if constexpr (kWide) return split_slots(h1 - h0);  // its K slots
         return h1 > h0 ? (kAttnFlash || kAttnTight ? 2 : 1) : 0;
       };
@@ -2144,7 +2190,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
       static_assert(kHeadsPerKV * kWideEntriesMax <= kHidden, "the wide kernel's scores fit in sm.x");
       for (int sp = s.gi; sp < s.nsplit; sp += s.ng) {
         int t0, t1;
-        split_range<kWide>(sp, s.nsplit, pos, s.ng, t0, t1);
+        split_of<kWide>(s, sp, pos, t0, t1);
         const int nh = t1 > t0 ? t1 - t0 : 0;      // cached positions in this split
         const bool cur = sp == s.nsplit - 1;       // this position is the split's last entry
         if constexpr (kAttnFlash) {
@@ -2310,7 +2356,14 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
               }
             }
           }
-          if constexpr (!kAttnTight) release_n(nk);  // tight: K goes back with V, at the split's end
+          if constexpr (!kAttnTight) {  // tight: K goes back with V, at the split's end
+            if constexpr (kWide) {
+              csync();
+              hand_back_split(nk);
+            } else {
+              release_n(nk);
+            }
+          }
         }
         if (sp == s.gi) XRAY_SUB3(x_att_score, L);  // (after the K hand-back's barrier, when it had slots)
         if (cur && warp == 0) {
@@ -2473,7 +2526,11 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const Strea
           }
         }
         if (sp + s.ng >= s.nsplit) hop_mark();  // the block's last split: the merge's hop follows
-        if (nh > 0) hand_back(kWide ? split_slots(nh) : kAttnTight ? 2 : 1);
+        if constexpr (kWide) {
+          if (nh > 0) hand_back_split(split_slots(nh));
+        } else {
+          if (nh > 0) hand_back(kAttnTight ? 2 : 1);
+        }
         // vpart and sc are reused by the next split (tight: after the last one, the merge's barrier
         // comes before anything writes them)
         if (!kAttnTight || sp + s.ng < s.nsplit) csync();
@@ -3056,7 +3113,7 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
   __shared__ int quit, hold;
   __shared__ uint32_t landed;  // MONOLITH_SLOT_LANDED
   __shared__ __align__(16) StreamSmem sm;
-  __shared__ StreamPlan plan;  // block-uniform: shared memory, not 14 registers per thread
+  __shared__ PlanT<kWide> plan;  // block-uniform: shared memory, not 14 registers per thread
   const int tid = threadIdx.x;
   int pos, token;
   if (!step_inputs_ok(p, &pos, &token)) return;
