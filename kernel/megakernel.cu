@@ -959,7 +959,8 @@ __global__ void __launch_bounds__(VariantCfg<kVariant>::kBlockThreads, 1) decode
 template <int kVariant>
 __global__ void __launch_bounds__(VariantCfg<kVariant>::kBlockThreads, 1) decode_step_wide(const StepParams p) {
   using Cfg = VariantCfg<kVariant>;
-  static_assert(Cfg::kStream && Cfg::kLongKernel && kAttnWide, "the wide kernel: a streaming variant's, with MONOLITH_ATTN_WIDE");
+  static_assert(Cfg::kStream && Cfg::kLongKernel && kAttnWideFor<typename Cfg::Weights>,
+                "the wide kernel: a streaming variant's, with MONOLITH_ATTN_WIDE and its format in MONOLITH_ATTN_WIDE_FORMATS");
   stream_step<Cfg, true, true>(p);
 }
 // Whether the wide kernel's splits are wider than 64 at this position and grid: k of the rule for
@@ -980,7 +981,7 @@ static bool wide_applies(int blocks, int position) {
 struct KernelInfo {
   const void* fn;
   const void* fn_long;  // positions >= kLongKernelFrom (decode_step_long), or nullptr: fn at every position
-  const void* fn_wide;  // where wide_applies (decode_step_wide, MONOLITH_ATTN_WIDE builds), or nullptr
+  const void* fn_wide;  // where wide_applies (decode_step_wide, MONOLITH_ATTN_WIDE builds, MONOLITH_ATTN_WIDE_FORMATS), or nullptr
   int threads;
   int dynamic_smem;
   bool row_scaled;  // reads StepParams::codes / row_scales / embed_codes / embed_scales
@@ -993,7 +994,8 @@ KernelInfo info_of() {
   const void* fn_long = nullptr;
   const void* fn_wide = nullptr;
   if constexpr (Cfg::kLongKernel) fn_long = reinterpret_cast<const void*>(&decode_step_long<kVariant>);
-  if constexpr (Cfg::kStream && Cfg::kLongKernel && kAttnWide) fn_wide = reinterpret_cast<const void*>(&decode_step_wide<kVariant>);
+  if constexpr (Cfg::kStream && Cfg::kLongKernel && kAttnWideFor<typename Cfg::Weights>)
+    fn_wide = reinterpret_cast<const void*>(&decode_step_wide<kVariant>);
   return {reinterpret_cast<const void*>(&decode_step<kVariant>), fn_long, fn_wide, Cfg::kBlockThreads, Cfg::kDynamicSmem,
           Cfg::Weights::kRowScale, Cfg::kStream};
 }

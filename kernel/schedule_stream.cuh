@@ -610,7 +610,7 @@ constexpr bool kWideEven = MONOLITH_ATTN_WIDE_EVEN != 0;
 constexpr int kWideFlat = MONOLITH_ATTN_WIDE_FLAT;  // a mask: 1 the score loop, 2 the V loop, 4 the softmax
 constexpr bool kWideForce = MONOLITH_ATTN_WIDE_FORCE != 0;
 static_assert(kWideFlat >= 0 && kWideFlat <= 7, "MONOLITH_ATTN_WIDE_FLAT: a mask of 1 (scores), 2 (V) and 4 (softmax)");
-constexpr bool kAttnWide = kWideSlots > 1;  // the variant has a wide kernel (megakernel.cu)
+constexpr bool kAttnWide = kWideSlots > 1;  // the build has wide kernels (megakernel.cu), for kAttnWideFor's formats
 static_assert(kWideSlots == 0 || kWideSlots == 2 || kWideSlots == 3, "MONOLITH_ATTN_WIDE: 0 (off), 2 or 3 slots per split");
 static_assert(!kAttnWide || (kWideMinSlots >= 2 && kWideMinSlots <= kWideSlots),
               "MONOLITH_ATTN_WIDE_MIN: the smallest widened split, 2 .. MONOLITH_ATTN_WIDE slots");
@@ -618,6 +618,20 @@ static_assert(!(kAttnWide && kAttnBalanced), "MONOLITH_ATTN_WIDE widens the fixe
 static_assert(kAttnWide || !kWideEven, "MONOLITH_ATTN_WIDE_EVEN evens out the wide kernel's splits: set MONOLITH_ATTN_WIDE too");
 static_assert(kAttnWide || !kWideFlat, "MONOLITH_ATTN_WIDE_FLAT unrolls the wide kernel's loops: set MONOLITH_ATTN_WIDE too");
 static_assert(kAttnWide || !kWideForce, "MONOLITH_ATTN_WIDE_FORCE launches the wide kernel: set MONOLITH_ATTN_WIDE too");
+// MONOLITH_ATTN_WIDE_FORMATS (twenty-fourth session; a mask, default 7: every format): the weight formats
+// whose streaming variants get the wide kernel in a MONOLITH_ATTN_WIDE build: 1 bf16, 2 E4M3 (fp8),
+// 4 NVFP4. Why: at 2,048 (NOTES.md, twenty-fourth session, call 6) WIDE=3, MIN=2, EVEN=1, FLAT=7 gained
+// bf16 +8.4 % and fp8 +8.7 % but NVFP4 0.0 %. A variant of another format builds and launches only
+// its short and long kernels (megakernel.cu info_of), so its code is the plain build's.
+#ifndef MONOLITH_ATTN_WIDE_FORMATS
+#define MONOLITH_ATTN_WIDE_FORMATS 7
+#endif
+static_assert(MONOLITH_ATTN_WIDE_FORMATS >= 1 && MONOLITH_ATTN_WIDE_FORMATS <= 7,
+              "MONOLITH_ATTN_WIDE_FORMATS: a mask of 1 (bf16), 2 (E4M3) and 4 (NVFP4)");
+template <class W>
+constexpr int kWeightFormatBit = W::kBlockScaled ? 4 : W::kRowScale ? 2 : 1;
+template <class W>
+constexpr bool kAttnWideFor = kAttnWide && (MONOLITH_ATTN_WIDE_FORMATS & kWeightFormatBit<W>) != 0;
 constexpr int kSplitSlotsMax = kAttnWide ? kWideSlots : 1;  // K (and V) slots of one split
 constexpr int kSplitEntriesMax = kSplitPositions;            // sm.sc per head (the short and long kernels)
 // The wide kernel's scores, up to kSplitSlotsMax x 64 per head, live in sm.x instead (the qkv input,

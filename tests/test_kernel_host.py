@@ -1,6 +1,7 @@
 """Host-side checks of the megakernel (no GPU): the packed layout, the config header, the
 RoPE table, the byte model, and the refusals that happen before any launch."""
 import json
+import re
 
 import pytest
 import torch
@@ -268,6 +269,10 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min, even):
     assert "return min((nh + kSplitPositions - 1) / kSplitPositions, kSplitSlotsMax);" in src
     assert "#define MONOLITH_ATTN_WIDE 0\n" in src and "#define MONOLITH_ATTN_WIDE_MIN 3\n" in src
     assert 'static_assert(kHeadsPerKV * kWideEntriesMax <= kHidden, "the wide kernel\'s scores fit in sm.x");' in src
+    # MONOLITH_ATTN_WIDE_LEAN (the default): the width once per token in the plan, each split from it
+    assert "#define MONOLITH_ATTN_WIDE_LEAN 1\n" in src
+    assert "if constexpr (kWide) s.w = split_width<kWide>(pos, s.ng);" in src
+    assert "t0 = sp * s.w;\n    t1 = min(t0 + s.w, pos);" in src
     cu = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
     assert "const int k = wide_k(position, blocks / kGroups);" in cu
     assert "if (k.fn_wide != nullptr && position >= kLongKernelFrom && wide_applies(blocks, position)) fn = k.fn_wide;" in cu
@@ -310,6 +315,32 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min, even):
         pos, ng = 2060, 16
         w = -(-(pos + 1) // ng)
         assert (w, pos // w + 1) == (129, 16)
+
+
+def test_wide_kernel_formats_mask():
+    """MONOLITH_ATTN_WIDE_FORMATS (a mask: 1 bf16, 2 E4M3, 4 NVFP4; default 7) picks the streaming
+    variants that get a wide kernel: the format bit comes from the weights' traits (NVFP4 is also
+    row-scaled, so the block-scaled test comes first), info_of builds and registers the wide kernel
+    only for those, and the wide kernel refuses to instantiate for any other. Every streaming
+    variant of variants.json has one of the three formats, so each is reachable by one bit."""
+    src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
+    assert "#define MONOLITH_ATTN_WIDE_FORMATS 7\n" in src
+    assert "constexpr int kWeightFormatBit = W::kBlockScaled ? 4 : W::kRowScale ? 2 : 1;" in src
+    assert "constexpr bool kAttnWideFor = kAttnWide && (MONOLITH_ATTN_WIDE_FORMATS & kWeightFormatBit<W>) != 0;" in src
+    cu = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
+    info = cu[cu.index("KernelInfo info_of() {"):]
+    info = info[: info.index("\n}\n")]
+    assert "if constexpr (Cfg::kStream && Cfg::kLongKernel && kAttnWideFor<typename Cfg::Weights>)" in info
+    assert "&decode_step_wide<kVariant>" in info and info.count("decode_step_wide") == 1
+    assert "static_assert(Cfg::kStream && Cfg::kLongKernel && kAttnWideFor<typename Cfg::Weights>," in cu
+    dq = (REPO_ROOT / "kernel" / "dequant.cuh").read_text()
+    traits = re.findall(r"static constexpr bool kRowScale = (true|false);.*?\n\s*static constexpr bool kBlockScaled = (true|false);",
+                        dq, flags=re.S)
+    bits = {(rs == "true", bs == "true") for rs, bs in traits}
+    assert bits == {(False, False), (True, False), (True, True)}  # bf16, E4M3, NVFP4: one bit each
+    spec = json.loads((REPO_ROOT / "kernel" / "variants.json").read_text())
+    stream = {v["weights"] for v in spec["variants"] if v["schedule"] == "stream"}
+    assert stream and stream <= {"bf16", "fp8", "nvfp4"}
 
 
 def test_long_kernel_dispatch_rule():
