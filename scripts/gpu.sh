@@ -309,16 +309,38 @@ want mbar && probe_run mbar-probe mbar_cost results/m4_mbar_cost.json
 # One launch at position NCU_SKIP (prefill 2 + decode), NCU_VARIANT at 128 blocks. --clock-control none:
 # the GPU's clocks stay as they are (ncu locks them to base by default). The report and its CSV pages go
 # to $OUT/ncu (not committed: binary, MBs); scripts/ncu_stalls.py summarises the SASS page here.
+# Twenty-fourth session (its call 5 compared the long and the wide kernel this way, by hand):
+#   NCU_PROMPT_LEN=N  the launch at position N + 2 after an N-token prompt (the long / wide kernels)
+#   NCU_SETS          ';'-separated define sets as AB_DEFINES ("base": the plain build), each profiled
+#                     into $OUT/ncu/VARIANT-I.* (sets.txt names them); unset: the environment's build
+#   NCU_SECTIONS      sections instead of --set full, e.g. "WarpStateStats SourceCounters SpeedOfLight"
+#                     (20 replay passes: ~1 min a launch at 1,100 instead of ~2)
+# Each build is made before ncu starts (the compile is not run under the profiler).
 if want ncu; then
   mkdir -p "$OUT/ncu"
-  for v in ${NCU_VARIANT:-bf16-stream}; do
-    run "ncu-$v" ncu --clock-control none --set full --import-source yes -k regex:decode_step \
-      --launch-skip "${NCU_SKIP:-129}" --launch-count 1 -f -o "$OUT/ncu/$v" \
-      python3 scripts/dev_bench.py --variant "$v" --blocks 128 --runs 1 --tokens 130
-    ncu -i "$OUT/ncu/$v.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu/$v.sass.csv" 2> "$OUT/ncu/$v.err" ||
-      ncu -i "$OUT/ncu/$v.ncu-rep" --page source --csv > "$OUT/ncu/$v.sass.csv" 2>> "$OUT/ncu/$v.err"
-    ncu -i "$OUT/ncu/$v.ncu-rep" --page details --csv > "$OUT/ncu/$v.details.csv" 2>> "$OUT/ncu/$v.err"
-    gzip -f "$OUT/ncu/$v.sass.csv"; head -c 600 "$OUT/ncu/$v.err"; ls -la "$OUT/ncu"
+  ncu_what=(--set full)
+  if [ -n "${NCU_SECTIONS:-}" ]; then ncu_what=(); for sec in $NCU_SECTIONS; do ncu_what+=(--section "$sec"); done; fi
+  ncu_skip=${NCU_SKIP:-129} ncu_dev=(--tokens 130)
+  if [ -n "${NCU_PROMPT_LEN:-}" ]; then ncu_skip=$((NCU_PROMPT_LEN + 2)) ncu_dev=(--prompt-len "$NCU_PROMPT_LEN" --tokens 4); fi
+  IFS=';' read -ra ncu_sets <<< "${NCU_SETS:-}"
+  [ ${#ncu_sets[@]} -gt 0 ] || ncu_sets=(env)
+  i=0
+  for d in "${ncu_sets[@]}"; do
+    sfx="-$i" defs=(env -u MONOLITH_NVCC_DEFINES)
+    if [ "$d" = env ] && [ -z "${NCU_SETS:-}" ]; then sfx="" defs=(env); elif [ "$d" != base ]; then defs=(env MONOLITH_NVCC_DEFINES="$d"); fi
+    [ -n "$sfx" ] && echo "ncu$sfx: $d" >> "$OUT/ncu/sets.txt"
+    for v in ${NCU_VARIANT:-bf16-stream}; do
+      n="$v$sfx"
+      run "ncu-build-$n" "${defs[@]}" python3 -c "from monolith.megakernel import load_extension; load_extension('$v')"
+      run "ncu-$n" "${defs[@]}" ncu --clock-control none "${ncu_what[@]}" --import-source yes -k regex:decode_step \
+        --launch-skip "$ncu_skip" --launch-count 1 -f -o "$OUT/ncu/$n" \
+        python3 scripts/dev_bench.py --variant "$v" --blocks 128 --runs 1 "${ncu_dev[@]}"
+      ncu -i "$OUT/ncu/$n.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu/$n.sass.csv" 2> "$OUT/ncu/$n.err" ||
+        ncu -i "$OUT/ncu/$n.ncu-rep" --page source --csv > "$OUT/ncu/$n.sass.csv" 2>> "$OUT/ncu/$n.err"
+      ncu -i "$OUT/ncu/$n.ncu-rep" --page details --csv > "$OUT/ncu/$n.details.csv" 2>> "$OUT/ncu/$n.err"
+      gzip -f "$OUT/ncu/$n.sass.csv"; head -c 600 "$OUT/ncu/$n.err"; ls -la "$OUT/ncu"
+    done
+    i=$((i + 1))
   done
 fi
 # NVFP4 sensitivity (issue 14 item 2; notes/m5_sensitivity.md): 7 per-kind units + 4 endpoints + the

@@ -226,6 +226,7 @@ def _gpu_sh(tmp_path, *stages, **env_kw) -> tuple[subprocess.CompletedProcess, l
               f'case "$*" in *pytest*) echo "${{MONOLITH_TEST_VARIANTS-unset}}" >> {tmp_path / "test_variants"};; esac\n')
     _stand_in(b, "compute-sanitizer", f'echo "sanitizer $* | {rec}" >> {calls}\n'
               'echo "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"\n')
+    _stand_in(b, "ncu", f'echo "ncu $* | {rec}" >> {calls}\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MONOLITH_", "RACECHECK_", "SANITIZE_"))}
     env.update(PATH=f"{b}:{env['PATH']}", OUT=str(out), **env_kw)
     r = subprocess.run(["bash", str(root / "scripts" / "gpu.sh"), *stages], capture_output=True, text=True,
@@ -361,3 +362,31 @@ def test_gpu_sh_abpatch_times_this_tree_the_patched_copy_and_this_tree_again(tmp
     assert not any("dev_bench" in c for c in calls) and "abpatch-tree" in r.stdout.split("==== summary")[1]
     r, calls, _ = _gpu_sh(tmp_path / "c", "abpatch", AB_TOKENS_REF="0")
     assert not any("dev_bench" in c for c in calls) and "no AB_PATCH" in r.stdout
+
+
+def test_gpu_sh_ncu_profiles_each_define_set_at_the_prompt_length(tmp_path):
+    """NCU_SETS / NCU_PROMPT_LEN / NCU_SECTIONS (twenty-fourth session): each set built first, then
+    one launch profiled at position N + 2 after an N-token prompt, into VARIANT-I; sets.txt names them."""
+    wide = "MONOLITH_ATTN_WIDE=3,MONOLITH_ATTN_WIDE_FORCE=1"
+    r, calls, out = _gpu_sh(tmp_path, "ncu", NCU_SETS=f"base;{wide}", NCU_PROMPT_LEN="1100",
+                            NCU_SECTIONS="WarpStateStats SourceCounters")
+    assert r.returncode == 0, r.stdout + r.stderr
+    steps = [c for c in calls if "load_extension" in c or (c.startswith("ncu ") and " -o " in c)]
+    assert len(steps) == 4
+    for (build, prof), (i, defines) in zip([steps[:2], steps[2:]], enumerate(["unset", wide]), strict=True):
+        assert "load_extension('bf16-stream')" in build and f"DEFINES={defines} " in build
+        assert f"-o {out}/ncu/bf16-stream-{i} " in prof and f"DEFINES={defines} " in prof
+        assert "--launch-skip 1102 " in prof and "--prompt-len 1100 --tokens 4" in prof
+        assert "--section WarpStateStats --section SourceCounters " in prof and "--set full" not in prof
+    assert (out / "ncu" / "sets.txt").read_text() == f"ncu-0: base\nncu-1: {wide}\n"
+
+
+def test_gpu_sh_ncu_default_is_the_environments_build_at_position_129(tmp_path):
+    r, calls, out = _gpu_sh(tmp_path, "ncu", MONOLITH_NVCC_DEFINES="MONOLITH_ATTN_WIDE=3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    prof = [c for c in calls if c.startswith("ncu ") and " -o " in c]
+    assert len(prof) == 1
+    assert f"-o {out}/ncu/bf16-stream " in prof[0] and "--set full " in prof[0]
+    assert "--launch-skip 129 " in prof[0] and prof[0].split(" | ")[0].endswith("--tokens 130")
+    assert "DEFINES=MONOLITH_ATTN_WIDE=3 " in prof[0]  # a diagnostic build named by the caller stays
+    assert not (out / "ncu" / "sets.txt").exists()
