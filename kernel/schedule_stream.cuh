@@ -581,7 +581,7 @@ constexpr int kMinBalancedSplits = 4;
 #ifndef MONOLITH_ATTN_WIDE_EVEN
 #define MONOLITH_ATTN_WIDE_EVEN 0
 #endif
-// MONOLITH_ATTN_WIDE_FLAT=mask (twenty-third session, prepared, not measured; needs MONOLITH_ATTN_WIDE):
+// MONOLITH_ATTN_WIDE_FLAT=mask (twenty-third session; needs MONOLITH_ATTN_WIDE):
 // the wide kernel's score (bit 1) and V (bit 2) loops issue a batch of rows' shared-memory loads
 // before their arithmetic (scores: batches of 3 rows per half-warp, unrolled over the slots; V: a
 // slot's 4 rows per warp) instead of each load behind its own branch, slot by slot.
@@ -592,6 +592,11 @@ constexpr int kMinBalancedSplits = 4;
 // computed and summed in the same order as slot by slot: the same bits. Bit 4: the softmax statistics
 // (up to 193 entries per head, by 2 warps in two passes while 14 wait) by all 16 warps, one entry per
 // lane, behind one more barrier; its sum has its own order, so bit 4 changes the bits (deterministic).
+// Measured (NOTES.md, twenty-fourth session, dev at 2,048 with WIDE=3, MIN=2, EVEN=1): bits 1 + 2 bf16
+// +0.5 %, fp8 +1.3 %, NVFP4 -0.5 % (the passes are not load-latency-bound); 7 bf16 +3.2 %, fp8 +2.7 %,
+// NVFP4 -0.4 % (the softmax's 0.7 -> 0.44 us). On 64-wide splits (the FORCE control) 7 lost 5-6 %: its
+// loops ran kSplitSlotsMax slots whatever the split held. Since then they stop at the split's nk slots
+// (the rows they skip were all dropped ones: the same bits; not yet re-measured).
 #ifndef MONOLITH_ATTN_WIDE_FLAT
 #define MONOLITH_ATTN_WIDE_FLAT 0
 #endif
@@ -601,6 +606,8 @@ constexpr int kMinBalancedSplits = 4;
 // same order, its tokens should be the long kernel's). Why: NVFP4 lost 10.9 % at 1,100 in the wide
 // kernel while its trace showed no longer attention; timing the wide kernel where it computes what the
 // long one does separates its code (size, layout, runtime slot counts) from its wider splits.
+// Measured (NOTES.md, twenty-fourth session, at 1,100): tokens bitwise the long kernel's, and bf16
+// -8.9 %, fp8 -8.9 %, NVFP4 -11.6 %: the wide kernel's code costs every format, not NVFP4 alone.
 #ifndef MONOLITH_ATTN_WIDE_FORCE
 #define MONOLITH_ATTN_WIDE_FORCE 0
 #endif
@@ -2324,6 +2331,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
             static_assert(kIters % kBatch == 0, "whole batches");
 #pragma unroll
             for (int i0 = 0; i0 < kIters; i0 += kBatch) {
+              // a batch wholly past the split's slots (every row >= 64 nk >= nh) is skipped (uniform:
+              // nk is the block's; twenty-fourth session: on 64-wide splits the unbounded loops lost 5 %)
+              if (i0 >= 2 * nk) break;
               uint4 kw[kBatch];
 #pragma unroll
               for (int i = 0; i < kBatch; ++i)
@@ -2472,20 +2482,19 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
           if (!kAttnTight && !acquire_n(nk, kPhase_s_attn, L)) return;
           if constexpr (kWide && (kWideFlat & 2)) {
             // warp w: positions w + 16 j, increasing (the slot-by-slot order), each slot's loads
-            // before its terms (rows past the split from an acquired slot, stale, their terms skipped)
+            // before its terms (a partial last slot's rows past the split: stale, their terms skipped)
             constexpr int kPerSlot = kSplitPositions / kStreamConsumerWarps;
-            constexpr int kIters = kSplitSlotsMax * kPerSlot;
             // one slot's four rows per batch, the batches not unrolled (unrolled, ptxas hoisted all
             // twelve rows' loads and spilled: 5 of the 17 warps share an SM sub-partition, so it
             // has 96 registers per thread)
 #pragma unroll 1
-            for (int j0 = 0; j0 < kIters; j0 += kPerSlot) {
+            for (int j0 = 0; j0 < nk * kPerSlot; j0 += kPerSlot) {  // the split's nk slots only
               uint2 vv[kPerSlot];
               float p0[kPerSlot], p1[kPerSlot];
 #pragma unroll
               for (int j = 0; j < kPerSlot; ++j) {
                 const int rr = (j0 / kPerSlot) * kSplitPositions + warp + kStreamConsumerWarps * j;
-                vv[j] = reinterpret_cast<const uint2*>(slot_at(min(j0 / kPerSlot, nk - 1)))[(rr % kSplitPositions) * 32 + lane];
+                vv[j] = reinterpret_cast<const uint2*>(slot_at(j0 / kPerSlot))[(rr % kSplitPositions) * 32 + lane];
                 p0[j] = scw[rr];
                 p1[j] = scw[kSE + rr];
               }
