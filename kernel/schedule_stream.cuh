@@ -1699,7 +1699,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
     hand_back(n);
   };
   // a wide split's K or V slots (n <= kSplitSlotsMax, known at run time only): MONOLITH_ATTN_WIDE_LEAN
-  // unrolls the arrivals to the bound behind predicates (the loop's branches showed in ncu)
+  // unrolls the arrivals to the bound behind predicates (the loop's branches showed in ncu). Its two
+  // arrival lines repeat hand_back's on purpose: shared through a lambda, they changed the default
+  // kernels' SASS (bf16 and fp8, twenty-fourth session), which the measured numbers stand on.
   auto hand_back_split = [&](int n) {
     if constexpr (!kWideLean) {
       hand_back(n);

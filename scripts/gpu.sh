@@ -28,6 +28,9 @@ pack() {
   if [ -n "$new" ]; then tar czf "$OUT/results.tgz" $new; fi
 }
 trap 'pack; exit 124' TERM INT
+defines_env() {  # defines_env SET: defs=(env ...) building SET ("base": the plain build; else MONOLITH_NVCC_DEFINES)
+  if [ "$1" = base ]; then defs=(env -u MONOLITH_NVCC_DEFINES); else defs=(env MONOLITH_NVCC_DEFINES="$1"); fi
+}
 run() {  # run NAME CMD...: log, time, keep going on failure
   local name=$1; shift
   local t0=$SECONDS
@@ -152,7 +155,7 @@ if want abdev; then
   read -ra dev_args <<< "${AB_DEV_ARGS:-}"
   i=0
   for d in "${ab_sets[@]}"; do
-    if [ "$d" = base ]; then defs=(env -u MONOLITH_NVCC_DEFINES); else defs=(env MONOLITH_NVCC_DEFINES="$d"); fi
+    defines_env "$d"
     echo "ab$i: ${d}" >> results/ab/sets.txt
     # AB_TESTS: a pytest -k expression run on each build first (correctness before timing)
     if [ -n "${AB_TESTS:-}" ]; then
@@ -322,13 +325,14 @@ if want ncu; then
   if [ -n "${NCU_SECTIONS:-}" ]; then ncu_what=(); for sec in $NCU_SECTIONS; do ncu_what+=(--section "$sec"); done; fi
   ncu_skip=${NCU_SKIP:-129} ncu_dev=(--tokens 130)
   if [ -n "${NCU_PROMPT_LEN:-}" ]; then ncu_skip=$((NCU_PROMPT_LEN + 2)) ncu_dev=(--prompt-len "$NCU_PROMPT_LEN" --tokens 4); fi
-  IFS=';' read -ra ncu_sets <<< "${NCU_SETS:-}"
-  [ ${#ncu_sets[@]} -gt 0 ] || ncu_sets=(env)
+  ncu_sets=(env); [ -z "${NCU_SETS:-}" ] || IFS=';' read -ra ncu_sets <<< "$NCU_SETS"
   i=0
   for d in "${ncu_sets[@]}"; do
-    sfx="-$i" defs=(env -u MONOLITH_NVCC_DEFINES)
-    if [ "$d" = env ] && [ -z "${NCU_SETS:-}" ]; then sfx="" defs=(env); elif [ "$d" != base ]; then defs=(env MONOLITH_NVCC_DEFINES="$d"); fi
-    [ -n "$sfx" ] && echo "ncu$sfx: $d" >> "$OUT/ncu/sets.txt"
+    if [ -z "${NCU_SETS:-}" ]; then  # the environment's build, as before NCU_SETS
+      sfx="" defs=(env)
+    else
+      sfx="-$i"; defines_env "$d"; echo "ncu$sfx: $d" >> "$OUT/ncu/sets.txt"
+    fi
     for v in ${NCU_VARIANT:-bf16-stream}; do
       n="$v$sfx"
       run "ncu-build-$n" "${defs[@]}" python3 -c "from monolith.megakernel import load_extension; load_extension('$v')"
