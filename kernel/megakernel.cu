@@ -952,7 +952,7 @@ __global__ void __launch_bounds__(VariantCfg<kVariant>::kBlockThreads, 1) decode
   static_assert(Cfg::kStream && Cfg::kLongKernel, "a long-position kernel exists for streaming variants only");
   stream_step<Cfg, true>(p);
 }
-// MONOLITH_ATTN_WIDE (schedule_stream.cuh; off by default, prepared in the twenty-second session): the
+// MONOLITH_ATTN_WIDE (schedule_stream.cuh; on by default for bf16 and E4M3 since the twenty-fifth session): the
 // long kernel with wider attention splits, launched only where the rule widens them (wide_applies),
 // so that the short and long kernels keep their code. Correct at any position (elsewhere its splits
 // are the long kernel's 64), like the other two.

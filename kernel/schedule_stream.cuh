@@ -545,7 +545,7 @@ using PlanT = std::conditional_t<kWide, WidePlan, StreamPlan>;
 #endif
 constexpr bool kAttnBalanced = MONOLITH_ATTN_BALANCED != 0;
 constexpr int kMinBalancedSplits = 4;
-// MONOLITH_ATTN_WIDE=N (0 = off, the default; 2 or 3) and MONOLITH_ATTN_WIDE_MIN=M (default 3): wider
+// MONOLITH_ATTN_WIDE=N (0 = off; 2 or 3, the default 3) and MONOLITH_ATTN_WIDE_MIN=M (default 2): wider
 // attention splits at long positions, in a THIRD kernel of the variant (megakernel.cu
 // decode_step_wide) that the host launches only where they apply. Let k = ceil((pos / 64 + 1) / ng),
 // the 64-position slots each of the group's ng blocks holds when every block runs one split. With
@@ -559,15 +559,20 @@ constexpr int kMinBalancedSplits = 4;
 // 64-wide ones, -2.3 %). On by default with both paths in one kernel it cost -4 to -8 % at short
 // positions, where the wide paths never run (code layout; +18 % SASS), and built as the only path
 // -5.6 % (its runtime-n acquires and slot loops at every position): so the knob was removed.
-// Re-added in the twenty-second session, prepared and NOT YET MEASURED, in the form the twelfth
+// Re-added in the twenty-second session (measured from the twenty-third on), in the form the twelfth
 // session's long kernel made possible: its own kernel, so that the short and long kernels stay
 // byte-identical and the wide code runs only at positions that gain. Another summation order where
 // it widens (deterministic, not bitwise the long kernel's).
+// The default since the twenty-fifth session: WIDE=3, MIN=2, EVEN=1, FLAT=4, FORMATS=3 (bf16 and E4M3).
+// Measured against the plain build in one call (NOTES.md, twenty-fifth session; dev, 128 blocks):
+// bf16 +0.2 % / fp8 +3.0 % at 1,024 (splits of 2 slots), bf16 +5.8 % / fp8 +8.0 % at 2,048 (3 slots);
+// MIN=3 (no wide kernel at 1,024) gained the same at 2,048 and nothing at 1,024. The short and long
+// kernels' SASS is unchanged by it (sm_90a hashes in NOTES.md).
 #ifndef MONOLITH_ATTN_WIDE
-#define MONOLITH_ATTN_WIDE 0
+#define MONOLITH_ATTN_WIDE 3
 #endif
 #ifndef MONOLITH_ATTN_WIDE_MIN
-#define MONOLITH_ATTN_WIDE_MIN 3
+#define MONOLITH_ATTN_WIDE_MIN 2
 #endif
 // MONOLITH_ATTN_WIDE_EVEN=1 (twenty-third session; needs MONOLITH_ATTN_WIDE): where the rule widens,
 // the splits are ceil((pos + 1) / ng) positions wide instead of k x 64, so every block of the group
@@ -579,7 +584,7 @@ constexpr int kMinBalancedSplits = 4;
 // The slots of a split start at t0 (any position: a K or V row is 256 bytes), the last one partial;
 // ceil((pos + 1) / ng) <= k x 64 where k is in range (the tiling test checks it).
 #ifndef MONOLITH_ATTN_WIDE_EVEN
-#define MONOLITH_ATTN_WIDE_EVEN 0
+#define MONOLITH_ATTN_WIDE_EVEN 1
 #endif
 // MONOLITH_ATTN_WIDE_FLAT=mask (twenty-third session; needs MONOLITH_ATTN_WIDE):
 // the wide kernel's score (bit 1) and V (bit 2) loops issue a batch of rows' shared-memory loads
@@ -596,9 +601,11 @@ constexpr int kMinBalancedSplits = 4;
 // +0.5 %, fp8 +1.3 %, NVFP4 -0.5 % (the passes are not load-latency-bound); 7 bf16 +3.2 %, fp8 +2.7 %,
 // NVFP4 -0.4 % (the softmax's 0.7 -> 0.44 us). On 64-wide splits (the FORCE control) 7 lost 5-6 %: its
 // loops ran kSplitSlotsMax slots whatever the split held. Since then they stop at the split's nk slots
-// (the rows they skip were all dropped ones: the same bits; not yet re-measured).
+// (the rows they skip were all dropped ones: the same bits). Re-measured so (twenty-fifth session, dev
+// with WIDE=3, MIN=2, EVEN=1): 4 beats 7 by bf16 +1.3 % / fp8 +2.1 % at 2,048 and +1.1 / +1.6 % at 1,024,
+// so bits 1 and 2 now lose and the default is 4 (the softmax by all warps, the plain slot loops).
 #ifndef MONOLITH_ATTN_WIDE_FLAT
-#define MONOLITH_ATTN_WIDE_FLAT 0
+#define MONOLITH_ATTN_WIDE_FLAT 4
 #endif
 // MONOLITH_ATTN_WIDE_FORCE=1 (twenty-third session, a control for A/Bs; needs MONOLITH_ATTN_WIDE): the
 // host launches the wide kernel at every position from kLongKernelFrom on, also where its rule does
@@ -629,9 +636,10 @@ static_assert(kAttnWide || !kWideForce, "MONOLITH_ATTN_WIDE_FORCE launches the w
 // whose streaming variants get the wide kernel in a MONOLITH_ATTN_WIDE build: 1 bf16, 2 E4M3 (fp8),
 // 4 NVFP4. Why: at 2,048 (NOTES.md, twenty-fourth session, call 6) WIDE=3, MIN=2, EVEN=1, FLAT=7 gained
 // bf16 +8.4 % and fp8 +8.7 % but NVFP4 0.0 %. A variant of another format builds and launches only
-// its short and long kernels (megakernel.cu info_of), so its code is the plain build's.
+// its short and long kernels (megakernel.cu info_of), so its code is the plain build's. The default
+// (twenty-fifth session) is 3: NVFP4 keeps the plain build's kernels.
 #ifndef MONOLITH_ATTN_WIDE_FORMATS
-#define MONOLITH_ATTN_WIDE_FORMATS 7
+#define MONOLITH_ATTN_WIDE_FORMATS 3
 #endif
 static_assert(MONOLITH_ATTN_WIDE_FORMATS >= 1 && MONOLITH_ATTN_WIDE_FORMATS <= 7,
               "MONOLITH_ATTN_WIDE_FORMATS: a mask of 1 (bf16), 2 (E4M3) and 4 (NVFP4)");

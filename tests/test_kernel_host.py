@@ -265,12 +265,13 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min, even):
     src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
     assert "return (pos / kSplitPositions + ng) / ng; }" in src
     assert "if (k >= kWideMinSlots && k <= kWideSlots) return kWideEven ? (pos + ng) / ng : k * kSplitPositions;" in src
-    assert "#define MONOLITH_ATTN_WIDE_EVEN 0\n" in src
+    assert "#define MONOLITH_ATTN_WIDE_EVEN 1\n" in src
     assert "return min((nh + kSplitPositions - 1) / kSplitPositions, kSplitSlotsMax);" in src
-    assert "#define MONOLITH_ATTN_WIDE 0\n" in src and "#define MONOLITH_ATTN_WIDE_MIN 3\n" in src
+    assert "#define MONOLITH_ATTN_WIDE 3\n" in src and "#define MONOLITH_ATTN_WIDE_MIN 2\n" in src
     assert 'static_assert(kHeadsPerKV * kWideEntriesMax <= kHidden, "the wide kernel\'s scores fit in sm.x");' in src
     # MONOLITH_ATTN_WIDE_LEAN (the default): the width once per token in the plan, each split from it
     assert "#define MONOLITH_ATTN_WIDE_LEAN 1\n" in src
+    assert "#define MONOLITH_ATTN_WIDE_FLAT 4\n" in src  # the softmax by all warps, the plain slot loops
     assert "if constexpr (kWide) s.w = split_width<kWide>(pos, s.ng);" in src
     assert "t0 = sp * s.w;\n    t1 = min(t0 + s.w, pos);" in src
     cu = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
@@ -311,6 +312,9 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min, even):
     if (wide, wide_min) == (3, 3):
         ks = [p for p in range(C.CONTEXT_CAP) if 3 <= (p // split + 16) // 16 <= 3]
         assert (ks[0], ks[-1]) == (2048, 3071)
+    if (wide, wide_min) == (3, 2):  # the default: at 128 blocks, both of the harness's long sweep points
+        ks = [p for p in range(C.CONTEXT_CAP) if 2 <= (p // split + 16) // 16 <= 3]
+        assert (ks[0], ks[-1]) == (1024, 3071)
     if even and (wide, wide_min) == (3, 3):  # the point of the rule: at 2,060 and ng = 16, 16 splits of 129
         pos, ng = 2060, 16
         w = -(-(pos + 1) // ng)
@@ -318,13 +322,13 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min, even):
 
 
 def test_wide_kernel_formats_mask():
-    """MONOLITH_ATTN_WIDE_FORMATS (a mask: 1 bf16, 2 E4M3, 4 NVFP4; default 7) picks the streaming
+    """MONOLITH_ATTN_WIDE_FORMATS (a mask: 1 bf16, 2 E4M3, 4 NVFP4; default 3) picks the streaming
     variants that get a wide kernel: the format bit comes from the weights' traits (NVFP4 is also
     row-scaled, so the block-scaled test comes first), info_of builds and registers the wide kernel
     only for those, and the wide kernel refuses to instantiate for any other. Every streaming
     variant of variants.json has one of the three formats, so each is reachable by one bit."""
     src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
-    assert "#define MONOLITH_ATTN_WIDE_FORMATS 7\n" in src
+    assert "#define MONOLITH_ATTN_WIDE_FORMATS 3\n" in src
     assert "constexpr int kWeightFormatBit = W::kBlockScaled ? 4 : W::kRowScale ? 2 : 1;" in src
     assert "constexpr bool kAttnWideFor = kAttnWide && (MONOLITH_ATTN_WIDE_FORMATS & kWeightFormatBit<W>) != 0;" in src
     cu = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
