@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import re
 from pathlib import Path
 
 import typer
@@ -22,10 +21,6 @@ DEFAULT_PROMPT = "The history of the city begins"
 TRACE_BUDGET_BYTES = 5_000_000  # all committed traces together <= 5 MB gzipped (NOTES.md, facts)
 
 con = make_console(highlight=False)
-
-
-def _slug(variant: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", variant)
 
 
 def _merge_summary(path: Path, summ: dict) -> None:
@@ -55,7 +50,9 @@ def process_raw(raw: Path, *, out_dir: Path = RAW_DIR, page_dir: Path = PAGE_DIR
     summ = analyze(meta, ev)
     if not quiet:
         print_report(summ, con)
-    slug = _slug(meta["variant"])
+    from monolith.xray.site import trace_slug
+
+    slug = trace_slug(meta["variant"], int(meta.get("position", 128)))  # -p<pos> away from position 128
     out = {"raw": str(raw)}
     out_dir.mkdir(parents=True, exist_ok=True)
     p = out_dir / f"{slug}.summary.json"
@@ -109,7 +106,9 @@ def record(model: str | None, variant: str, position: int, prompt: str, out_dir:
     k = getattr(engine, "k", None)
     if isinstance(k, dict) and "xray_max_events" in k:
         meta.setdefault("xray_max_events", int(k["xray_max_events"]))
-    path = save_raw(out_dir / f"{_slug(meta['variant'])}.raw.npz", meta, events)
+    from monolith.xray.site import trace_slug
+
+    path = save_raw(out_dir / f"{trace_slug(meta['variant'], int(meta['position']))}.raw.npz", meta, events)
     con.print(f"raw trace: {path} ({len(events)} events)")
     return path
 

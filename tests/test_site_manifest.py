@@ -5,14 +5,14 @@ import pytest
 
 from monolith.errors import MonolithError
 from monolith.xray.export import to_page, write_page
-from monolith.xray.site import build_site_data, bytes_per_token, extract_tour
+from monolith.xray.site import build_site_data, bytes_per_token, extract_tour, trace_slug
 from monolith.xray.synthetic import generate
 
 CREATED = "2026-12-02T10:00:00Z"
 
 
-def _trace(dirpath, name, variant):
-    meta, ev = generate(variant=variant, layers=2, blocks=6, sm_count=8, idle_sms=(3,), seed=1)
+def _trace(dirpath, name, variant, position=128):
+    meta, ev = generate(variant=variant, layers=2, blocks=6, sm_count=8, idle_sms=(3,), seed=1, position=position)
     write_page(to_page(meta, ev), dirpath / name)
 
 
@@ -40,6 +40,20 @@ def _tree(tmp_path):
     (ker / "megakernel.cu").write_text("int a;\n  // tour:begin dequant\n    x = cvt(w);\n    acc += x;\n  // tour:end dequant\n"
                                        "// tour:begin extra\ny();\n// tour:end extra\n")
     return res, tr, ker
+
+
+def test_trace_at_another_position_is_its_own_version(tmp_path):
+    """A trace away from position 128 (the wide-attention kernel's at 2,060) sits beside its variant's
+    128 trace: its own id and label, after it in the switcher, and bytes from the model at its position
+    (the results row's bytes are for positions 1-256), even where a row exists."""
+    res, tr, ker = _tree(tmp_path)
+    _trace(tr, "fp8-p2060.json.gz", "fp8", position=2060)
+    m = build_site_data(tmp_path, out_dir=tmp_path / "out")
+    assert [v["id"] for v in m["versions"]] == ["bf16-upstream", "fp8", "fp8-p2060", "my-kernel"]
+    long = m["versions"][2]
+    assert long["label"] == "fp8 @ position 2,060 (synthetic)" and long["trace"] == "traces/fp8-p2060.json.gz"
+    assert long["bytes_per_token"] == bytes_per_token("fp8", 2060)[0] != m["versions"][1]["bytes_per_token"]
+    assert trace_slug("bf16-stream", 128) == "bf16-stream" and trace_slug("a b", 2060) == "a_b-p2060"
 
 
 def test_manifest_from_fixture_tree(tmp_path):

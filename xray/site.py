@@ -194,10 +194,23 @@ def extract_tour(kernel_dir: Path, root: Path) -> list[dict]:
 # ---------------------------------------------------------------- manifest
 
 
-def _variant_rank(variant: str) -> tuple:
+# The position every variant's page trace is recorded at (`monolith xray --position`'s default). A
+# trace at another position (e.g. the wide-attention kernel's, which runs only from 1,024 on) is a
+# version of its own: id and file name carry "-p<position>", its label says the position, and its
+# byte budget comes from the model at that position, not from the results row (positions 1-256).
+TRACE_POSITION = 128
+
+
+def trace_slug(variant: str, position: int) -> str:
+    """The page trace's id and file stem: the variant, plus -p<position> away from TRACE_POSITION."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", variant)
+    return slug if position == TRACE_POSITION else f"{slug}-p{position}"
+
+
+def _variant_rank(variant: str, position: int = TRACE_POSITION) -> tuple:
     base = variant.removeprefix("synthetic-")
     rank = VARIANT_ORDER.index(base) if base in VARIANT_ORDER else len(VARIANT_ORDER)
-    return (rank, variant.startswith("synthetic-"), variant)
+    return (rank, variant.startswith("synthetic-"), variant, position)
 
 
 def _row_for(variant: str, results: list[dict]) -> dict | None:
@@ -222,15 +235,21 @@ def build_manifest(root: Path, results_dir: Path, traces_dir: Path, kernel_dir: 
     results = load_results(results_dir, root)
     timelines = load_timelines(results_dir / "timelines")
     versions = []
-    for path, page in sorted(load_traces(traces_dir), key=lambda x: _variant_rank(x[1]["meta"]["variant"])):
+    def rank(x):
+        return _variant_rank(x[1]["meta"]["variant"], int(x[1]["meta"]["position"]))
+
+    for path, page in sorted(load_traces(traces_dir), key=rank):
         meta = page["meta"]
-        variant, synthetic = meta["variant"], bool(meta.get("synthetic"))
+        variant, synthetic, pos = meta["variant"], bool(meta.get("synthetic")), int(meta["position"])
         row = _row_for(variant, results)
         bpt, src = (row.get("bytes_per_token"), "results row") if row and row.get("bytes_per_token") else (None, None)
-        if bpt is None and (model := bytes_per_token(variant, int(meta["position"]))):
+        if pos != TRACE_POSITION:  # the row's bytes are for positions 1-256, not this trace's
+            bpt, src = None, None
+        if bpt is None and (model := bytes_per_token(variant, pos)):
             bpt, src = model
+        label = variant + ("" if pos == TRACE_POSITION else f" @ position {pos:,}")
         versions.append({
-            "id": variant, "label": variant + (" (synthetic)" if synthetic and "synthetic" not in variant else ""),
+            "id": trace_slug(variant, pos), "label": label + (" (synthetic)" if synthetic and "synthetic" not in variant else ""),
             "trace": _rel(path, page_root), "trace_bytes": path.stat().st_size, "synthetic": synthetic,
             "experimental": bool(row and row.get("experimental")), "gpu": meta.get("gpu"),
             "weights": _weights_text(meta.get("weights")), "bytes_per_token": bpt, "bytes_source": src,
