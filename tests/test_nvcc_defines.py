@@ -179,6 +179,19 @@ def test_sanitize_step_reduced_only(monkeypatch, capsys):
     assert "build abc, extra defines ['MONOLITH_RING_RELEASE=512']" in out and "reduced step only" in out
 
 
+def test_sanitize_step_reduced_at_a_wide_position(monkeypatch, capsys):
+    """MONOLITH_SANITIZE_FULL=0 with MONOLITH_SANITIZE_START: seek there, then the reduced step (racecheck
+    of the wide-attention kernel, which 16 blocks launch from position 300)."""
+    mod, calls = _sanitize_step(monkeypatch)
+    monkeypatch.setenv("MONOLITH_SANITIZE_FULL", "0")
+    monkeypatch.setenv("MONOLITH_SANITIZE_BLOCKS", "16")
+    monkeypatch.setenv("MONOLITH_SANITIZE_START", "300")
+    monkeypatch.setenv("MONOLITH_VARIANT", "fp8-stream")
+    assert mod.main() == 0
+    assert calls == [("engine", "fp8-stream", 16), ("reset",), ("seek", 300), ("step_until", 9707, 1, 4)]
+    assert "reduced step only, position 300" in capsys.readouterr().out
+
+
 def test_sanitize_step_default_keeps_the_full_steps(monkeypatch):
     mod, calls = _sanitize_step(monkeypatch)
     monkeypatch.setenv("MONOLITH_SANITIZE_PROMPT", "2")

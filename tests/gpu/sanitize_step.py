@@ -16,8 +16,10 @@ Environment:
                             projection (step_until(token, 1, 4): two layers' weights through the
                             weight ring, no LM head). Why: each prefill token is itself a full
                             28-layer step + LM head, and under racecheck those full steps are what
-                            outlast a few minutes' cap. With 0, MONOLITH_SANITIZE_PROMPT is unused.
-                            scripts/gpu.sh stage racecheck-stream runs this.
+                            outlast a few minutes' cap. With 0, MONOLITH_SANITIZE_PROMPT is unused,
+                            and MONOLITH_SANITIZE_START, where set, is the reduced step's position
+                            (engine.seek first: e.g. 300 at 16 blocks launches the wide-attention
+                            kernel, twenty-fifth session). scripts/gpu.sh stage racecheck-stream runs this.
   MONOLITH_NVCC_DEFINES     extra -D defines of the kernel build (monolith.megakernel.load_extension),
                             e.g. MONOLITH_RING_RELEASE=512; the build tag and its extra defines are
                             printed before the first launch, so a log names the build it checked."""
@@ -44,14 +46,16 @@ def main() -> int:
     start = int(os.environ.get("MONOLITH_SANITIZE_START", "0"))
     b = mk.ext.build_info
     what = "reduced step only (layers 0-1)" if full == "0" else "prompt + reduced step + full step"
-    if full == "1" and start:
+    if start:
         what += f", from position {start}"
     print(f"sanitize_step: build {b['tag']}, extra defines {b.get('extra_defines') or 'none'}, {what}", flush=True)
     mk.reset()
     if full == "0":
-        mk.step_until(PROMPT[0], 1, 4)              # position 0, stop after layer 1's down projection
+        if start:
+            mk.seek(start)                          # K/V rows before it stay zero
+        mk.step_until(PROMPT[0], 1, 4)              # position `start`, stop after layer 1's down projection
         torch.cuda.synchronize()
-        print(f"sanitize_step ok ({mk.variant}, {mk.blocks} blocks), reduced step only")
+        print(f"sanitize_step ok ({mk.variant}, {mk.blocks} blocks), reduced step only, position {start}")
         return 0
     n_prompt = int(os.environ.get("MONOLITH_SANITIZE_PROMPT", "3"))
     if start:
