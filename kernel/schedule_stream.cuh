@@ -586,24 +586,17 @@ constexpr int kMinBalancedSplits = 4;
 #ifndef MONOLITH_ATTN_WIDE_EVEN
 #define MONOLITH_ATTN_WIDE_EVEN 1
 #endif
-// MONOLITH_ATTN_WIDE_FLAT=mask (twenty-third session; needs MONOLITH_ATTN_WIDE):
-// the wide kernel's score (bit 1) and V (bit 2) loops issue a batch of rows' shared-memory loads
-// before their arithmetic (scores: batches of 3 rows per half-warp, unrolled over the slots; V: a
-// slot's 4 rows per warp) instead of each load behind its own branch, slot by slot.
-// Why: in the X-ray at 2,060 a block's one wide split works ~5 us whether it holds 129 or 192
-// positions (and a 64-position split of the long kernel ~1.6 us whether it holds 13 or 64), so the
-// time goes with the passes, not the positions. A guess until MONOLITH_XRAY_SUB=3 cuts the wide
-// split: the passes' load-to-use latencies add up. Each position's score and each V term are
-// computed and summed in the same order as slot by slot: the same bits. Bit 4: the softmax statistics
-// (up to 193 entries per head, by 2 warps in two passes while 14 wait) by all 16 warps, one entry per
-// lane, behind one more barrier; its sum has its own order, so bit 4 changes the bits (deterministic).
-// Measured (NOTES.md, twenty-fourth session, dev at 2,048 with WIDE=3, MIN=2, EVEN=1): bits 1 + 2 bf16
-// +0.5 %, fp8 +1.3 %, NVFP4 -0.5 % (the passes are not load-latency-bound); 7 bf16 +3.2 %, fp8 +2.7 %,
-// NVFP4 -0.4 % (the softmax's 0.7 -> 0.44 us). On 64-wide splits (the FORCE control) 7 lost 5-6 %: its
-// loops ran kSplitSlotsMax slots whatever the split held. Since then they stop at the split's nk slots
-// (the rows they skip were all dropped ones: the same bits). Re-measured so (twenty-fifth session, dev
-// with WIDE=3, MIN=2, EVEN=1): 4 beats 7 by bf16 +1.3 % / fp8 +2.1 % at 2,048 and +1.1 / +1.6 % at 1,024,
-// so bits 1 and 2 now lose and the default is 4 (the softmax by all warps, the plain slot loops).
+// MONOLITH_ATTN_WIDE_FLAT=4 (the default; 0 = off; needs MONOLITH_ATTN_WIDE): the wide kernel's softmax
+// statistics (up to 193 entries per head, by 2 warps in two passes while 14 wait) by all 16 warps, one
+// entry per lane, behind one more barrier; its sum has its own order, so it changes the bits
+// (deterministic). Measured (NOTES.md, twenty-fourth session, dev at 2,048 with WIDE=3, MIN=2, EVEN=1):
+// the softmax 0.7 -> 0.44 us per split, bf16 +2.8 %, fp8 +1.4 %.
+// Why a mask with one bit: bits 1 and 2 (twenty-third session) issued a batch of rows' shared-memory
+// loads ahead of their arithmetic in the score and V loops, on the guess that the passes' load-to-use
+// latencies add up. They measured +0.5 % bf16 / +1.3 % fp8 (twenty-fourth session), and once their
+// loops were bounded to the split's slots, 4 beat 7 by +1.1..+2.1 % at 1,024 and 2,048 (twenty-fifth
+// session): the passes are not load-latency-bound. Their code was removed then (in git history:
+// commit 279cf30, schedule_stream.cuh, the score and V loops' batched branches).
 #ifndef MONOLITH_ATTN_WIDE_FLAT
 #define MONOLITH_ATTN_WIDE_FLAT 4
 #endif
@@ -621,16 +614,16 @@ constexpr int kMinBalancedSplits = 4;
 constexpr int kWideSlots = MONOLITH_ATTN_WIDE;
 constexpr int kWideMinSlots = MONOLITH_ATTN_WIDE_MIN;
 constexpr bool kWideEven = MONOLITH_ATTN_WIDE_EVEN != 0;
-constexpr int kWideFlat = MONOLITH_ATTN_WIDE_FLAT;  // a mask: 1 the score loop, 2 the V loop, 4 the softmax
+constexpr int kWideFlat = MONOLITH_ATTN_WIDE_FLAT;  // 4: the softmax by all warps (bits 1 and 2 removed)
 constexpr bool kWideForce = MONOLITH_ATTN_WIDE_FORCE != 0;
-static_assert(kWideFlat >= 0 && kWideFlat <= 7, "MONOLITH_ATTN_WIDE_FLAT: a mask of 1 (scores), 2 (V) and 4 (softmax)");
+static_assert(kWideFlat == 0 || kWideFlat == 4, "MONOLITH_ATTN_WIDE_FLAT: 0 or 4 (the softmax by all warps; bits 1 and 2 were removed, twenty-fifth session)");
 constexpr bool kAttnWide = kWideSlots > 1;  // the build has wide kernels (megakernel.cu), for kAttnWideFor's formats
 static_assert(kWideSlots == 0 || kWideSlots == 2 || kWideSlots == 3, "MONOLITH_ATTN_WIDE: 0 (off), 2 or 3 slots per split");
 static_assert(!kAttnWide || (kWideMinSlots >= 2 && kWideMinSlots <= kWideSlots),
               "MONOLITH_ATTN_WIDE_MIN: the smallest widened split, 2 .. MONOLITH_ATTN_WIDE slots");
 static_assert(!(kAttnWide && kAttnBalanced), "MONOLITH_ATTN_WIDE widens the fixed 64-position splits");
 static_assert(kAttnWide || !kWideEven, "MONOLITH_ATTN_WIDE_EVEN evens out the wide kernel's splits: set MONOLITH_ATTN_WIDE too");
-static_assert(kAttnWide || !kWideFlat, "MONOLITH_ATTN_WIDE_FLAT unrolls the wide kernel's loops: set MONOLITH_ATTN_WIDE too");
+static_assert(kAttnWide || !kWideFlat, "MONOLITH_ATTN_WIDE_FLAT spreads the wide kernel's softmax: set MONOLITH_ATTN_WIDE too");
 static_assert(kAttnWide || !kWideForce, "MONOLITH_ATTN_WIDE_FORCE launches the wide kernel: set MONOLITH_ATTN_WIDE too");
 // MONOLITH_ATTN_WIDE_FORMATS (twenty-fourth session; a mask, default 7: every format): the weight formats
 // whose streaming variants get the wide kernel in a MONOLITH_ATTN_WIDE build: 1 bf16, 2 E4M3 (fp8),
@@ -1171,7 +1164,7 @@ static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merge
 #endif
 constexpr bool kAttnMma = MONOLITH_ATTN_MMA != 0;
 static_assert(!(kAttnMma && (kAttnFlash || kAttnQSmem)), "MONOLITH_ATTN_MMA replaces the shipped score loop");
-static_assert(!(kWideFlat && (kAttnTight || kAttnMma || kAttnFlash || kAttnQSmem)), "MONOLITH_ATTN_WIDE_FLAT unrolls the shipped wide loops");
+static_assert(!(kWideFlat && (kAttnTight || kAttnMma || kAttnFlash || kAttnQSmem)), "MONOLITH_ATTN_WIDE_FLAT changes the shipped wide softmax");
 constexpr int kWideSoftmaxParts = kStreamConsumerWarps / kHeadsPerKV;  // FLAT bit 4: warps per head (their partials in sm.sc)
 static_assert(!(kAttnWide && (kAttnFlash || kAttnTight || kAttnMma || kAttnQSmem)),
               "MONOLITH_ATTN_WIDE widens the shipped split shape only (build the others with MONOLITH_ATTN_WIDE=0)");
@@ -2325,53 +2318,6 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
           held = false;
           if constexpr (kAttnMma) {
             mma_scores(reinterpret_cast<const uint32_t*>(slot_at(0)), nh);
-          } else if constexpr (kWide && (kWideFlat & 1)) {
-            // half-warp hw: positions hw + 32 i (slot i / 2, row hw + 32 (i % 2)), in batches of rows:
-            // the batch's loads first, then its dot products, then its shuffles level by level, so
-            // that its rows overlap (inside score_k's `if (valid)` the compiler ran them one after
-            // another). Rows past the split are read from an acquired slot (stale, never in flight)
-            // and their scores dropped; each score is score_k's arithmetic in score_k's order.
-            constexpr int kHalfWarps = kStreamConsumerThreads / 16;
-            constexpr int kIters = kWideEntriesMax / kHalfWarps;
-            static_assert(kSplitPositions == 2 * kHalfWarps && kIters == 2 * kSplitSlotsMax, "two rows per half-warp and slot");
-            const int hw = tid >> 4, l16 = tid & 15;
-            // in batches of 3 rows (few registers: 5 of the 17 warps share an SM sub-partition, so
-            // ptxas has 96 per thread)
-            constexpr int kBatch = kIters % 3 == 0 ? 3 : 2;  // (2 where MONOLITH_ATTN_WIDE=2 or off: 4 or 2 rows)
-            static_assert(kIters % kBatch == 0, "whole batches");
-#pragma unroll
-            for (int i0 = 0; i0 < kIters; i0 += kBatch) {
-              // a batch wholly past the split's slots (every row >= 64 nk >= nh) is skipped (uniform:
-              // nk is the block's; twenty-fourth session: on 64-wide splits the unbounded loops lost 5 %)
-              if (i0 >= 2 * nk) break;
-              uint4 kw[kBatch];
-#pragma unroll
-              for (int i = 0; i < kBatch; ++i)
-                kw[i] = slot_at(min((i0 + i) / 2, nk - 1))[(hw + kHalfWarps * ((i0 + i) % 2)) * 16 + ql16];
-              float a0[kBatch], a1[kBatch];
-#pragma unroll
-              for (int i = 0; i < kBatch; ++i) {
-                const bool valid = hw + kHalfWarps * (i0 + i) < nh;  // (computed either way: a select, not a branch)
-                const float d0 = dot8_bf16(kw[i], qa0, qa1, 0.f), d1 = dot8_bf16(kw[i], qb0, qb1, 0.f);
-                a0[i] = valid ? d0 : 0.f;
-                a1[i] = valid ? d1 : 0.f;
-              }
-#pragma unroll
-              for (int o = 8; o > 0; o >>= 1)
-#pragma unroll
-                for (int i = 0; i < kBatch; ++i) {
-                  a0[i] += __shfl_xor_sync(0xffffffffu, a0[i], o);
-                  a1[i] += __shfl_xor_sync(0xffffffffu, a1[i], o);
-                }
-#pragma unroll
-              for (int i = 0; i < kBatch; ++i) {
-                const int r = hw + kHalfWarps * (i0 + i);
-                if (l16 == 0 && r < nh) {
-                  scw[r] = a0[i] * scale;
-                  scw[kSE + r] = a1[i] * scale;
-                }
-              }
-            }
           } else {
             const int hw = tid >> 4, l16 = tid & 15;
             // slot by slot, each a 64-position loop (constant trip count, unrolled; the ninth
@@ -2490,39 +2436,13 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         if (nh > 0) {  // V slots: one (tight: acquired with K), or in the wide kernel nk
           const int nk = kWide ? split_slots(nh) : 1;
           if (!kAttnTight && !acquire_n(nk, kPhase_s_attn, L)) return;
-          if constexpr (kWide && (kWideFlat & 2)) {
-            // warp w: positions w + 16 j, increasing (the slot-by-slot order), each slot's loads
-            // before its terms (a partial last slot's rows past the split: stale, their terms skipped)
-            constexpr int kPerSlot = kSplitPositions / kStreamConsumerWarps;
-            // one slot's four rows per batch, the batches not unrolled (unrolled, ptxas hoisted all
-            // twelve rows' loads and spilled: 5 of the 17 warps share an SM sub-partition, so it
-            // has 96 registers per thread)
 #pragma unroll 1
-            for (int j0 = 0; j0 < nk * kPerSlot; j0 += kPerSlot) {  // the split's nk slots only
-              uint2 vv[kPerSlot];
-              float p0[kPerSlot], p1[kPerSlot];
+          for (int c = 0; c < nk; ++c) {  // slot by slot, positions in increasing order per warp
+            const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(kAttnTight ? 1 : c));
 #pragma unroll
-              for (int j = 0; j < kPerSlot; ++j) {
-                const int rr = (j0 / kPerSlot) * kSplitPositions + warp + kStreamConsumerWarps * j;
-                vv[j] = reinterpret_cast<const uint2*>(slot_at(j0 / kPerSlot))[(rr % kSplitPositions) * 32 + lane];
-                p0[j] = scw[rr];
-                p1[j] = scw[kSE + rr];
-              }
-#pragma unroll
-              for (int j = 0; j < kPerSlot; ++j) {
-                const int rr = (j0 / kPerSlot) * kSplitPositions + warp + kStreamConsumerWarps * j;
-                if (rr < nh) add_v(vv[j], p0[j], p1[j], o0, o1);
-              }
-            }
-          } else {
-#pragma unroll 1
-            for (int c = 0; c < nk; ++c) {  // slot by slot, positions in increasing order per warp
-              const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(kAttnTight ? 1 : c));
-#pragma unroll
-              for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
-                const int r = warp + kStreamConsumerWarps * j, rr = c * kSplitPositions + r;
-                if (rr < nh) add_v(vslot[r * 32 + lane], scw[rr], scw[kSE + rr], o0, o1);
-              }
+            for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
+              const int r = warp + kStreamConsumerWarps * j, rr = c * kSplitPositions + r;
+              if (rr < nh) add_v(vslot[r * 32 + lane], scw[rr], scw[kSE + rr], o0, o1);
             }
           }
         }

@@ -272,6 +272,7 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min, even):
     # MONOLITH_ATTN_WIDE_LEAN (the default): the width once per token in the plan, each split from it
     assert "#define MONOLITH_ATTN_WIDE_LEAN 1\n" in src
     assert "#define MONOLITH_ATTN_WIDE_FLAT 4\n" in src  # the softmax by all warps, the plain slot loops
+    assert "static_assert(kWideFlat == 0 || kWideFlat == 4," in src and "kWideFlat & 1" not in src  # bits 1, 2 removed
     assert "if constexpr (kWide) s.w = split_width<kWide>(pos, s.ng);" in src
     assert "t0 = sp * s.w;\n    t1 = min(t0 + s.w, pos);" in src
     cu = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
