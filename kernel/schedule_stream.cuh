@@ -639,7 +639,7 @@ static_assert(kAttnWide || !kWideEven, "MONOLITH_ATTN_WIDE_EVEN evens out the wi
 static_assert(kAttnWide || !kWideFlat, "MONOLITH_ATTN_WIDE_FLAT spreads the wide kernel's softmax: set MONOLITH_ATTN_WIDE too");
 static_assert(kAttnWide || !kWideForce, "MONOLITH_ATTN_WIDE_FORCE launches the wide kernel: set MONOLITH_ATTN_WIDE too");
 static_assert(kAttnWide || !kWidePad, "MONOLITH_ATTN_WIDE_PAD pads the wide kernel's splits: set MONOLITH_ATTN_WIDE too");
-// MONOLITH_ATTN_WIDE_FORMATS (twenty-fourth session; a mask, default 7: every format): the weight formats
+// MONOLITH_ATTN_WIDE_FORMATS (twenty-fourth session; a mask, default 3 since the twenty-fifth): the weight formats
 // whose streaming variants get the wide kernel in a MONOLITH_ATTN_WIDE build: 1 bf16, 2 E4M3 (fp8),
 // 4 NVFP4. Why: at 2,048 (NOTES.md, twenty-fourth session, call 6) WIDE=3, MIN=2, EVEN=1, FLAT=7 gained
 // bf16 +8.4 % and fp8 +8.7 % but NVFP4 0.0 %. A variant of another format builds and launches only
