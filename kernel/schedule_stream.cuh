@@ -677,6 +677,9 @@ __device__ __forceinline__ int split_width(int pos, int ng) {
 __device__ __forceinline__ int split_slots(int nh) {
   return min((nh + kSplitPositions - 1) / kSplitPositions, kSplitSlotsMax);
 }
+// ring slots a wide split of nk = split_slots(nh) > 0 slots takes per K (or V) pass: its own, or with
+// MONOLITH_ATTN_WIDE_PAD always kSplitSlotsMax (the producer pads), a compile-time count
+__device__ __forceinline__ int wide_ring_slots(int nk) { return kWidePad ? kSplitSlotsMax : nk; }
 // MONOLITH_POLL_SYNCWARP (a mask; default 15, all four, since the twenty-first session): a __syncwarp
 // after the polls of a hop, before its input stores: 1 the hop into qkv (tagged_gather of the
 // residual), 2 the hop into the MLP (resid_poll), 4 the activations' hop (tagged_gather). Why: the
@@ -2333,7 +2336,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         if (nh > 0) {
           // K slots: one, or in the wide kernel nk (position r in slot r / 64); tight: K and V together
           const int nk = kWide ? split_slots(nh) : 1;
-          const int nkr = kWidePad ? kSplitSlotsMax : nk;  // the ring's slots (MONOLITH_ATTN_WIDE_PAD: constant)
+          const int nkr = wide_ring_slots(nk);
           if (!held && !acquire_n(kWide ? nkr : kAttnTight ? 2 : 1, kPhase_s_attn, L)) return;
           held = false;
           if constexpr (kAttnMma) {
@@ -2455,7 +2458,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         }
         if (nh > 0) {  // V slots: one (tight: acquired with K), or in the wide kernel nk
           const int nk = kWide ? split_slots(nh) : 1;
-          if (!kAttnTight && !acquire_n(kWide && kWidePad ? kSplitSlotsMax : nk, kPhase_s_attn, L)) return;
+          if (!kAttnTight && !acquire_n(kWide ? wide_ring_slots(nk) : nk, kPhase_s_attn, L)) return;
 #pragma unroll 1
           for (int c = 0; c < nk; ++c) {  // slot by slot, positions in increasing order per warp
             const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(kAttnTight ? 1 : c));
@@ -2500,7 +2503,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         }
         if (sp + s.ng >= s.nsplit) hop_mark();  // the block's last split: the merge's hop follows
         if constexpr (kWide) {
-          if (nh > 0) hand_back_split(kWidePad ? kSplitSlotsMax : split_slots(nh));
+          if (nh > 0) hand_back_split(wide_ring_slots(split_slots(nh)));
         } else {
           if (nh > 0) hand_back(kAttnTight ? 2 : 1);
         }

@@ -429,10 +429,11 @@ def test_wide_pad_matches_producer_and_consumer_slot_counts():
     assert "issue(kv_base(p.kv, L, kind, s.g) + int64_t(t0) * kHeadDim, 16u, info);" in src
     # the consumer: the opening (first split's K), the K acquire and hand-back, the V acquire and hand-back
     assert "if constexpr (kWide && kWidePad) return h1 > h0 ? kSplitSlotsMax : 0;" in src
-    assert "const int nkr = kWidePad ? kSplitSlotsMax : nk;" in src
+    assert "__device__ __forceinline__ int wide_ring_slots(int nk) { return kWidePad ? kSplitSlotsMax : nk; }" in src
+    assert "const int nkr = wide_ring_slots(nk);" in src
     assert "acquire_n(kWide ? nkr : kAttnTight ? 2 : 1, kPhase_s_attn, L)" in src and "hand_back_split(nkr);" in src
-    assert "acquire_n(kWide && kWidePad ? kSplitSlotsMax : nk, kPhase_s_attn, L)" in src
-    assert "if (nh > 0) hand_back_split(kWidePad ? kSplitSlotsMax : split_slots(nh));" in src
+    assert "acquire_n(kWide ? wide_ring_slots(nk) : nk, kPhase_s_attn, L)" in src
+    assert "if (nh > 0) hand_back_split(wide_ring_slots(split_slots(nh)));" in src
     assert src.count("hand_back_split(") == 2  # the two above (its definition is "hand_back_split = [&]")
     split, slots_max = 64, 3
     for pad in (False, True):
