@@ -23,6 +23,13 @@ TRACE_BUDGET_BYTES = 5_000_000  # all committed traces together <= 5 MB gzipped 
 con = make_console(highlight=False)
 
 
+def _slug(meta: dict) -> str:
+    """A trace's file stem (monolith.xray.site.trace_slug: the variant, -p<pos> away from position 128)."""
+    from monolith.xray.site import TRACE_POSITION, trace_slug
+
+    return trace_slug(meta["variant"], int(meta.get("position", TRACE_POSITION)))
+
+
 def _merge_summary(path: Path, summ: dict) -> None:
     """results/m2_xray.json keeps one summary per variant, so tracing another variant adds to it."""
     old = {}
@@ -50,9 +57,7 @@ def process_raw(raw: Path, *, out_dir: Path = RAW_DIR, page_dir: Path = PAGE_DIR
     summ = analyze(meta, ev)
     if not quiet:
         print_report(summ, con)
-    from monolith.xray.site import trace_slug
-
-    slug = trace_slug(meta["variant"], int(meta.get("position", 128)))  # -p<pos> away from position 128
+    slug = _slug(meta)
     out = {"raw": str(raw)}
     out_dir.mkdir(parents=True, exist_ok=True)
     p = out_dir / f"{slug}.summary.json"
@@ -106,9 +111,7 @@ def record(model: str | None, variant: str, position: int, prompt: str, out_dir:
     k = getattr(engine, "k", None)
     if isinstance(k, dict) and "xray_max_events" in k:
         meta.setdefault("xray_max_events", int(k["xray_max_events"]))
-    from monolith.xray.site import trace_slug
-
-    path = save_raw(out_dir / f"{trace_slug(meta['variant'], int(meta['position']))}.raw.npz", meta, events)
+    path = save_raw(out_dir / f"{_slug(meta)}.raw.npz", meta, events)
     con.print(f"raw trace: {path} ({len(events)} events)")
     return path
 

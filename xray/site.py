@@ -242,9 +242,9 @@ def build_manifest(root: Path, results_dir: Path, traces_dir: Path, kernel_dir: 
         meta = page["meta"]
         variant, synthetic, pos = meta["variant"], bool(meta.get("synthetic")), int(meta["position"])
         row = _row_for(variant, results)
-        bpt, src = (row.get("bytes_per_token"), "results row") if row and row.get("bytes_per_token") else (None, None)
-        if pos != TRACE_POSITION:  # the row's bytes are for positions 1-256, not this trace's
-            bpt, src = None, None
+        bpt, src = None, None
+        if pos == TRACE_POSITION and row and row.get("bytes_per_token"):  # the row's bytes: positions 1-256
+            bpt, src = row["bytes_per_token"], "results row"
         if bpt is None and (model := bytes_per_token(variant, pos)):
             bpt, src = model
         label = variant + ("" if pos == TRACE_POSITION else f" @ position {pos:,}")
