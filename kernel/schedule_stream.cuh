@@ -1159,6 +1159,27 @@ static_assert(2 * kGroupCols <= kStreamConsumerThreads, "MONOLITH_MERGE_HALVES: 
 static_assert(3 * kGroupCols <= kStreamConsumerWarps * kGroupCols,
               "MONOLITH_MERGE_HALVES: the upper half's (m, num, den) fit in sm.vpart");
 static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merges the shipped split's partials");
+// MONOLITH_MERGE_ML_LANES (twenty-sixth session; default on, =0 for the A/B): the group's merge
+// reads each partial's (m, l) once per warp instead of once per thread. Every thread of a warp
+// merges the same head (a head is 4 whole warps), so the 2 x 4 words (m, l) of a round trip's
+// partials are one word per lane, handed to the warp by shuffles; a thread then polls its o words
+// plus that one word: 4 + 1 loads where it polled 3 x 4, and 2.4x fewer tagged words on L2 per
+// merge. In the long and wide kernels a round trip also takes 8 partials instead of 4, so each
+// half's <= 8 partials of a group (mh is still 4 ceil(np / 8)) are one dependent round trip, not
+// two. Why: at position 2,060 the X-ray's attention -> O hop (last partial stored -> last block has
+// its words) was 2.6 us against 0.8 at 128, and the merge's rounds are what grew. The same values
+// merged in the same order with the same halves: the same bits (a warp-uniform `ok` is forced: the
+// shuffles need the whole warp). bf16 and E4M3 only: NVFP4's short and long kernels, at the
+// register cap, spilled 12-20 B with it.
+// Measured (NOTES.md, twenty-sixth session; dev, 128 blocks, against the mean of two base runs in
+// the same call, tokens bitwise base's): at 2,048 bf16 +3.2 %, fp8 +1.8 %; at 1,024 +3.4 / +4.4 %;
+// at prompt 2 (the short kernel) +1.1 / +1.0 %. X-ray at 2,060 (bf16): that hop 2.61 -> 2.08 us.
+#ifndef MONOLITH_MERGE_ML_LANES
+#define MONOLITH_MERGE_ML_LANES 1
+#endif
+constexpr bool kMergeMlLanes = MONOLITH_MERGE_ML_LANES != 0;
+static_assert(kHeadDim % 32 == 0 && kGroupCols % 32 == 0, "MONOLITH_MERGE_ML_LANES: a warp merges one head");
+static_assert(2 * 2 * kMergeBatch <= 32, "MONOLITH_MERGE_ML_LANES: a round trip's (m, l) words are one per lane");
 
 // MONOLITH_ATTN_MMA=1 (ninth session; measured slower, off): a split's scores on the tensor cores
 // (probes/attn_split.cu A5). Warp w takes the split's positions 16 (w % 4) .. + 15 against dims 32 (w / 4) .. + 31: two
@@ -2558,31 +2579,59 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         const long long* part0 = acc + kTagAttnPart + (g * kMaxSplits * kHeadsPerKV + h) * kPartStride;
         constexpr int kSplitStride = kHeadsPerKV * kPartStride;
         auto pend = [&] { return kMergeHalves && !upper ? min(np(), mh) : np(); };  // past this half's last
-        for (int sp0 = upper ? mh : 0; sp0 < pend() && ok; sp0 += kBatch) {
-          float ms[kBatch], ls[kBatch], os[kBatch];
-          float got[3 * kBatch];
-          const int nb = min(kBatch, pend() - sp0);
-          // words past the last split are read as split 0's (always written): same tag, unused
-          tagged_gather<3 * kBatch>(
-              [&](int i) {
-                const int j = i / 3, sp = j < nb ? sp0 + j : 0;
-                const long long* pp = part0 + sp * kSplitStride;
-                return pp + (i % 3 == 2 ? 2 + d : i % 3);
-              },
-              tag, got, S, tmo, uint32_t(L) * 16u + 9u, ok);
-          // MONOLITH_POLL_SYNCWARP bit 8: converge before the merge arithmetic; an AND, not a plain
-          // __syncwarp, so that a lane whose wait failed leaves the loop with its whole warp (the
-          // loop's other bounds are warp-uniform: kGroupCols is a multiple of 32)
-          if constexpr ((kPollSyncwarp & 8) != 0) ok = __all_sync(0xffffffffu, ok);
+        // partials per round trip: kMergeBatch, or (MONOLITH_MERGE_ML_LANES) twice that in the long
+        // and wide kernels, where one half's partials (< mh <= 8 at 16 blocks a group) then take one
+        constexpr bool kMl = kMergeMlLanes && !kNv;  // (not NVFP4's: above)
+        constexpr int kRound = kMl && kLong ? 2 * kBatch : kBatch;
+        for (int sp0 = upper ? mh : 0; sp0 < pend() && ok; sp0 += kRound) {
+          float ms[kRound], ls[kRound], os[kRound];
+          const int nb = min(kRound, pend() - sp0);
+          if constexpr (kMl) {
+            // words 0 .. kRound-1: this thread's o of the round's partials; word kRound: lane j's (m, l)
+            // word, m of partial j % kRound (lanes < kRound) or l (lanes kRound .. 2 kRound - 1; the
+            // lanes above repeat them, the same addresses: no extra L2 sectors)
+            float got[kRound + 1];
+            const int jl = lane % kRound, wl = (lane / kRound) & 1;
+            tagged_gather<kRound + 1>(
+                [&](int i) {
+                  const int j = i < kRound ? i : jl, sp = j < nb ? sp0 + j : 0;  // (past the last: split 0's)
+                  return part0 + sp * kSplitStride + (i < kRound ? 2 + d : wl);
+                },
+                tag, got, S, tmo, uint32_t(L) * 16u + 9u, ok);
+            ok = __all_sync(0xffffffffu, ok);  // the shuffles below need the whole warp
 #pragma unroll
-          for (int j = 0; j < kBatch; ++j) {
-            const bool in = j < nb;
-            ms[j] = in ? got[3 * j] : -INFINITY;
-            ls[j] = in ? got[3 * j + 1] : 0.f;
-            os[j] = in ? got[3 * j + 2] : 0.f;
+            for (int j = 0; j < kRound; ++j) {
+              const bool in = j < nb;
+              const float mj = __shfl_sync(0xffffffffu, got[kRound], j);
+              const float lj = __shfl_sync(0xffffffffu, got[kRound], kRound + j);
+              ms[j] = in ? mj : -INFINITY;
+              ls[j] = in ? lj : 0.f;
+              os[j] = in ? got[j] : 0.f;
+            }
+          } else {
+            float got[3 * kBatch];
+            // words past the last split are read as split 0's (always written): same tag, unused
+            tagged_gather<3 * kBatch>(
+                [&](int i) {
+                  const int j = i / 3, sp = j < nb ? sp0 + j : 0;
+                  const long long* pp = part0 + sp * kSplitStride;
+                  return pp + (i % 3 == 2 ? 2 + d : i % 3);
+                },
+                tag, got, S, tmo, uint32_t(L) * 16u + 9u, ok);
+            // MONOLITH_POLL_SYNCWARP bit 8: converge before the merge arithmetic; an AND, not a plain
+            // __syncwarp, so that a lane whose wait failed leaves the loop with its whole warp (the
+            // loop's other bounds are warp-uniform: kGroupCols is a multiple of 32)
+            if constexpr ((kPollSyncwarp & 8) != 0) ok = __all_sync(0xffffffffu, ok);
+#pragma unroll
+            for (int j = 0; j < kBatch; ++j) {
+              const bool in = j < nb;
+              ms[j] = in ? got[3 * j] : -INFINITY;
+              ls[j] = in ? got[3 * j + 1] : 0.f;
+              os[j] = in ? got[3 * j + 2] : 0.f;
+            }
           }
 #pragma unroll
-          for (int j = 0; j < kBatch; ++j) {
+          for (int j = 0; j < kRound; ++j) {
             if (sp0 + j < pend()) {
               const float mn = fmaxf(m, ms[j]);
               const float ca = __expf(m - mn), cb = __expf(ms[j] - mn);
