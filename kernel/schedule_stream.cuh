@@ -1178,6 +1178,14 @@ static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merge
 #define MONOLITH_MERGE_ML_LANES 1
 #endif
 constexpr bool kMergeMlLanes = MONOLITH_MERGE_ML_LANES != 0;
+// sm_120a (ptxas at register-usage level 0, monolith/kernel_spec.py): bf16's short kernel spilled 8 B
+// with the knob, so there it keeps the per-thread (m, l) words; every other kernel of both arches,
+// and everything sm_90a runs, has it
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+constexpr bool kMergeMlBf16Short = false;
+#else
+constexpr bool kMergeMlBf16Short = true;
+#endif
 static_assert(kHeadDim % 32 == 0 && kGroupCols % 32 == 0, "MONOLITH_MERGE_ML_LANES: a warp merges one head");
 static_assert(2 * 2 * kMergeBatch <= 32, "MONOLITH_MERGE_ML_LANES: a round trip's (m, l) words are one per lane");
 
@@ -2581,7 +2589,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         auto pend = [&] { return kMergeHalves && !upper ? min(np(), mh) : np(); };  // past this half's last
         // partials per round trip: kMergeBatch, or (MONOLITH_MERGE_ML_LANES) twice that in the long
         // and wide kernels, where one half's partials (< mh <= 8 at 16 blocks a group) then take one
-        constexpr bool kMl = kMergeMlLanes && !kNv;  // (not NVFP4's: above)
+        constexpr bool kMl = kMergeMlLanes && !kNv && (kLong || kScaled || kMergeMlBf16Short);  // (above)
         constexpr int kRound = kMl && kLong ? 2 * kBatch : kBatch;
         for (int sp0 = upper ? mh : 0; sp0 < pend() && ok; sp0 += kRound) {
           float ms[kRound], ls[kRound], os[kRound];

@@ -384,7 +384,7 @@ def test_merge_halves_rule():
     src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
     assert "const int mh = kBatch * ((np() + 2 * kBatch - 1) / (2 * kBatch));" in src
     assert "auto pend = [&] { return kMergeHalves && !upper ? min(np(), mh) : np(); };" in src
-    assert "for (int sp0 = upper ? mh : 0; sp0 < pend() && ok; sp0 += kBatch) {" in src
+    assert "for (int sp0 = upper ? mh : 0; sp0 < pend() && ok; sp0 += kRound) {" in src  # kRound: below
     assert "if (tid < kMergeThreads && (!upper || mh < np())) {" in src
     # the default (measured, NOTES.md twelfth session): on in the long-position kernel only
     assert "#define MONOLITH_MERGE_HALVES -1" in src
@@ -414,6 +414,48 @@ def test_merge_halves_rule():
             mu, nu, du = online(ms[upper], ls[upper], os_[upper])
             m, num, den = online([mu], [du], [nu], m, num, den)
         assert np.isclose(num / den, num0 / den0, rtol=1e-12) and m == m0
+
+
+def test_merge_ml_lanes_rule():
+    """MONOLITH_MERGE_ML_LANES (default on since the twenty-sixth session; bf16 and E4M3): the merge
+    before O polls, per thread, its o words of a round's partials plus one (m, l) word, and the warp
+    shares the (m, l) words by shuffles. Modelled on the source's lane mapping: for every round size
+    and every count of partials in the round, lane j's word is m of partial j and lane kRound + j's
+    is l of partial j (what the shuffles take), every address is a written word (a partial of the
+    round, or split 0's past its end), and the lanes above 2 kRound repeat the lanes below (no new L2
+    sectors). With halves (mh unchanged) a long kernel's half holds <= 8 partials at 16 blocks a group,
+    so a round of 8 takes it in one L2 round trip instead of two."""
+    src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
+    assert "#define MONOLITH_MERGE_ML_LANES 1\n" in src
+    assert "constexpr bool kMl = kMergeMlLanes && !kNv && (kLong || kScaled || kMergeMlBf16Short);" in src
+    assert "constexpr int kRound = kMl && kLong ? 2 * kBatch : kBatch;" in src
+    assert "const int jl = lane % kRound, wl = (lane / kRound) & 1;" in src
+    assert "const int j = i < kRound ? i : jl, sp = j < nb ? sp0 + j : 0;" in src
+    assert "return part0 + sp * kSplitStride + (i < kRound ? 2 + d : wl);" in src
+    assert "const float mj = __shfl_sync(0xffffffffu, got[kRound], j);" in src
+    assert "const float lj = __shfl_sync(0xffffffffu, got[kRound], kRound + j);" in src
+    assert "ok = __all_sync(0xffffffffu, ok);  // the shuffles below need the whole warp" in src
+    k = kernel_spec.config_constants()
+    batch = int(k["kMergeBatch"])
+    for k_round in (batch, 2 * batch):
+        assert 2 * k_round <= 32
+        for sp0 in (0, 8, 24):
+            for nb in range(1, k_round + 1):
+                # (split, word) each lane reads: word 0 = m, 1 = l, 2 + d = o
+                lane_word = []
+                for lane in range(32):
+                    jl, wl = lane % k_round, (lane // k_round) & 1
+                    sp = sp0 + jl if jl < nb else 0
+                    lane_word.append((sp, wl))
+                for j in range(nb):
+                    assert lane_word[j] == (sp0 + j, 0) and lane_word[k_round + j] == (sp0 + j, 1)
+                assert all(sp == 0 or sp0 <= sp < sp0 + nb for sp, _ in lane_word)
+                assert set(lane_word[2 * k_round:]) <= set(lane_word[:2 * k_round])
+    groups_blocks = 16  # 128 blocks / 8 KV groups: np = min(blocks of a group, splits) <= 16
+    for n in range(1, groups_blocks + 1):
+        mh = batch * ((n + 2 * batch - 1) // (2 * batch))
+        lower, upper = min(n, mh), max(0, n - mh)
+        assert lower <= 2 * batch and upper <= 2 * batch  # one round of 2 kMergeBatch each
 
 
 def test_wide_pad_matches_producer_and_consumer_slot_counts():
