@@ -18,7 +18,7 @@ PAGE_DIR = REPO_ROOT / "web" / "public" / "traces"
 M2_SUMMARY = RESULTS / "m2_xray.json"
 SAMPLE = "sample-synthetic.json.gz"
 DEFAULT_PROMPT = "The history of the city begins"
-TRACE_BUDGET_BYTES = 5_000_000  # all committed traces together <= 5 MB gzipped (NOTES.md, facts)
+TRACE_BUDGET_BYTES = 5_000_000  # all committed traces (page traces + raws) <= 5 MB gzipped (NOTES.md, facts)
 
 con = make_console(highlight=False)
 
@@ -133,7 +133,10 @@ def _site(page_dir: Path) -> None:
 
 
 def _budget_note(page_dir: Path, out_dir: Path) -> None:
-    files = [*page_dir.glob("*.json.gz"), *out_dir.glob("*.raw.npz"), *out_dir.glob("*.perfetto.json.gz")]
+    # what is committed: page traces and raws. The Perfetto JSON is not (twenty-sixth session,
+    # .gitignore): it is rebuilt from the raws by this command, and its ~0.4 MB per trace left no room
+    # for a trace at a second position on the page (NOTES.md)
+    files = [*page_dir.glob("*.json.gz"), *out_dir.glob("*.raw.npz")]
     total = sum(f.stat().st_size for f in files)
     msg = f"traces: {len(files)} files, {total / 1e6:.2f} MB (budget {TRACE_BUDGET_BYTES / 1e6:.0f} MB gzipped)"
     con.print(msg if total <= TRACE_BUDGET_BYTES else f"[bold red]over budget:[/] {msg}")

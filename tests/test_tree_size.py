@@ -37,3 +37,14 @@ def test_no_archived_raw_traces_duplicate_the_headline_ones():
     heads = {p.name: p.read_bytes() for p in (ROOT / "results" / "xray").glob("*.raw.npz")}
     dups = [f for f in raws if Path(f).name in heads and (ROOT / f).read_bytes() == heads[Path(f).name]]
     assert not dups, f"byte-identical copies of results/xray traces in results/logs: {dups}"
+
+
+def test_perfetto_json_is_rebuilt_not_committed():
+    """The Perfetto JSON of a trace (~0.4 MB each) is rebuilt from the committed raw by `monolith export`
+    and is not committed (twenty-sixth session: it held the 5 MB trace budget that a second position's
+    page traces needed)."""
+    out = subprocess.run(["git", "ls-files", "results/xray"], cwd=ROOT, capture_output=True, text=True).stdout
+    if not out.strip():
+        pytest.skip("not a git checkout")
+    assert [f for f in out.split() if f.endswith(".perfetto.json.gz")] == []
+    assert "results/xray/*.perfetto.json.gz" in (ROOT / ".gitignore").read_text().splitlines()
