@@ -1161,10 +1161,10 @@ static_assert(3 * kGroupCols <= kStreamConsumerWarps * kGroupCols,
 static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merges the shipped split's partials");
 // MONOLITH_MERGE_ML_LANES (twenty-sixth session; default on, =0 for the A/B): the group's merge
 // reads each partial's (m, l) once per warp instead of once per thread. Every thread of a warp
-// merges the same head (a head is 4 whole warps), so the 2 x 4 words (m, l) of a round trip's
-// partials are one word per lane, handed to the warp by shuffles; a thread then polls its o words
-// plus that one word: 4 + 1 loads where it polled 3 x 4, and 2.4x fewer tagged words on L2 per
-// merge. In the long and wide kernels a round trip also takes 8 partials instead of 4, so each
+// merges the same head (a head is 4 whole warps), so the 2 x kRound words (m, l) of a round trip's
+// kRound partials are one word per lane, handed to the warp by shuffles; a thread then polls its o
+// words plus that one word: 4 + 1 loads where it polled 3 x 4 (the short kernel), and 2.4x fewer
+// tagged words on L2 per merge. In the long and wide kernels a round trip also takes 8 partials instead of 4, so each
 // half's <= 8 partials of a group (mh is still 4 ceil(np / 8)) are one dependent round trip, not
 // two. Why: at position 2,060 the X-ray's attention -> O hop (last partial stored -> last block has
 // its words) was 2.6 us against 0.8 at 128, and the merge's rounds are what grew. The same values
@@ -2588,7 +2588,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         constexpr int kSplitStride = kHeadsPerKV * kPartStride;
         auto pend = [&] { return kMergeHalves && !upper ? min(np(), mh) : np(); };  // past this half's last
         // partials per round trip: kMergeBatch, or (MONOLITH_MERGE_ML_LANES) twice that in the long
-        // and wide kernels, where one half's partials (< mh <= 8 at 16 blocks a group) then take one
+        // and wide kernels, where each half's partials (at most 8 at 16 blocks a group) then take one
         constexpr bool kMl = kMergeMlLanes && !kNv && (kLong || kScaled || kMergeMlBf16Short);  // (above)
         constexpr int kRound = kMl && kLong ? 2 * kBatch : kBatch;
         for (int sp0 = upper ? mh : 0; sp0 < pend() && ok; sp0 += kRound) {
