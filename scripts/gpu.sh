@@ -221,9 +221,12 @@ fi
 # benchmark, sweep), then the X-ray raw traces of both at position 128 (analyzed off the GPU).
 # M4_ENGINES / M4_XRAY / M4_OUT pick the engines, traces and result file (a new session's run
 # writes its own file: results/m4_stream_bf16.json is the first M4 session's record).
+# M4_TIMELINES=DIR: the harness also writes each engine's 256-token timeline there (the page's race
+# reads results/timelines/<engine>.json; until the twenty-sixth session only M1's engines had one).
 if want m4; then
+  m4_tl=(); [ -z "${M4_TIMELINES:-}" ] || m4_tl=(--timelines "$M4_TIMELINES")
   run m4-bench python3 -m monolith bench --engine "${M4_ENGINES:-megakernel-bf16-upstream,megakernel-bf16-stream}" \
-    --out "${M4_OUT:-results/m4_stream_bf16.json}"
+    --out "${M4_OUT:-results/m4_stream_bf16.json}" ${m4_tl[@]+"${m4_tl[@]}"}
   run m4-xray python3 scripts/xray_raw.py --variant "${M4_XRAY:-bf16-stream,bf16-upstream}" --position 128 --out results/xray
 fi
 # M3 (issue 12): fp8-upstream's GPU tests (phase diff against fp32 on the dequantized weights,

@@ -403,3 +403,16 @@ def test_gpu_sh_ncu_default_is_the_environments_build_at_position_129(tmp_path):
     assert "--launch-skip 129 " in prof[0] and prof[0].split(" | ")[0].endswith("--tokens 130")
     assert "DEFINES=MONOLITH_ATTN_WIDE=3 " in prof[0]  # a diagnostic build named by the caller stays
     assert not (out / "ncu" / "sets.txt").exists()
+
+
+def test_gpu_sh_m4_timelines_only_when_asked(tmp_path):
+    """M4_TIMELINES adds `--timelines DIR` to the m4 harness call (the page's race streams); without it
+    the call is the one every earlier session ran."""
+    r, calls, _ = _gpu_sh(tmp_path / "a", "m4", M4_ENGINES="megakernel-bf16-stream", M4_OUT="results/x.json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    bench = [c for c in calls if "monolith bench" in c]
+    assert len(bench) == 1 and "--timelines" not in bench[0] and "--out results/x.json" in bench[0]
+    r, calls, _ = _gpu_sh(tmp_path / "b", "m4", M4_ENGINES="megakernel-bf16-stream", M4_TIMELINES="results/timelines")
+    assert r.returncode == 0, r.stdout + r.stderr
+    bench = [c for c in calls if "monolith bench" in c]
+    assert len(bench) == 1 and "--out results/m4_stream_bf16.json --timelines results/timelines |" in bench[0]
