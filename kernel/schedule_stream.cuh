@@ -611,24 +611,15 @@ constexpr int kMinBalancedSplits = 4;
 #ifndef MONOLITH_ATTN_WIDE_FORCE
 #define MONOLITH_ATTN_WIDE_FORCE 0
 #endif
-// MONOLITH_ATTN_WIDE_PAD=1 (twenty-fifth session; needs MONOLITH_ATTN_WIDE; PREPARED, NOT YET MEASURED):
-// every wide split with cached positions takes kSplitSlotsMax K slots and kSplitSlotsMax V slots; the
-// producer pads a split that needs fewer (the last, partial one; every split where k = 2 < 3) with
-// 16-byte copies of its first row, which no consumer reads. Why: the twenty-fourth session's control
-// and Nsight Compute put the wide kernel's 7-13 % in its runtime slot counts: thread 0's slot tests
-// (unrolled to 3 behind predicates) with all warps waiting at the barrier, and the hand-backs' loops.
-// With the pad, acquire_n and hand_back_split get a constant count; the score and V loops still stop at
-// the split's own slots (their rows past it are masked either way). The same bits: only the ring's
-// slot accounting changes. Cost: at k = 2 one more (empty) slot per K and V pass and ring stage held.
-#ifndef MONOLITH_ATTN_WIDE_PAD
-#define MONOLITH_ATTN_WIDE_PAD 0
-#endif
+// (MONOLITH_ATTN_WIDE_PAD, twenty-fifth session: every wide split took kSplitSlotsMax K and V ring slots,
+// the producer padding with 16-byte copies, so that the acquires and hand-backs had a constant count.
+// Measured in the twenty-sixth (dev, 128 blocks, against two base runs): +0.8 / +0.8 % at 2,048, +0.4 /
+// +1.9 % at 1,024, inside the call's noise; removed. Its code is in commit 0312575.)
 constexpr int kWideSlots = MONOLITH_ATTN_WIDE;
 constexpr int kWideMinSlots = MONOLITH_ATTN_WIDE_MIN;
 constexpr bool kWideEven = MONOLITH_ATTN_WIDE_EVEN != 0;
 constexpr int kWideFlat = MONOLITH_ATTN_WIDE_FLAT;  // 4: the softmax by all warps (bits 1 and 2 removed)
 constexpr bool kWideForce = MONOLITH_ATTN_WIDE_FORCE != 0;
-constexpr bool kWidePad = MONOLITH_ATTN_WIDE_PAD != 0;
 static_assert(kWideFlat == 0 || kWideFlat == 4, "MONOLITH_ATTN_WIDE_FLAT: 0 or 4 (the softmax by all warps; bits 1 and 2 were removed, twenty-fifth session)");
 constexpr bool kAttnWide = kWideSlots > 1;  // the build has wide kernels (megakernel.cu), for kAttnWideFor's formats
 static_assert(kWideSlots == 0 || kWideSlots == 2 || kWideSlots == 3, "MONOLITH_ATTN_WIDE: 0 (off), 2 or 3 slots per split");
@@ -638,7 +629,6 @@ static_assert(!(kAttnWide && kAttnBalanced), "MONOLITH_ATTN_WIDE widens the fixe
 static_assert(kAttnWide || !kWideEven, "MONOLITH_ATTN_WIDE_EVEN evens out the wide kernel's splits: set MONOLITH_ATTN_WIDE too");
 static_assert(kAttnWide || !kWideFlat, "MONOLITH_ATTN_WIDE_FLAT spreads the wide kernel's softmax: set MONOLITH_ATTN_WIDE too");
 static_assert(kAttnWide || !kWideForce, "MONOLITH_ATTN_WIDE_FORCE launches the wide kernel: set MONOLITH_ATTN_WIDE too");
-static_assert(kAttnWide || !kWidePad, "MONOLITH_ATTN_WIDE_PAD pads the wide kernel's splits: set MONOLITH_ATTN_WIDE too");
 // MONOLITH_ATTN_WIDE_FORMATS (twenty-fourth session; a mask, default 3 since the twenty-fifth): the weight formats
 // whose streaming variants get the wide kernel in a MONOLITH_ATTN_WIDE build: 1 bf16, 2 E4M3 (fp8),
 // 4 NVFP4. Why: at 2,048 (NOTES.md, twenty-fourth session, call 6) WIDE=3, MIN=2, EVEN=1, FLAT=7 gained
@@ -677,9 +667,6 @@ __device__ __forceinline__ int split_width(int pos, int ng) {
 __device__ __forceinline__ int split_slots(int nh) {
   return min((nh + kSplitPositions - 1) / kSplitPositions, kSplitSlotsMax);
 }
-// ring slots a wide split of nk = split_slots(nh) > 0 slots takes per K (or V) pass: its own, or with
-// MONOLITH_ATTN_WIDE_PAD always kSplitSlotsMax (the producer pads), a compile-time count
-__device__ __forceinline__ int wide_ring_slots(int nk) { return kWidePad ? kSplitSlotsMax : nk; }
 // MONOLITH_POLL_SYNCWARP (a mask; default 15, all four, since the twenty-first session): a __syncwarp
 // after the polls of a hop, before its input stores: 1 the hop into qkv (tagged_gather of the
 // residual), 2 the hop into the MLP (resid_poll), 4 the activations' hop (tagged_gather). Why: the
@@ -1404,14 +1391,10 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT
       int t0, t1;
       split_of<kWide>(s, sp, pos, t0, t1);
       if constexpr (kWide) {  // K in slots of 64 positions, then V likewise
-        for (int kind = 0; kind < 2; ++kind) {
+        for (int kind = 0; kind < 2; ++kind)
           for (int c = t0; c < t1; c += kSplitPositions)
             issue(kv_base(p.kv, L, kind, s.g) + int64_t(c) * kHeadDim,
                   uint32_t(min(kSplitPositions, t1 - c)) * kHeadDim * 2, info);
-          if constexpr (kWidePad)  // MONOLITH_ATTN_WIDE_PAD: up to kSplitSlotsMax slots, 16 bytes each
-            for (int c = split_slots(t1 - t0); t1 > t0 && c < kSplitSlotsMax; ++c)
-              issue(kv_base(p.kv, L, kind, s.g) + int64_t(t0) * kHeadDim, 16u, info);
-        }
       } else if (t1 > t0) {
         issue(kv_base(p.kv, L, 0, s.g) + int64_t(t0) * kHeadDim, uint32_t(t1 - t0) * kHeadDim * 2, info);
         issue(kv_base(p.kv, L, 1, s.g) + int64_t(t0) * kHeadDim, uint32_t(t1 - t0) * kHeadDim * 2, info);
@@ -2081,7 +2064,6 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       auto first_split_slots = [&] {
         int h0, h1;
         split_of<kWide>(s, s.gi, pos, h0, h1);
-        if constexpr (kWide && kWidePad) return h1 > h0 ? kSplitSlotsMax : 0;  // MONOLITH_ATTN_WIDE_PAD
         if constexpr (kWide) return split_slots(h1 - h0);  // its K slots
         return h1 > h0 ? (kAttnFlash || kAttnTight ? 2 : 1) : 0;
       };
@@ -2365,8 +2347,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         if (nh > 0) {
           // K slots: one, or in the wide kernel nk (position r in slot r / 64); tight: K and V together
           const int nk = kWide ? split_slots(nh) : 1;
-          const int nkr = wide_ring_slots(nk);
-          if (!held && !acquire_n(kWide ? nkr : kAttnTight ? 2 : 1, kPhase_s_attn, L)) return;
+          if (!held && !acquire_n(kWide ? nk : kAttnTight ? 2 : 1, kPhase_s_attn, L)) return;
           held = false;
           if constexpr (kAttnMma) {
             mma_scores(reinterpret_cast<const uint32_t*>(slot_at(0)), nh);
@@ -2391,7 +2372,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
           if constexpr (!kAttnTight) {  // tight: K goes back with V, at the split's end
             if constexpr (kWide) {
               csync();
-              hand_back_split(nkr);
+              hand_back_split(nk);
             } else {
               release_n(nk);
             }
@@ -2487,7 +2468,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         }
         if (nh > 0) {  // V slots: one (tight: acquired with K), or in the wide kernel nk
           const int nk = kWide ? split_slots(nh) : 1;
-          if (!kAttnTight && !acquire_n(kWide ? wide_ring_slots(nk) : nk, kPhase_s_attn, L)) return;
+          if (!kAttnTight && !acquire_n(nk, kPhase_s_attn, L)) return;
 #pragma unroll 1
           for (int c = 0; c < nk; ++c) {  // slot by slot, positions in increasing order per warp
             const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(kAttnTight ? 1 : c));
@@ -2532,7 +2513,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         }
         if (sp + s.ng >= s.nsplit) hop_mark();  // the block's last split: the merge's hop follows
         if constexpr (kWide) {
-          if (nh > 0) hand_back_split(wide_ring_slots(split_slots(nh)));
+          if (nh > 0) hand_back_split(split_slots(nh));
         } else {
           if (nh > 0) hand_back(kAttnTight ? 2 : 1);
         }

@@ -456,31 +456,3 @@ def test_merge_ml_lanes_rule():
         mh = batch * ((n + 2 * batch - 1) // (2 * batch))
         lower, upper = min(n, mh), max(0, n - mh)
         assert lower <= 2 * batch and upper <= 2 * batch  # one round of 2 kMergeBatch each
-
-
-def test_wide_pad_matches_producer_and_consumer_slot_counts():
-    """MONOLITH_ATTN_WIDE_PAD (off by default, prepared in the twenty-fifth session): the producer issues
-    a wide split's own K (and V) slots and then pads with 16-byte copies up to kSplitSlotsMax, only where
-    the split has cached positions; every consumer acquire and hand-back of a wide split takes
-    kSplitSlotsMax with the pad and the split's own count without (the short and long kernels never
-    pad). Modelled: for every split size the producer's count equals the consumer's in both settings, so
-    the ring's slot accounting cannot drift."""
-    src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
-    assert "#define MONOLITH_ATTN_WIDE_PAD 0\n" in src
-    assert "for (int c = split_slots(t1 - t0); t1 > t0 && c < kSplitSlotsMax; ++c)" in src
-    assert "issue(kv_base(p.kv, L, kind, s.g) + int64_t(t0) * kHeadDim, 16u, info);" in src
-    # the consumer: the opening (first split's K), the K acquire and hand-back, the V acquire and hand-back
-    assert "if constexpr (kWide && kWidePad) return h1 > h0 ? kSplitSlotsMax : 0;" in src
-    assert "__device__ __forceinline__ int wide_ring_slots(int nk) { return kWidePad ? kSplitSlotsMax : nk; }" in src
-    assert "const int nkr = wide_ring_slots(nk);" in src
-    assert "acquire_n(kWide ? nkr : kAttnTight ? 2 : 1, kPhase_s_attn, L)" in src and "hand_back_split(nkr);" in src
-    assert "acquire_n(kWide ? wide_ring_slots(nk) : nk, kPhase_s_attn, L)" in src
-    assert "if (nh > 0) hand_back_split(wide_ring_slots(split_slots(nh)));" in src
-    assert src.count("hand_back_split(") == 2  # the two above (its definition is "hand_back_split = [&]")
-    split, slots_max = 64, 3
-    for pad in (False, True):
-        for nh in range(0, slots_max * split + 1):
-            own = min(-(-nh // split), slots_max)
-            produced = own + (slots_max - own if pad and nh > 0 else 0)  # the real slots, then the padding
-            consumed = (slots_max if pad else own) if nh > 0 else 0       # behind `nh > 0` / `h1 > h0`
-            assert produced == consumed, (pad, nh)
