@@ -918,7 +918,7 @@ template <class W>
 constexpr bool kSlotLanded =
     MONOLITH_SLOT_LANDED >= 0 ? MONOLITH_SLOT_LANDED != 0 : (!kSlotPretest && W::kRowScale && !W::kBlockScaled);
 static_assert(!(MONOLITH_SLOT_LANDED == 1 && kSlotPretest), "MONOLITH_SLOT_LANDED replaces the pretest's purpose");
-// MONOLITH_LANDED_SUSPEND_NS=N (twenty-second session; prepared, off, not measured): where the landed
+// MONOLITH_LANDED_SUSPEND_NS=N (twenty-second session; measured in the twenty-third: rejected, off): where the landed
 // count is on, the producer's wait for an empty slot tests it with try_wait and a suspend hint of N
 // ns (mbar_try_wait_for) instead of test_wait, publishing landings between two tests as now. Why:
 // the landed count lost 2.0 % (NVFP4) and 2.1 % (bf16) without spills (twenty-second session, dev)
@@ -928,6 +928,9 @@ static_assert(!(MONOLITH_SLOT_LANDED == 1 && kSlotPretest), "MONOLITH_SLOT_LANDE
 // (longer rounds, NVFP4's decode). A guess, not measured. If it holds, =1 with a hint gains back the
 // 2 % on bf16 / NVFP4 (and fp8 keeps its gain); a hint delays a landing's publication by up to N ns,
 // which thread 0 then covers with its own tests (correct either way: the count only saves work).
+// Measured (NOTES.md, twenty-third session; dev at position 2, N = 200): fp8 +0.2 %; with
+// MONOLITH_SLOT_LANDED=1 bf16 -2.3 % and NVFP4 -2.2 %, the landed count's own loss. So the guess was
+// wrong (a spinning producer does not cost those formats the 2 %); kept off, as the record.
 #ifndef MONOLITH_LANDED_SUSPEND_NS
 #define MONOLITH_LANDED_SUSPEND_NS 0
 #endif
