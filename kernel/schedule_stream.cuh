@@ -1064,23 +1064,15 @@ constexpr bool kHeadLaneWait = kEmptyArrivals == kStreamConsumerThreads;
 // NVFP4's does not move.
 constexpr int kNextTokenL2 = MONOLITH_NEXT_TOKEN_L2;
 static_assert(kNextTokenL2 >= 0 && kNextTokenL2 <= 3, "0 (off) or layer 0's first 1-3 weight phases");
-// MONOLITH_L2_AHEAD=N (twenty-seventh session; 0 = off, the default until measured): the producer asks
-// L2 for this block's span of the weight phase N phases after the one it starts issuing (the phases
-// of a layer, in stream order: qkv, O, gate/up, down; then the next layer's), one
-// cp.async.bulk.prefetch.L2 per span, before that phase's first copy. Why: over a layer at position
-// 128 the grid reads 2.29 TB/s (X-ray, twenty-sixth session) where the LM head reads 4.2: the producer
-// stops at every hop's hold (kHopHold<W>: copies in flight slow the polls' responses, fifth session)
-// and whenever the 12-slot ring is full, and DRAM idles meanwhile. A prefetch fills L2 from DRAM
-// without sending data back to the SM, so it need not queue the polls' responses the way the ring's
-// copies do; the ring's later copies of that phase then read L2. No copy, barrier or value changes
-// (the same bits); a span of the phase past the last layer is not asked for (the LM head streams as
-// before). Attention's K/V spans are not included (position-dependent; small at the headline's
-// positions).
-#ifndef MONOLITH_L2_AHEAD
-#define MONOLITH_L2_AHEAD 0
-#endif
-constexpr int kL2Ahead = MONOLITH_L2_AHEAD;
-static_assert(kL2Ahead >= 0 && kL2Ahead <= 4, "0 (off) or 1-4 weight phases ahead");
+// MONOLITH_L2_AHEAD=N (twenty-seventh session; measured and removed, the code is in commit e815fef): the
+// producer asked L2 (one cp.async.bulk.prefetch.L2 per span) for its block's span of the weight phase
+// N phases after the one it began to issue. Why it was tried: over a layer at position 128 the grid
+// reads 2.29 TB/s where the LM head reads 4.2, as if DRAM idled while the producer is held at hops or
+// blocked on a full ring. Measured (NOTES.md, twenty-seventh session; dev at 128 blocks, prompt 2,
+// tokens bitwise equal): N = 1 bf16 -15.4 %, fp8 -3.9 %; N = 2 bf16 -5.4 %, fp8 -4.6 %. The X-ray at 128:
+// no phase's work got shorter (the ring already holds each phase's slots when it opens: the work
+// is the consumers' own), and the residual hop into qkv grew by 0.6-2.5 us (prefetches in flight
+// slow the polls as the ring's copies do).
 constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
 static_assert(kRingInflight >= 0 && kRingInflight < kStages, "0 (off) or fewer copies in flight than slots");
 // MONOLITH_ATTN_FLASH=1 (fifth session, compiled but not yet run: the next GPU session's A/B,
@@ -1394,27 +1386,6 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT
   auto qkv_elem = [&](int q) { return kOffQKV + int64_t(s.g * kGroupRows + q) * kHidden; };
   auto o_elem = [&](int o) { return kOffO + int64_t(s.g * kHidden + o) * kGroupCols; };
   auto gu_elem = [&](int q) { return kOffGateUp + int64_t(q) * kHidden; };
-  // MONOLITH_L2_AHEAD: this block's span of weight phase i (layer i / 4; 0 qkv, 1 O, 2 gate/up, 3 down)
-  // to L2; none past the last layer
-  auto l2_ahead = [&](int i) {
-    if constexpr (kL2Ahead > 0) {
-      const int L = i / 4, ph = i % 4;
-      if (!ok || L >= kNumLayers) return;
-      int64_t elem, bytes;
-      if (ph == 0) {
-        elem = qkv_elem(s.q0), bytes = int64_t(s.q1 - s.q0) * F::kRowBytes1024;
-      } else if (ph == 1) {
-        elem = o_elem(s.o0), bytes = int64_t(s.o1 - s.o0) * F::kRowBytesO;
-      } else if (ph == 2) {
-        elem = gu_elem(2 * kMlpUnitCols * s.u0), bytes = int64_t(2 * kMlpUnitCols * (s.u1 - s.u0)) * F::kRowBytes1024;
-      } else {
-        elem = kOffDown + int64_t(s.h0) * kIntermediate, bytes = int64_t(s.h1 - s.h0) * F::kRowBytesDown;
-      }
-      if (bytes > 0) prefetch_l2_bulk(w8 + F::bytes_of(int64_t(L) * kLayerElems + elem), uint32_t(bytes));
-    }
-  };
-  if constexpr (kL2Ahead > 1)  // the spans before layer 0's first copy that no phase start asks for
-    for (int i = 1; i < kL2Ahead; ++i) l2_ahead(i);
   for (int L = 0; L < kNumLayers && ok; ++L) {
     const uint8_t* Wl = w8 + F::bytes_of(int64_t(L) * kLayerElems);
     auto at = [&](int64_t elem) { return Wl + F::bytes_of(elem); };
@@ -1425,7 +1396,6 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT
     if constexpr (kNv && !kNvPrefetchSpread)
       if (L + 1 < kNumLayers) nv_prefetch_scales(L + 1);
     constexpr int R = F::kRows1024;
-    l2_ahead(4 * L + kL2Ahead);
     for (int q = s.q0; q < s.q1; q += R)
       issue(at(qkv_elem(q)), uint32_t(min(R, s.q1 - q)) * F::kRowBytes1024, info);
     nv_prefetch_part(L, 0);
@@ -1442,11 +1412,9 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT
         issue(kv_base(p.kv, L, 1, s.g) + int64_t(t0) * kHeadDim, uint32_t(t1 - t0) * kHeadDim * 2, info);
       }
     }
-    l2_ahead(4 * L + 1 + kL2Ahead);
     for (int o = s.o0; o < s.o1; o += F::kRowsO)
       issue(at(o_elem(o)), uint32_t(min(F::kRowsO, s.o1 - o)) * F::kRowBytesO, info);
     nv_prefetch_part(L, 1);
-    l2_ahead(4 * L + 2 + kL2Ahead);
     if constexpr (F::kSlotsPerUnit > 0) {
       for (int u = s.u0; u < s.u1; ++u)  // a unit: 8 gate/up row pairs, 16 rows
         for (int j = 0; j < F::kSlotsPerUnit; ++j)
@@ -1457,7 +1425,6 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT
         issue(at(gu_elem(q)), uint32_t(min(R, g1 - q)) * F::kRowBytes1024, info);
     }
     nv_prefetch_part(L, 2);
-    l2_ahead(4 * L + 3 + kL2Ahead);
     {  // down rows h0..h1, row-major (K = 3072): contiguous, cut into slots of R segments of 1024
       const uint8_t* d0 = at(kOffDown + int64_t(s.h0) * kIntermediate);
       const int64_t bytes = int64_t(s.h1 - s.h0) * F::kRowBytesDown;
