@@ -1177,6 +1177,18 @@ static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merge
 #define MONOLITH_MERGE_ML_LANES 1
 #endif
 constexpr bool kMergeMlLanes = MONOLITH_MERGE_ML_LANES != 0;
+// MONOLITH_MERGE_ML_NV=1 (twenty-seventh session; 0 = off, the default until measured): NVFP4's long
+// kernel gets the (m, l) lanes too, with kRound = kMergeBatch (4 partials per round trip, not 8), and
+// NVFP4's layer 0 reads the token again instead of keeping the launch's copy in a register across
+// the layer loop. Why: NVFP4's sweep ratio 2,048/16 is 0.776 against bf16's 0.853, and the lanes gained
+// bf16 +3.2 % at 2,048. At the 96-register cap the long kernel spilled 12-20 B with 8-partial rounds,
+// 4 / 8 B with 4-partial ones; the 4 / 8 B were the token (stored at entry, reloaded at layer 0 and
+// on the bad-token path). Without that register: 0 spills (sm_90a; sm_120a at register-usage level 0).
+// The short kernel keeps the per-thread words (8 B spilled with the lanes even so).
+#ifndef MONOLITH_MERGE_ML_NV
+#define MONOLITH_MERGE_ML_NV 0
+#endif
+constexpr bool kMergeMlNv = MONOLITH_MERGE_ML_NV != 0;
 // sm_120a (ptxas at register-usage level 0, monolith/kernel_spec.py): bf16's short kernel spilled 8 B
 // with the knob, so there it keeps the per-thread (m, l) words; every other kernel of both arches,
 // and everything sm_90a runs, has it
@@ -2013,8 +2025,12 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       }
       if (L == 0) {
         if constexpr (HW::kRowScale) {  // the token's E4M3 row, dequantized as the oracle's weights are
-          const float es = __ldg(p.embed_scales + token);
-          const uint8_t* er = p.embed_codes + int64_t(token) * kHidden;
+          // (MONOLITH_MERGE_ML_NV: the token read again here, so that no register holds it across
+          // the layer loop; the launch's own argmax is the only writer of a token, after every layer)
+          int tk = token;
+          if constexpr (kNv && kMergeMlNv) tk = *(volatile const int32_t*)p.token_in;
+          const float es = __ldg(p.embed_scales + tk);
+          const uint8_t* er = p.embed_codes + int64_t(tk) * kHidden;
 #pragma unroll
           for (int e = 0; e < 2; ++e) v[e] = HW::value(er, tid + e * kStreamConsumerThreads, es);
         } else {
@@ -2582,8 +2598,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         auto pend = [&] { return kMergeHalves && !upper ? min(np(), mh) : np(); };  // past this half's last
         // partials per round trip: kMergeBatch, or (MONOLITH_MERGE_ML_LANES) twice that in the long
         // and wide kernels, where each half's partials (at most 8 at 16 blocks a group) then take one
-        constexpr bool kMl = kMergeMlLanes && !kNv && (kLong || kScaled || kMergeMlBf16Short);  // (above)
-        constexpr int kRound = kMl && kLong ? 2 * kBatch : kBatch;
+        constexpr bool kMl = kMergeMlLanes && (kNv ? kMergeMlNv && kLong : kLong || kScaled || kMergeMlBf16Short);  // (above)
+        constexpr int kRound = kMl && kLong && !kNv ? 2 * kBatch : kBatch;
         for (int sp0 = upper ? mh : 0; sp0 < pend() && ok; sp0 += kRound) {
           float ms[kRound], ls[kRound], os[kRound];
           const int nb = min(kRound, pend() - sp0);
