@@ -1169,7 +1169,10 @@ static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merge
 // its words) was 2.6 us against 0.8 at 128, and the merge's rounds are what grew. The same values
 // merged in the same order with the same halves: the same bits (a warp-uniform `ok` is forced: the
 // shuffles need the whole warp). bf16 and E4M3 only: NVFP4's short and long kernels, at the
-// register cap, spilled 12-20 B with it.
+// register cap, spilled 12-20 B with it. (Twenty-seventh session, `MONOLITH_MERGE_ML_NV`, code in commit
+// 60cb490: NVFP4's long kernel with 4-partial rounds fits the cap once layer 0 re-reads the token
+// instead of holding it across the layer loop; dev at 128 blocks against two base runs, tokens bitwise
+// equal: +0.8 % at 2,048, -1.1 % at 1,024, +0.5 % at prompt 2: not adopted, NOTES.md.)
 // Measured (NOTES.md, twenty-sixth session; dev, 128 blocks, against the mean of two base runs in
 // the same call, tokens bitwise base's): at 2,048 bf16 +3.2 %, fp8 +1.8 %; at 1,024 +3.4 / +4.4 %;
 // at prompt 2 (the short kernel) +1.1 / +1.0 %. X-ray at 2,060 (bf16): that hop 2.61 -> 2.08 us.
@@ -1177,18 +1180,6 @@ static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merge
 #define MONOLITH_MERGE_ML_LANES 1
 #endif
 constexpr bool kMergeMlLanes = MONOLITH_MERGE_ML_LANES != 0;
-// MONOLITH_MERGE_ML_NV=1 (twenty-seventh session; 0 = off, the default until measured): NVFP4's long
-// kernel gets the (m, l) lanes too, with kRound = kMergeBatch (4 partials per round trip, not 8), and
-// NVFP4's layer 0 reads the token again instead of keeping the launch's copy in a register across
-// the layer loop. Why: NVFP4's sweep ratio 2,048/16 is 0.776 against bf16's 0.853, and the lanes gained
-// bf16 +3.2 % at 2,048. At the 96-register cap the long kernel spilled 12-20 B with 8-partial rounds,
-// 4 / 8 B with 4-partial ones; the 4 / 8 B were the token (stored at entry, reloaded at layer 0 and
-// on the bad-token path). Without that register: 0 spills (sm_90a; sm_120a at register-usage level 0).
-// The short kernel keeps the per-thread words (8 B spilled with the lanes even so).
-#ifndef MONOLITH_MERGE_ML_NV
-#define MONOLITH_MERGE_ML_NV 0
-#endif
-constexpr bool kMergeMlNv = MONOLITH_MERGE_ML_NV != 0;
 // sm_120a (ptxas at register-usage level 0, monolith/kernel_spec.py): bf16's short kernel spilled 8 B
 // with the knob, so there it keeps the per-thread (m, l) words; every other kernel of both arches,
 // and everything sm_90a runs, has it
@@ -2025,12 +2016,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       }
       if (L == 0) {
         if constexpr (HW::kRowScale) {  // the token's E4M3 row, dequantized as the oracle's weights are
-          // (MONOLITH_MERGE_ML_NV: the token read again here, so that no register holds it across
-          // the layer loop; the launch's own argmax is the only writer of a token, after every layer)
-          int tk = token;
-          if constexpr (kNv && kMergeMlNv) tk = *(volatile const int32_t*)p.token_in;
-          const float es = __ldg(p.embed_scales + tk);
-          const uint8_t* er = p.embed_codes + int64_t(tk) * kHidden;
+          const float es = __ldg(p.embed_scales + token);
+          const uint8_t* er = p.embed_codes + int64_t(token) * kHidden;
 #pragma unroll
           for (int e = 0; e < 2; ++e) v[e] = HW::value(er, tid + e * kStreamConsumerThreads, es);
         } else {
@@ -2598,8 +2585,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         auto pend = [&] { return kMergeHalves && !upper ? min(np(), mh) : np(); };  // past this half's last
         // partials per round trip: kMergeBatch, or (MONOLITH_MERGE_ML_LANES) twice that in the long
         // and wide kernels, where each half's partials (at most 8 at 16 blocks a group) then take one
-        constexpr bool kMl = kMergeMlLanes && (kNv ? kMergeMlNv && kLong : kLong || kScaled || kMergeMlBf16Short);  // (above)
-        constexpr int kRound = kMl && kLong && !kNv ? 2 * kBatch : kBatch;
+        constexpr bool kMl = kMergeMlLanes && !kNv && (kLong || kScaled || kMergeMlBf16Short);  // (above)
+        constexpr int kRound = kMl && kLong ? 2 * kBatch : kBatch;
         for (int sp0 = upper ? mh : 0; sp0 < pend() && ok; sp0 += kRound) {
           float ms[kRound], ls[kRound], os[kRound];
           const int nb = min(kRound, pend() - sp0);
