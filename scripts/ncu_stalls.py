@@ -1,7 +1,7 @@
 """Where a decode step's warps stall, per source statement: Nsight Compute's warp-state samples
 (the SASS "source" page, `scripts/gpu.sh ncu`) joined with the line table of the same build.
 
-usage: python scripts/ncu_stalls.py SASS.csv[.gz] --lines DUMP.sass [--json OUT] [--top N]
+usage: python scripts/ncu_stalls.py SASS.csv[.gz] --lines DUMP.sass [--json OUT] [--top N] [--within A:B]
 
 SASS.csv: `ncu -i REP --page source --csv --print-source sass` (one kernel). DUMP.sass: the
 kernel's SASS with inlined line info from the same source and flags, made here (no GPU needed):
@@ -157,6 +157,41 @@ def summarize(rows: list[dict], lines: dict, top: int = 30, warp_us: float | Non
     }
 
 
+def within(rows: list[dict], lines: dict, lo: int, hi: int, source: str = "schedule_stream.cuh", top: int = 30) -> dict:
+    """The instructions whose inline chain passes through `source` lines lo..hi (a region of the code,
+    e.g. the attention body, whatever function its statements were inlined from): their samples by
+    reason, the one-thread instructions' (thread 0's serial work) apart, and per statement (the chain's
+    outermost line in lo..hi). Twenty-seventh session: is the attention body's time instruction fetch
+    (`no_inst`) on cold code?"""
+    reasons = [h for h in rows[0] if h.startswith("stall_") and "Not Issued" not in h]
+    base = int(rows[0]["Address"], 16)
+    total = sum(num(r[SAMPLES]) for r in rows)
+    alls, one = collections.Counter(), collections.Counter()
+    stmts: dict[tuple[int, bool], collections.Counter] = collections.defaultdict(collections.Counter)
+    for r in rows:
+        s = num(r[SAMPLES])
+        _, chain = lines.get(int(r["Address"], 16) - base, ("", []))
+        inside = [n for f, n in chain if f == source and lo <= n <= hi]
+        if not s or not inside:
+            continue
+        o = num(r.get("Avg. Threads Executed", "32")) <= 1.5
+        for h in reasons:
+            v = num(r[h])
+            alls[h[6:]] += v
+            if o:
+                one[h[6:]] += v
+            stmts[(inside[-1], o)][h[6:]] += v
+
+    def part(c):
+        n = sum(c.values())
+        return {"samples": int(n), "share_of_all": round(n / total, 4) if total else 0.0,
+                "reasons": {k: round(v / n, 4) for k, v in c.most_common() if v} if n else {}}
+
+    return {"lines": [lo, hi], "all": part(alls), "one_thread": part(one),
+            "statements": [{"line": n, "one_thread": o, **part(c)}
+                           for (n, o), c in sorted(stmts.items(), key=lambda kv: -sum(kv[1].values()))[:top]]}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv", type=Path)
@@ -169,6 +204,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warps-per-block", type=int, default=17, help="warps per block (the stream kernel: 16 + 1)")
     ap.add_argument("--source", type=Path, default=Path("kernel/schedule_stream.cuh"),
                     help="the build's copy of schedule_stream.cuh: each site's line text")
+    ap.add_argument("--within", metavar="A:B", help="also: the samples of every instruction inlined through "
+                    "schedule_stream.cuh lines A..B (a region such as the attention body), by reason, thread 0's apart")
     a = ap.parse_args(argv)
     kernel_name, rows = read_csv(a.csv)
     mangled = None
@@ -200,6 +237,19 @@ def main(argv=None) -> int:
         why = ", ".join(f"{k} {v}" for k, v in s["reasons"].items())
         t = f" {s['us_per_block']:8.2f} warp-us/block" if "us_per_block" in s else ""
         print(f"  {s['share']:6.1%}{t} {s['site']:26s} {text:60s} | {why}")
+    if a.within:
+        lo, _, hi = a.within.partition(":")
+        if not (lo.isdigit() and hi.isdigit() and int(lo) <= int(hi)):
+            raise SystemExit(f"--within {a.within!r}: expected A:B, two line numbers with A <= B")
+        w = res["within"] = within(rows, lines, int(lo), int(hi), a.source.name, a.top)
+        for name in ("all", "one_thread"):
+            c = w[name]
+            print(f"  lines {lo}-{hi}, {name.replace('_', '-')} instructions: {c['samples']} samples "
+                  f"({c['share_of_all']:.1%} of all): " + ", ".join(f"{k} {v:.0%}" for k, v in list(c["reasons"].items())[:6]))
+        for st in w["statements"]:
+            text = src[st["line"] - 1].strip()[:60] if 0 < st["line"] <= len(src) else ""
+            print(f"    {st['samples']:6d} {'T0' if st['one_thread'] else '  '} {st['line']:5d} {text:60s} | "
+                  + ", ".join(f"{k} {v:.0%}" for k, v in list(st["reasons"].items())[:3]))
     if a.json:
         a.json.write_text(json.dumps(res, indent=1) + "\n")
     return 0

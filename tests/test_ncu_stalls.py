@@ -118,3 +118,25 @@ def test_long_position_kernel_is_found_in_the_dump(tmp_path):
     (tmp_path / "only_long.sass").write_text(DUMP.replace(KERNEL, long_kernel))
     with pytest.raises(SystemExit, match="no .text section"):
         ncu.main([str(write(tmp_path, ROWS)), "--lines", str(tmp_path / "only_long.sass")])
+
+
+def test_within_a_region_of_lines(tmp_path):
+    """--within A:B: only instructions inlined through schedule_stream.cuh lines A..B, by reason, the
+    one-thread ones apart, per statement (the chain's outermost line in the range)."""
+    (tmp_path / "d.sass").write_text(DUMP)
+    out = tmp_path / "o.json"
+    csv_path = write(tmp_path, ROWS)
+    assert ncu.main([str(csv_path), "--lines", str(tmp_path / "d.sass"), "--json", str(out), "--within", "800:900"]) == 0
+    w = json.loads(out.read_text())["within"]
+    assert w["lines"] == [800, 900]
+    assert w["all"]["samples"] == 40 and w["all"]["share_of_all"] == 0.4   # BAR.SYNC + B2R, through line 810
+    assert w["all"]["reasons"] == {"barrier": 0.975, "long_sb": 0.025}
+    assert w["one_thread"]["samples"] == 0 and w["one_thread"]["reasons"] == {}
+    assert [(s["line"], s["one_thread"], s["samples"]) for s in w["statements"]] == [(810, False, 40)]
+    assert ncu.main([str(csv_path), "--lines", str(tmp_path / "d.sass"), "--json", str(out), "--within", "1400:1470"]) == 0
+    w = json.loads(out.read_text())["within"]
+    assert w["all"]["samples"] == 100 and w["one_thread"]["samples"] == 60
+    assert w["one_thread"]["reasons"] == {"long_sb": 1.0}
+    assert {(s["line"], s["one_thread"]): s["samples"] for s in w["statements"]} == {(1441, True): 60, (1467, False): 40}
+    with pytest.raises(SystemExit, match="expected A:B"):
+        ncu.main([str(csv_path), "--lines", str(tmp_path / "d.sass"), "--within", "900:800"])
