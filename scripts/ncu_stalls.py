@@ -175,21 +175,20 @@ def within(rows: list[dict], lines: dict, lo: int, hi: int, source: str = "sched
         if not s or not inside:
             continue
         o = num(r.get("Avg. Threads Executed", "32")) <= 1.5
-        for h in reasons:
-            v = num(r[h])
-            alls[h[6:]] += v
-            if o:
-                one[h[6:]] += v
-            stmts[(inside[-1], o)][h[6:]] += v
+        for c in (alls, one, stmts[(inside[-1], o)]) if o else (alls, stmts[(inside[-1], o)]):
+            c["_samples"] += s  # the samples column, as summarize() counts them; the reasons below
+            for h in reasons:
+                c[h[6:]] += num(r[h])
 
     def part(c):
-        n = sum(c.values())
+        n = c["_samples"]
+        why = sum(v for k, v in c.items() if k != "_samples")
         return {"samples": int(n), "share_of_all": round(n / total, 4) if total else 0.0,
-                "reasons": {k: round(v / n, 4) for k, v in c.most_common() if v} if n else {}}
+                "reasons": {k: round(v / why, 4) for k, v in c.most_common() if v and k != "_samples"} if why else {}}
 
     return {"lines": [lo, hi], "all": part(alls), "one_thread": part(one),
             "statements": [{"line": n, "one_thread": o, **part(c)}
-                           for (n, o), c in sorted(stmts.items(), key=lambda kv: -sum(kv[1].values()))[:top]]}
+                           for (n, o), c in sorted(stmts.items(), key=lambda kv: -kv[1]["_samples"])[:top]]}
 
 
 def main(argv=None) -> int:
