@@ -91,12 +91,22 @@ def num(v: str) -> float:
         return 0.0
 
 
+def stall_columns(rows: list[dict]) -> list[str]:
+    """The source page's per-reason sample columns (their "(Not Issued)" twins left out)."""
+    return [h for h in rows[0] if h.startswith("stall_") and "Not Issued" not in h]
+
+
+def one_thread(r: dict) -> bool:
+    """An instruction one thread runs (thread 0's serial work, the producer lane)."""
+    return num(r.get("Avg. Threads Executed", "32")) <= 1.5
+
+
 def summarize(rows: list[dict], lines: dict, top: int = 30, warp_us: float | None = None) -> dict:
     """warp_us: one block's warps x the launch's duration (us); with it each site also gets its
     samples as warp-microseconds per block (`us_per_block`: summed over the block's warps) and
     `one_thread_us_per_block` (instructions one thread runs, e.g. thread 0's serial work that the
     block's other warps wait for: that thread's own time)."""
-    reasons = [h for h in rows[0] if h.startswith("stall_") and "Not Issued" not in h]
+    reasons = stall_columns(rows)
     base = int(rows[0]["Address"], 16)
     total = sum(num(r[SAMPLES]) for r in rows)
     by_reason = collections.Counter()
@@ -118,7 +128,7 @@ def summarize(rows: list[dict], lines: dict, top: int = 30, warp_us: float | Non
             c["excessive"] += num(r.get(WF_SHARED + " Excessive", ""))
         if not s:
             continue
-        one = num(r.get("Avg. Threads Executed", "32")) <= 1.5
+        one = one_thread(r)
         for h in reasons:
             v = num(r[h])
             by_reason[h[6:]] += v
@@ -163,7 +173,7 @@ def within(rows: list[dict], lines: dict, lo: int, hi: int, source: str = "sched
     reason, the one-thread instructions' (thread 0's serial work) apart, and per statement (the chain's
     outermost line in lo..hi). Twenty-seventh session: is the attention body's time instruction fetch
     (`no_inst`) on cold code?"""
-    reasons = [h for h in rows[0] if h.startswith("stall_") and "Not Issued" not in h]
+    reasons = stall_columns(rows)
     base = int(rows[0]["Address"], 16)
     total = sum(num(r[SAMPLES]) for r in rows)
     alls, one = collections.Counter(), collections.Counter()
@@ -174,7 +184,7 @@ def within(rows: list[dict], lines: dict, lo: int, hi: int, source: str = "sched
         inside = [n for f, n in chain if f == source and lo <= n <= hi]
         if not s or not inside:
             continue
-        o = num(r.get("Avg. Threads Executed", "32")) <= 1.5
+        o = one_thread(r)
         for c in (alls, one, stmts[(inside[-1], o)]) if o else (alls, stmts[(inside[-1], o)]):
             c["_samples"] += s  # the samples column, as summarize() counts them; the reasons below
             for h in reasons:
