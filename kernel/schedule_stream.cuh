@@ -1073,17 +1073,11 @@ static_assert(kNextTokenL2 >= 0 && kNextTokenL2 <= 3, "0 (off) or layer 0's firs
 // no phase's work got shorter (the ring already holds each phase's slots when it opens: the work
 // is the consumers' own), and the residual hop into qkv grew by 0.6-2.5 us (prefetches in flight
 // slow the polls as the ring's copies do).
-// MONOLITH_TOKEN_REREAD=1 (twenty-seventh session; prepared, not measured; 0 = off, the default): layer 0
-// reads the launch's token again (a volatile load of p.token_in) for its embedding row, so that no
-// register holds it across the 28-layer loop. Why: the `if (L == 0)` read sits inside the loop, so
-// the token stays live through every layer. The consumers are at or near the 96-register cap, and in
-// the MONOLITH_MERGE_ML_NV build it was the spilled value (NOTES.md, twenty-seventh session). Safe:
-// this launch's argmax, after every layer of every block, is the only writer of a token. The same
-// values: the same bits.
-#ifndef MONOLITH_TOKEN_REREAD
-#define MONOLITH_TOKEN_REREAD 0
-#endif
-constexpr bool kTokenReread = MONOLITH_TOKEN_REREAD != 0;
+// (MONOLITH_TOKEN_REREAD, layer 0 reading the launch's token again from p.token_in so that no register
+// holds it across the 28-layer loop, was measured in the twenty-eighth session and removed: dev at 128
+// blocks, tokens bitwise equal, against the two bases' mean: prompt 2 bf16 -0.4 %, fp8 -0.4 %, NVFP4
+// +0.1 %; prompt 2,048 bf16 -0.2 %, fp8 +0.3 %, NVFP4 -1.7 %. One register less where a kernel has
+// slack buys nothing; NOTES.md. Its code is in commit 98889fb.)
 constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
 static_assert(kRingInflight >= 0 && kRingInflight < kStages, "0 (off) or fewer copies in flight than slots");
 // MONOLITH_ATTN_FLASH=1 (fifth session, compiled but not yet run: the next GPU session's A/B,
@@ -2026,16 +2020,14 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         if (tid < kNvRowsRound && s.q0 + tid < s.q1) tsr = qkv_ts(s.q0 + tid);
       }
       if (L == 0) {
-        int tk = token;  // (`if constexpr`, not a ternary: the ternary changed the knob-off SASS)
-        if constexpr (kTokenReread) tk = *(volatile const int32_t*)p.token_in;
         if constexpr (HW::kRowScale) {  // the token's E4M3 row, dequantized as the oracle's weights are
-          const float es = __ldg(p.embed_scales + tk);
-          const uint8_t* er = p.embed_codes + int64_t(tk) * kHidden;
+          const float es = __ldg(p.embed_scales + token);
+          const uint8_t* er = p.embed_codes + int64_t(token) * kHidden;
 #pragma unroll
           for (int e = 0; e < 2; ++e) v[e] = HW::value(er, tid + e * kStreamConsumerThreads, es);
         } else {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) v[e] = bf16_as_float(p.embed[int64_t(tk) * kHidden + tid + e * kStreamConsumerThreads]);
+          for (int e = 0; e < 2; ++e) v[e] = bf16_as_float(p.embed[int64_t(token) * kHidden + tid + e * kStreamConsumerThreads]);
         }
       } else {
         pretest(kNv ? slots_nv(s.q1 - s.q0) : slots_1024(HF{}, s.q1 - s.q0, kRoundSlots));
