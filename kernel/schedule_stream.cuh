@@ -2673,6 +2673,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       }
     }
     csync();
+    XRAY_SUB2(x_open, L);  // (SUB=2, twenty-eighth session: O's opening, the merge's last step and its barrier)
     if (stop_after(L, kStopAttn)) return;
     jitter(L, 2);
     if constexpr (kNv) {
@@ -2721,6 +2722,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         const float s0 = (l16 == 0 && r0 < nr) ? (i == 0 ? sco[0] : __ldg(SC + kScO + o + r0)) : 0.f;
         const float s1 = (l16 == 0 && r1 < nr) ? (i == 0 ? sco[1] : __ldg(SC + kScO + o + r1)) : 0.f;
         if (!acquire_n(1, kPhase_s_oproj, L, true, false, i == 0)) return;  // i = 0: after the barrier above
+        if (i == 0) XRAY_SUB2(x_slots, L);
         const uint4* slot = slot_at(0);
         float a0 = r0 < nr ? (kE4H2O ? hdot16_e4m3(slot[r0 * 16 + l16], ate.w, ate.f) : dot16_e4m3(slot[r0 * 16 + l16], at, 0.f)) : 0.f;
         float a1 = r1 < nr ? (kE4H2O ? hdot16_e4m3(slot[r1 * 16 + l16], ate.w, ate.f) : dot16_e4m3(slot[r1 * 16 + l16], at, 0.f)) : 0.f;
@@ -2729,11 +2731,13 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
           a0 += __shfl_xor_sync(0xffffffffu, a0, m);
           a1 += __shfl_xor_sync(0xffffffffu, a1, m);
         }
+        if (i == 0) XRAY_SUB2(x_dot, L);
         if (l16 == 0) {
           if (r0 < nr) resid_add(acc_o + o + r0, to_fix(a0 * s0));
           if (r1 < nr) resid_add(acc_o + o + r1, to_fix(a1 * s1));
         }
         if (o + F::kRowsO >= s.o1) hop_mark();
+        if (i == 0) XRAY_SUB2(x_out, L);
         release_n(1);
       }
     } else {
@@ -2743,6 +2747,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       for (int o = s.o0; o < s.o1; o += 32 * kRoundSlots) {
         const int nr = min(32 * kRoundSlots, s.o1 - o), n = (nr + 31) / 32;
         if (!acquire_n(n, kPhase_s_oproj, L, true, false, o == s.o0)) return;  // the first: after the barrier above
+        if (o == s.o0) XRAY_SUB2(x_slots, L);
         float a[2 * kRoundSlots];
 #pragma unroll
         for (int i = 0; i < kRoundSlots; ++i) {  // slot i, rows 2 w and 2 w + 1
@@ -2752,6 +2757,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         }
         // values 0..3 and 4..7: lane 8 v holds the sum of value v (of its group of four)
         const float lo4 = warp_sum4(a[0], a[1], a[2], a[3]), hi4 = warp_sum4(a[4], a[5], a[6], a[7]);
+        if (o == s.o0) XRAY_SUB2(x_dot, L);
         if ((lane & 7) == 0) {
 #pragma unroll
           for (int k = 0; k < 2; ++k) {
@@ -2761,6 +2767,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
           }
         }
         if (o + 32 * kRoundSlots >= s.o1) hop_mark();
+        if (o == s.o0) XRAY_SUB2(x_out, L);
         release_n(n);
       }
     }
