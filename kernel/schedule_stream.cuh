@@ -880,6 +880,19 @@ constexpr bool kSlotTestBatch = MONOLITH_SLOT_TEST_BATCH >= 0 ? MONOLITH_SLOT_TE
 #define MONOLITH_SLOT_PRETEST 0
 #endif
 constexpr bool kSlotPretest = MONOLITH_SLOT_PRETEST != 0;
+// MONOLITH_SLOT_PRETEST_O=1 (twenty-eighth session; an A/B handle, off until measured): the pretest
+//   above for O's first round alone, with O's opening barrier skipped when every slot had landed.
+//   Why: the chain model (bench/chainmodel.py) puts O's work on the critical path at 1.49 us against
+//   a 0.29 us floor (bf16, 128), and a SUB=2 X-ray cuts 0.62 us of it (fp8: 0.56, with the landed
+//   count) between the merge's last barrier and the end of O's opening acquire: thread 0's slot tests
+//   and the barrier after them, every layer. O is the phase whose input wait is long (the attention
+//   chain, ~3 us for the blocks without a split), so thread 0's tests before it cost nothing there;
+//   the pretest of every phase (above) lost because the other hops are short and the tests delayed
+//   thread 0's own polls. The skip's ordering argument is the pretest's (the merge ends in barriers).
+#ifndef MONOLITH_SLOT_PRETEST_O
+#define MONOLITH_SLOT_PRETEST_O 0
+#endif
+constexpr bool kSlotPretestO = MONOLITH_SLOT_PRETEST_O != 0;
 // MONOLITH_SLOT_LANDED=1 (ninth session; measured in the tenth: OFF, see the end of this note):
 // the producer keeps a shared count of the copies that have landed, in ring order, and thread 0's
 // acquire skips the mbarrier tests of every slot below it (one shared load instead of up to 8
@@ -1651,9 +1664,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   // An acquire_n at the same kc reuses it; a stale record never matches (kc only grows, and every
   // acquire at a kc that consumes nothing is preceded by its own pretest or none). Written only
   // here, by thread 0, always after a barrier that follows every other thread's last read of it.
-  auto pretest = [&](int n) {
-    if constexpr (kSlotPretest) {
-      if (tid == 0 && n > 0 && n <= 2 * kRoundSlots) {
+  auto pretest = [&](int n, bool o_phase = false) {  // o_phase: O's (MONOLITH_SLOT_PRETEST_O)
+    if constexpr (kSlotPretest || kSlotPretestO) {
+      if ((kSlotPretest || o_phase) && tid == 0 && n > 0 && n <= 2 * kRoundSlots) {
         const uint32_t miss = test_slots(n, 0u);
         sm.pre_kc = kc;
         sm.pre_landed = ~miss & ((1u << n) - 1u);
@@ -1680,7 +1693,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   };
   auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true, bool sub = false,
                        bool may_skip = false) -> bool {
-    if constexpr (kSlotPretest) {
+    if constexpr (kSlotPretest || kSlotPretestO) {
       if (may_skip && sm.pre_kc == kc && sm.pre_ready >= n) {
         if (sub) XRAY_SUB2(x_slots, layer);
         hop_unmark();
@@ -2568,7 +2581,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       }
     }
     // O's first round: one slot (E4M3, NVFP4) or up to kRoundSlots of 32 rows (bf16)
-    pretest(F::kRb == 2 || kNv ? 1 : (min(32 * kRoundSlots, s.o1 - s.o0) + 31) / 32);
+    pretest(F::kRb == 2 || kNv ? 1 : (min(32 * kRoundSlots, s.o1 - s.o0) + 31) / 32, true);
     {
       bool ok = true;
       float num = 0.f, den = 0.f;
@@ -2721,8 +2734,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         // the two rows' scales (issued before the slot wait; the first slot's before the merge's)
         const float s0 = (l16 == 0 && r0 < nr) ? (i == 0 ? sco[0] : __ldg(SC + kScO + o + r0)) : 0.f;
         const float s1 = (l16 == 0 && r1 < nr) ? (i == 0 ? sco[1] : __ldg(SC + kScO + o + r1)) : 0.f;
-        if (!acquire_n(1, kPhase_s_oproj, L, true, false, i == 0)) return;  // i = 0: after the barrier above
-        if (i == 0) XRAY_SUB2(x_slots, L);
+        if (!acquire_n(1, kPhase_s_oproj, L, true, i == 0, i == 0)) return;  // i = 0: after the barrier above
+        if (i == 0) XRAY_SUB2(x_bar, L);
         const uint4* slot = slot_at(0);
         float a0 = r0 < nr ? (kE4H2O ? hdot16_e4m3(slot[r0 * 16 + l16], ate.w, ate.f) : dot16_e4m3(slot[r0 * 16 + l16], at, 0.f)) : 0.f;
         float a1 = r1 < nr ? (kE4H2O ? hdot16_e4m3(slot[r1 * 16 + l16], ate.w, ate.f) : dot16_e4m3(slot[r1 * 16 + l16], at, 0.f)) : 0.f;
@@ -2746,8 +2759,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       const float4 at1 = reinterpret_cast<const float4*>(sm.attn)[x4_swz(2 * lane + 1)];
       for (int o = s.o0; o < s.o1; o += 32 * kRoundSlots) {
         const int nr = min(32 * kRoundSlots, s.o1 - o), n = (nr + 31) / 32;
-        if (!acquire_n(n, kPhase_s_oproj, L, true, false, o == s.o0)) return;  // the first: after the barrier above
-        if (o == s.o0) XRAY_SUB2(x_slots, L);
+        if (!acquire_n(n, kPhase_s_oproj, L, true, o == s.o0, o == s.o0)) return;  // the first: after the barrier above
+        if (o == s.o0) XRAY_SUB2(x_bar, L);
         float a[2 * kRoundSlots];
 #pragma unroll
         for (int i = 0; i < kRoundSlots; ++i) {  // slot i, rows 2 w and 2 w + 1
@@ -3167,7 +3180,7 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
     quit = 0;
     if constexpr (kHopHold<typename Cfg::Weights> > 0) hold = 0;
     if constexpr (kSlotLanded<typename Cfg::Weights>) landed = 0u;
-    if constexpr (kSlotPretest) {
+    if constexpr (kSlotPretest || kSlotPretestO) {
       sm.pre_kc = ~0u;  // no pretest yet (a ring position never reached)
       sm.pre_landed = 0u;
       sm.pre_ready = 0;
