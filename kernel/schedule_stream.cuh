@@ -889,10 +889,19 @@ constexpr bool kSlotPretest = MONOLITH_SLOT_PRETEST != 0;
 //   chain, ~3 us for the blocks without a split), so thread 0's tests before it cost nothing there;
 //   the pretest of every phase (above) lost because the other hops are short and the tests delayed
 //   thread 0's own polls. The skip's ordering argument is the pretest's (the merge ends in barriers).
+//   Measured (twenty-eighth session, dev at 128 blocks, tokens bitwise equal; NOTES.md): bf16 +1.7 %
+//   and +1.85 % at prompt 2 (two calls), 0.0 % at 2,048 (the long kernel); fp8 +0.3 / -0.3 %, NVFP4
+//   +0.2 / +1.0 % (prompt 2 / 2,048).
+//   -1 (the default since the twenty-eighth session): on in bf16's short kernel (positions below
+//   kLongKernelFrom, the headline's 1-256) alone, the only kernel where it gains; 0: off; 1: on in
+//   every kernel. Every other kernel's SASS is the same as with 0.
 #ifndef MONOLITH_SLOT_PRETEST_O
-#define MONOLITH_SLOT_PRETEST_O 0
+#define MONOLITH_SLOT_PRETEST_O -1
 #endif
-constexpr bool kSlotPretestO = MONOLITH_SLOT_PRETEST_O != 0;
+static_assert(MONOLITH_SLOT_PRETEST_O >= -1 && MONOLITH_SLOT_PRETEST_O <= 1, "-1 (bf16's short kernel), 0 or 1");
+template <class W, bool kLong, bool kWide>
+constexpr bool kSlotPretestO =
+    MONOLITH_SLOT_PRETEST_O > 0 || (MONOLITH_SLOT_PRETEST_O < 0 && !W::kRowScale && !kLong && !kWide);
 // MONOLITH_SLOT_LANDED=1 (ninth session; measured in the tenth: OFF, see the end of this note):
 // the producer keeps a shared count of the copies that have landed, in ring order, and thread 0's
 // acquire skips the mbarrier tests of every slot below it (one shared load instead of up to 8
@@ -1618,6 +1627,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
                  kE4H2Down = (kE4H2Mask & 8) != 0;
   // MONOLITH_MERGE_HALVES (above): by default in the long-position kernel only
   constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES < 0 ? kLong : MONOLITH_MERGE_HALVES != 0;
+  constexpr bool kPretestO = kSlotPretestO<W, kLong, kWide>;  // MONOLITH_SLOT_PRETEST_O (above)
   constexpr int kMergeThreads = (kMergeHalves ? 2 : 1) * kGroupCols;  // threads that gather partials
   constexpr int kRowsRound = kRoundSlots * F::kRows1024;  // K = 1024 rows per round: 32 | 64 | 128 (NVFP4)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -1665,7 +1675,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   // acquire at a kc that consumes nothing is preceded by its own pretest or none). Written only
   // here, by thread 0, always after a barrier that follows every other thread's last read of it.
   auto pretest = [&](int n, bool o_phase = false) {  // o_phase: O's (MONOLITH_SLOT_PRETEST_O)
-    if constexpr (kSlotPretest || kSlotPretestO) {
+    if constexpr (kSlotPretest || kPretestO) {
       if ((kSlotPretest || o_phase) && tid == 0 && n > 0 && n <= 2 * kRoundSlots) {
         const uint32_t miss = test_slots(n, 0u);
         sm.pre_kc = kc;
@@ -1693,7 +1703,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   };
   auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true, bool sub = false,
                        bool may_skip = false) -> bool {
-    if constexpr (kSlotPretest || kSlotPretestO) {
+    if constexpr (kSlotPretest || kPretestO) {
       if (may_skip && sm.pre_kc == kc && sm.pre_ready >= n) {
         if (sub) XRAY_SUB2(x_slots, layer);
         hop_unmark();
@@ -3180,7 +3190,7 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
     quit = 0;
     if constexpr (kHopHold<typename Cfg::Weights> > 0) hold = 0;
     if constexpr (kSlotLanded<typename Cfg::Weights>) landed = 0u;
-    if constexpr (kSlotPretest || kSlotPretestO) {
+    if constexpr (kSlotPretest || kSlotPretestO<typename Cfg::Weights, kLong, kWide>) {
       sm.pre_kc = ~0u;  // no pretest yet (a ring position never reached)
       sm.pre_landed = 0u;
       sm.pre_ready = 0;
