@@ -205,7 +205,10 @@ def print_report(r: dict, console=None) -> None:
     con.print(f"token, floor: layer 0 {f['layer0_us']:.1f} + {f['layers'] - 1} x {f['layer_us']:.2f} + LM head "
               f"{f['head_us']:.1f} ({f['stream_tbs']:.2f} TB/s) = {f['token_us']:.1f} µs = {1e6 / f['token_us']:,.0f} tok/s")
     for x in r["targets"]:
-        verdict = "under the floor" if x["reachable_at_floor"] else "below the floor: not reachable by tuning this chain"
+        slack = x["layer_budget_us"] - x["floor_layer_us"]
+        verdict = (f"{slack:.2f} µs above the floor: every overhead of the chain together must fit in that "
+                   f"(today {m['layer_us'] - f['layer_us']:.2f})" if x["reachable_at_floor"]
+                   else "below the floor: not reachable by tuning this chain")
         con.print(f"target {x['tok_s']:,.0f} tok/s: {x['layer_budget_us']:.2f} µs per layer against the floor's "
                   f"{x['floor_layer_us']:.2f} ({verdict}); hops at the probe's cheapest hop that fit beside the "
                   f"floor's work: {x['hops_that_fit']:.1f} (the schedule has 5)")
