@@ -23,7 +23,9 @@ This module fills that sum twice:
   - work: a GEMV phase's weights per block at the round probe's rate (probes/round_gemv.cu: bf16
     'x-perm' and E4M3 'e4m3-kernel'; both measure ~57 weights per ns per SM). NVFP4 has no round
     probe and takes E4M3's rate;
-  - attention: probes/attn_split.cu's shipped shape (A3) for the split's cached positions;
+  - attention: probes/attn_split.cu's shipped shape (A3) for a split of min(64, position) cached
+    positions (the short kernel's split; at long positions the wide kernel's splits are longer, so
+    there this term is a lower bound, not the split's floor);
   - open: 0;
   - the LM head: its bytes at the bandwidth probe's best streaming rate;
   - layer 0's extra over a median layer, as measured.

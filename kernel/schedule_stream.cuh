@@ -880,7 +880,7 @@ constexpr bool kSlotTestBatch = MONOLITH_SLOT_TEST_BATCH >= 0 ? MONOLITH_SLOT_TE
 #define MONOLITH_SLOT_PRETEST 0
 #endif
 constexpr bool kSlotPretest = MONOLITH_SLOT_PRETEST != 0;
-// MONOLITH_SLOT_PRETEST_O=1 (twenty-eighth session; an A/B handle, off until measured): the pretest
+// MONOLITH_SLOT_PRETEST_O (twenty-eighth session; the default -1 is at the end of this note): the pretest
 //   above for O's first round alone, with O's opening barrier skipped when every slot had landed.
 //   Why: the chain model (bench/chainmodel.py) puts O's work on the critical path at 1.49 us against
 //   a 0.29 us floor (bf16, 128), and a SUB=2 X-ray cuts 0.62 us of it (fp8: 0.56, with the landed
