@@ -917,10 +917,17 @@ constexpr bool kSlotPretestO =
 //   the same bits. Prediction: down's x_dot -0.15..-0.3 us, dev bf16 +0.5..+2 %, tokens bitwise equal.
 //   Built into bf16's short and long kernels (0 spills on sm_90a); the wide kernel spilled 8 B with it
 //   and keeps the per-segment loads.
+//   sm_120a (register-usage level 0): the short kernel spilled 20 B with it, so there it is built into
+//   the long kernel alone (as kMergeMlBf16Short does for the (m, l) lanes).
 #ifndef MONOLITH_DOWN_X_REUSE
 #define MONOLITH_DOWN_X_REUSE 0
 #endif
 constexpr bool kDownXReuse = MONOLITH_DOWN_X_REUSE != 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+constexpr bool kDownXReuseShort = false;
+#else
+constexpr bool kDownXReuseShort = true;
+#endif
 // MONOLITH_SLOT_LANDED=1 (ninth session; measured in the tenth: OFF, see the end of this note):
 // the producer keeps a shared count of the copies that have landed, in ring order, and thread 0's
 // acquire skips the mbarrier tests of every slot below it (one shared load instead of up to 8
@@ -2981,7 +2988,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
           float* part = sm.part[rd & 1];
           if (!acquire_n(n, kPhase_s_down, L, true, rd == 0, rd == 0)) return;  // round 0: after the gather's barrier
           if (rd == 0) XRAY_SUB(x_open, L);
-          if constexpr (kDownXReuse && F::kRb == 1 && !kE4H2Down && !kWide) {  // (the wide kernel spilled 8 B with it)
+          if constexpr (kDownXReuse && F::kRb == 1 && !kE4H2Down && !kWide && (kLong || kDownXReuseShort)) {  // (above)
             // MONOLITH_DOWN_X_REUSE (above): this warp's items of its half's list, by residue, then in order
             const int per = (nq + 7) >> 3, k0 = per * (warp >> 1), o = q0 % 3;
             const int c0 = (nq + 2) / 3, c1 = (nq + 1) / 3;  // segments with residue 0, 1 (mod 3)
