@@ -919,15 +919,29 @@ constexpr bool kSlotPretestO =
 //   and keeps the per-segment loads.
 //   sm_120a (register-usage level 0): the short kernel spilled 20 B with it, so there it is built into
 //   the long kernel alone (as kMergeMlBf16Short does for the (m, l) lanes).
+// MONOLITH_SLOT_PRETEST_DOWN=1 (twenty-eighth session; prepared, not measured; 0 = off, the default): the
+//   pretest for down's first round alone, as MONOLITH_SLOT_PRETEST_O does for O's, in every kernel.
+//   Why: bf16's down opening tests its 3 slots after the activations' gather (x_slots 0.45 us in the
+//   SUB=2 X-ray at 128) and O's pretest gained bf16 +1.85 % in the short kernel. Down's hop is short
+//   (thread 0 sees its words ~0.3 us after MLP's last end), so the pretest delays thread 0's own polls
+//   by about what the words take anyway; the eighth session's pretest of every phase was neutral for
+//   bf16 with O's gain inside it, so this may well lose. Prediction: bf16 -1..+1.5 %, tokens bitwise
+//   equal; fp8 (its landed count skips the tests already) within +-0.5 %.
+#ifndef MONOLITH_SLOT_PRETEST_DOWN
+#define MONOLITH_SLOT_PRETEST_DOWN 0
+#endif
+constexpr bool kSlotPretestDown = MONOLITH_SLOT_PRETEST_DOWN != 0;
 #ifndef MONOLITH_DOWN_X_REUSE
 #define MONOLITH_DOWN_X_REUSE 0
 #endif
 constexpr bool kDownXReuse = MONOLITH_DOWN_X_REUSE != 0;
+// this compilation pass is sm_120a's (the register-tight choices above and below differ per arch)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
-constexpr bool kDownXReuseShort = false;
+constexpr bool kArchSm120 = true;
 #else
-constexpr bool kDownXReuseShort = true;
+constexpr bool kArchSm120 = false;
 #endif
+constexpr bool kDownXReuseShort = !kArchSm120;
 // MONOLITH_SLOT_LANDED=1 (ninth session; measured in the tenth: OFF, see the end of this note):
 // the producer keeps a shared count of the copies that have landed, in ring order, and thread 0's
 // acquire skips the mbarrier tests of every slot below it (one shared load instead of up to 8
@@ -1236,11 +1250,7 @@ constexpr bool kMergeMlLanes = MONOLITH_MERGE_ML_LANES != 0;
 // sm_120a (ptxas at register-usage level 0, monolith/kernel_spec.py): bf16's short kernel spilled 8 B
 // with the knob, so there it keeps the per-thread (m, l) words; every other kernel of both arches,
 // and everything sm_90a runs, has it
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
-constexpr bool kMergeMlBf16Short = false;
-#else
-constexpr bool kMergeMlBf16Short = true;
-#endif
+constexpr bool kMergeMlBf16Short = !kArchSm120;
 static_assert(kHeadDim % 32 == 0 && kGroupCols % 32 == 0, "MONOLITH_MERGE_ML_LANES: a warp merges one head");
 static_assert(2 * 2 * kMergeBatch <= 32, "MONOLITH_MERGE_ML_LANES: a round trip's (m, l) words are one per lane");
 
@@ -1700,9 +1710,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   // An acquire_n at the same kc reuses it; a stale record never matches (kc only grows, and every
   // acquire at a kc that consumes nothing is preceded by its own pretest or none). Written only
   // here, by thread 0, always after a barrier that follows every other thread's last read of it.
-  auto pretest = [&](int n, bool o_phase = false) {  // o_phase: O's (MONOLITH_SLOT_PRETEST_O)
-    if constexpr (kSlotPretest || kPretestO) {
-      if ((kSlotPretest || o_phase) && tid == 0 && n > 0 && n <= 2 * kRoundSlots) {
+  // on: this call site's own pretest knob (MONOLITH_SLOT_PRETEST_O / _DOWN), beside MONOLITH_SLOT_PRETEST
+  auto pretest = [&](int n, bool on = false) {
+    if constexpr (kSlotPretest || kPretestO || kSlotPretestDown) {
+      if ((kSlotPretest || on) && tid == 0 && n > 0 && n <= 2 * kRoundSlots) {
         const uint32_t miss = test_slots(n, 0u);
         sm.pre_kc = kc;
         sm.pre_landed = ~miss & ((1u << n) - 1u);
@@ -1729,7 +1740,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   };
   auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true, bool sub = false,
                        bool may_skip = false) -> bool {
-    if constexpr (kSlotPretest || kPretestO) {
+    if constexpr (kSlotPretest || kPretestO || kSlotPretestDown) {
       if (may_skip && sm.pre_kc == kc && sm.pre_ready >= n) {
         if (sub) XRAY_SUB2(x_slots, layer);
         hop_unmark();
@@ -2617,7 +2628,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       }
     }
     // O's first round: one slot (E4M3, NVFP4) or up to kRoundSlots of 32 rows (bf16)
-    pretest(F::kRb == 2 || kNv ? 1 : (min(32 * kRoundSlots, s.o1 - s.o0) + 31) / 32, true);
+    pretest(F::kRb == 2 || kNv ? 1 : (min(32 * kRoundSlots, s.o1 - s.o0) + 31) / 32, kPretestO);
     {
       bool ok = true;
       float num = 0.f, den = 0.f;
@@ -2950,7 +2961,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       float av[kPer];
       {
         const int nseg = 3 * (s.h1 - s.h0);
-        pretest(kNv ? slots_nv(nseg) : slots_1024(F{}, nseg, kRoundSlots));
+        pretest(kNv ? slots_nv(nseg) : slots_1024(F{}, nseg, kRoundSlots), kSlotPretestDown);
       }
       gather_vec<kPer>(acc + kTagAct, tag, av, S, tmo, uint32_t(L) * 16u + 11u, ok);
       if constexpr ((kPollSyncwarp & 4) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 4
@@ -3247,7 +3258,7 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
     quit = 0;
     if constexpr (kHopHold<typename Cfg::Weights> > 0) hold = 0;
     if constexpr (kSlotLanded<typename Cfg::Weights>) landed = 0u;
-    if constexpr (kSlotPretest || kSlotPretestO<typename Cfg::Weights, kLong, kWide>) {
+    if constexpr (kSlotPretest || kSlotPretestO<typename Cfg::Weights, kLong, kWide> || kSlotPretestDown) {
       sm.pre_kc = ~0u;  // no pretest yet (a ring position never reached)
       sm.pre_landed = 0u;
       sm.pre_ready = 0;
