@@ -139,3 +139,46 @@ def test_packed_weights_name_their_source_and_scheme():
     assert site._is_synthetic_weights(packed)
     assert site._weights_text({"kind": "synthetic", "seed": 3}) == "synthetic (seed 3)"
     assert not site._is_synthetic_weights({"kind": "fp8-packed", "source": {"kind": "hf", "name": "Qwen3-0.6B"}})
+
+
+def _chain_json(variant, rng, **over):
+    def phases():
+        return [{"phase": p, "hop_us": rng.uniform(0.2, 1), "open_us": rng.uniform(0, 1), "work_us": rng.uniform(0.3, 2),
+                 "segment_us": 0.0} for p in ("s_qkv", "s_attn", "s_oproj", "s_mlp", "s_down")]
+
+    d = {"variant": variant, "position": 128, "blocks": 128, "format": "bf16",
+         "measured": {"phases": phases(), "token_mean_us": 466.0, "trace_token_us": 466.5},
+         "floor": {"phases": phases(), "token_us": 301.7}, "targets": []}
+    d.update(over)
+    return d
+
+
+def test_chain_models_reach_the_manifest_and_bad_ones_are_clear_errors(tmp_path):
+    import random
+
+    from monolith.xray.site import load_chains
+
+    rng = random.Random(3)
+    assert load_chains(tmp_path / "none", tmp_path) == []  # no results/chain/: the page says so
+    d = tmp_path / "chain"
+    d.mkdir()
+    want = {v: _chain_json(v, rng) for v in ("nvfp4-stream", "bf16-stream", "fp8-stream")}
+    for v, c in want.items():
+        (d / f"{v}.json").write_text(json.dumps(c))
+    got = load_chains(d, tmp_path)
+    assert [c["variant"] for c in got] == ["bf16-stream", "fp8-stream", "nvfp4-stream"]  # the page's version order
+    for c in got:
+        src = want[c["variant"]]
+        assert c["file"] == f"chain/{c['variant']}.json"
+        assert [p["phase"] for p in c["measured"]] == [p["phase"] for p in src["measured"]["phases"]]
+        assert c["measured"][2]["work_us"] == src["measured"]["phases"][2]["work_us"]
+        assert c["floor_token_us"] == 301.7 and c["traced_token_us"] == 466.5
+        assert set(c["measured"][0]) == {"phase", "hop_us", "open_us", "work_us"}  # only what the page draws
+    bad = _chain_json("bf16-stream", rng)
+    bad["floor"]["phases"][1]["hop_us"] = float("nan")
+    (d / "bf16-stream.json").write_text(json.dumps(bad))
+    with pytest.raises(MonolithError, match="bf16-stream.json: not a chain model"):
+        load_chains(d, tmp_path)
+    (d / "bf16-stream.json").write_text(json.dumps(_chain_json("bf16-stream", rng, measured={"phases": []})))
+    with pytest.raises(MonolithError, match="not a chain model"):
+        load_chains(d, tmp_path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import textwrap
 from datetime import UTC, datetime
@@ -150,6 +151,33 @@ def load_timelines(tl_dir: Path) -> list[dict]:
     return out
 
 
+CHAIN_KEYS = ("hop_us", "open_us", "work_us")
+
+
+def _chain_phases(d: dict, key: str) -> list[dict]:
+    rows = [{"phase": str(x["phase"]), **{k: float(x[k]) for k in CHAIN_KEYS}} for x in d[key]["phases"]]
+    if not rows or any(not math.isfinite(r[k]) for r in rows for k in CHAIN_KEYS):
+        raise ValueError(f"{key}: no phases, or a value that is not a finite number")
+    return rows
+
+
+def load_chains(chain_dir: Path, root: Path) -> list[dict]:
+    """results/chain/<variant>.json (bench/chainmodel.py --json): one layer's chain as its X-ray measured
+    it and the probes' floor, cut to what the page draws (per phase: hop, opening, work, µs)."""
+    out = []
+    for p in sorted(chain_dir.glob("*.json")) if chain_dir.is_dir() else []:
+        d = _load_json(p)
+        try:
+            out.append({"variant": str(d["variant"]), "position": int(d["position"]), "blocks": int(d["blocks"]),
+                        "file": _rel(p, root), "measured": _chain_phases(d, "measured"), "floor": _chain_phases(d, "floor"),
+                        "measured_token_us": float(d["measured"]["token_mean_us"]),
+                        "traced_token_us": float(d["measured"]["trace_token_us"]),
+                        "floor_token_us": float(d["floor"]["token_us"])})
+        except (KeyError, TypeError, ValueError) as e:
+            raise MonolithError(f"{p}: not a chain model from bench/chainmodel.py ({type(e).__name__}: {e})") from e
+    return sorted(out, key=lambda c: _variant_rank(c["variant"], c["position"]))
+
+
 def load_traces(traces_dir: Path) -> list[tuple[Path, dict]]:
     from monolith.xray.export import read_page  # the xray area's validator: FORMAT.md's rules
 
@@ -281,6 +309,7 @@ def build_manifest(root: Path, results_dir: Path, traces_dir: Path, kernel_dir: 
         "created": max(stamps) if stamps else datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "fixture": fixture, "bandwidth": _bandwidth(root), "versions": versions, "race": race,
         "results": results, "tour": extract_tour(kernel_dir, root), "notes": notes,
+        "chains": load_chains(results_dir / "chain", root),
     }
     return manifest, timelines
 

@@ -2,6 +2,7 @@
 // numeric on the page comes from the manifest, the timelines or the traces it names.
 import "./style.css";
 import { mountBudget } from "./budgetview";
+import { mountChain } from "./chain";
 import { $, h } from "./dom";
 import { fetchJson, type Manifest } from "./manifest";
 import { mountRace } from "./race";
@@ -37,6 +38,7 @@ async function main() {
   const budget = mountBudget($("#budget"), m);
   mountXray($("#xray"), m, (t, v, label) => budget.add(t, v, label));
   mountTable($("#results"), m);
+  mountChain($("#chain"), m);
   mountTour($("#tour"), m);
   const proto = protocolList(m);
   if (proto) $("#method").append(proto);

@@ -89,6 +89,22 @@ export interface TourEntry {
   note: string | null;
 }
 
+/** One phase of a layer's chain (bench/chainmodel.py): µs from the previous phase's end, in three pieces. */
+export interface ChainPhase { phase: string; hop_us: number; open_us: number; work_us: number }
+
+/** One variant's chain at one position: as its X-ray measured it, and the probes' floor (results/chain/). */
+export interface Chain {
+  variant: string;
+  position: number;
+  blocks: number;
+  file: string;
+  measured: ChainPhase[];
+  floor: ChainPhase[];
+  measured_token_us: number;  // layer 0 + 27 mean layers + LM head, from the trace
+  traced_token_us: number;    // the traced launch (CUDA events)
+  floor_token_us: number;
+}
+
 export interface Manifest {
   schema: string;
   created: string;
@@ -99,6 +115,7 @@ export interface Manifest {
   results: ResultFile[];
   tour: TourEntry[];
   notes: string[];
+  chains?: Chain[];           // absent in manifests written before the twenty-eighth session
 }
 
 export interface Timeline {

@@ -53,6 +53,21 @@ test("the page loads its own committed data without errors", async () => {
   assert.equal(await page.locator("#status").isHidden(), true, "manifest loaded");
   await page.waitForFunction(() => Number(document.querySelector("#gantt")?.dataset.draws ?? 0) > 0);
   assert.match(await page.locator("footer").innerText(), /not affiliated with Qwen, NVIDIA, or AlpinDale/);
+  // One layer's chain: a row per committed chain model, two bars each, no error line
+  const manifest = JSON.parse(readFileSync(join(WEB, "public/data/manifest.json"), "utf8"));
+  assert.ok((manifest.chains ?? []).length >= 1, "the committed data carries results/chain/");
+  assert.equal(await page.locator("#chain .chain-row").count(), manifest.chains.length);
+  assert.equal(await page.locator("#chain .chain-stack").count(), 2 * manifest.chains.length);
+  assert.equal(await page.locator("#chain .error").count(), 0);
+  assert.ok(await page.locator("#chain .seg").first().evaluate((e) => parseFloat(e.style.width) > 0));
+  assert.deepEqual(errors, []);
+  await ctx.close();
+});
+
+test("the chain panel says so when its data has no chain model", async () => {
+  const { ctx, page, errors } = await openFixture();
+  assert.match(await page.locator("#chain").innerText(), /No chain model is recorded/);
+  assert.equal(await page.locator("#chain .chain-row").count(), 0);
   assert.deepEqual(errors, []);
   await ctx.close();
 });
