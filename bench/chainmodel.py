@@ -159,12 +159,44 @@ def floor(probes: dict, fmt: str, position: int, blocks: int, layer0_extra_us: f
             "stream_tbs": stream_tbs(probes)}
 
 
+def what_if(fl: dict, changes: list[str]) -> dict:
+    """The floor with some of its pieces changed, to price a proposed chain before anyone builds it.
+    Each change is PHASE.PIECE=US (replace) or PHASE.PIECE=+US / -US (add), PIECE one of hop, open,
+    work. E.g. MLP and down folded into one phase whose split-K partials are reduced in clusters
+    (the cluster-fold probe, results/m4_cluster_fold.json, C = 8: 2.05 us from the last partials to
+    the last block ready): no activation hop (s_down.hop=0), down's dots inside MLP (s_mlp.work=+0.43,
+    s_down.work=0), and the reduction in place of the residual hop (s_qkv.hop=2.05).
+    Raises ValueError on a phase or piece that does not exist or a value that is not a number."""
+    phases = [dict(p) for p in fl["phases"]]
+    by = {p["phase"]: p for p in phases}
+    for c in changes:
+        try:
+            lhs, val = c.split("=", 1)
+            name, piece = lhs.rsplit(".", 1)
+            x = float(val)
+        except ValueError:
+            raise ValueError(f"what-if {c!r}: expected PHASE.PIECE=US or PHASE.PIECE=+US (e.g. s_down.hop=0)") from None
+        if name not in by or piece not in ("hop", "open", "work"):
+            raise ValueError(f"what-if {c!r}: phases are {', '.join(by)}; pieces are hop, open, work")
+        k = f"{piece}_us"
+        by[name][k] = by[name][k] + x if val.strip()[:1] in "+-" else x
+        if by[name][k] < 0:
+            raise ValueError(f"what-if {c!r}: {name}'s {piece} would be negative")
+    for p in phases:
+        p["segment_us"] = p["hop_us"] + p["open_us"] + p["work_us"]
+    layer = sum(p["segment_us"] for p in phases)
+    extra = fl["layer0_us"] - fl["layer_us"]
+    n = fl["layers"]
+    return {"changes": list(changes), "phases": phases, "layer_us": layer,
+            "token_us": layer + extra + (n - 1) * layer + fl["head_us"]}
+
+
 def layer_budget(target_tok_s: float, head_us: float, layer0_extra_us: float, n: int = M.num_layers) -> float:
     """The mean layer time (µs) a target leaves after the LM head and layer 0's extra."""
     return (1e6 / target_tok_s - head_us - layer0_extra_us) / n
 
 
-def report(summary: dict, probes: dict, targets: list[float]) -> dict:
+def report(summary: dict, probes: dict, targets: list[float], changes: list[str] | None = None) -> dict:
     meas = measured(summary)
     meta = summary["meta"]
     fmt = weight_format(meta["variant"])
@@ -180,6 +212,8 @@ def report(summary: dict, probes: dict, targets: list[float]) -> dict:
                                "reachable_at_floor": b >= fl["layer_us"],
                                # hops at the cheapest probe hop that fit beside the floor's work
                                "hops_that_fit": max(0.0, (b - work_f) / hop_f)})
+    if changes:
+        out["what_if"] = what_if(fl, changes)
     return out
 
 
@@ -206,6 +240,10 @@ def print_report(r: dict, console=None) -> None:
               f"{m['token_mean_us']:.1f}; the traced launch {m['trace_token_us']:.1f})")
     con.print(f"token, floor: layer 0 {f['layer0_us']:.1f} + {f['layers'] - 1} x {f['layer_us']:.2f} + LM head "
               f"{f['head_us']:.1f} ({f['stream_tbs']:.2f} TB/s) = {f['token_us']:.1f} µs = {1e6 / f['token_us']:,.0f} tok/s")
+    if "what_if" in r:
+        w = r["what_if"]
+        con.print(f"what-if floor ({'; '.join(w['changes'])}): {w['layer_us']:.2f} µs per layer, token "
+                  f"{w['token_us']:.1f} µs = {1e6 / w['token_us']:,.0f} tok/s (the floor: {f['token_us']:.1f} µs)")
     for x in r["targets"]:
         slack = x["layer_budget_us"] - x["floor_layer_us"]
         verdict = (f"{slack:.2f} µs above the floor: every overhead of the chain together must fit in that "
@@ -262,6 +300,9 @@ def main(argv=None) -> int:
     ap.add_argument("--target", type=float, action="append", default=[],
                     help="tok/s targets to price against the floor (repeatable)")
     ap.add_argument("--probes", default=str(REPO), help="repository root holding the probes' results/ JSON")
+    ap.add_argument("--what-if", action="append", default=[], metavar="PHASE.PIECE=US",
+                    help="price a changed chain: set (=US) or add to (=+US) one floor piece (hop, open, work) "
+                         "of a phase, e.g. s_down.hop=0 (repeatable)")
     ap.add_argument("--json", help="write the model here")
     ap.add_argument("--png", help="write the layer's chain, measured above the floor, as a PNG here")
     a = ap.parse_args(argv)
@@ -271,7 +312,7 @@ def main(argv=None) -> int:
 
     try:
         meta, ev = load_raw(a.raw)
-        r = report(analyze(meta, ev), load_probes(Path(a.probes)), a.target)
+        r = report(analyze(meta, ev), load_probes(Path(a.probes)), a.target, a.what_if)
     except (MonolithError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -161,3 +161,27 @@ def test_cli(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cm.main(["--help"])
     assert e.value.code == 0
+
+
+def test_what_if_prices_a_changed_chain():
+    rng = random.Random(9)
+    probes, hop, *_ = fake_probes(rng)
+    fl = cm.floor(probes, "bf16", 128, 128, layer0_extra_us=2.5)
+    w = cm.what_if(fl, ["s_down.hop=0", "s_mlp.work=+0.43", "s_down.work=0", "s_qkv.hop=2.05"])
+    by, old = {p["phase"]: p for p in w["phases"]}, {p["phase"]: p for p in fl["phases"]}
+    assert by["s_down"]["hop_us"] == 0 and by["s_down"]["work_us"] == 0 and by["s_qkv"]["hop_us"] == 2.05
+    assert by["s_mlp"]["work_us"] == pytest.approx(old["s_mlp"]["work_us"] + 0.43)
+    assert by["s_attn"] == {**old["s_attn"], "segment_us": old["s_attn"]["hop_us"] + old["s_attn"]["work_us"]}
+    assert fl["phases"][0]["hop_us"] == pytest.approx(hop[1024])  # the floor itself is not changed
+    layer = sum(p["hop_us"] + p["open_us"] + p["work_us"] for p in w["phases"])
+    assert w["layer_us"] == pytest.approx(layer)
+    assert w["token_us"] == pytest.approx(28 * layer + 2.5 + fl["head_us"])
+    assert cm.what_if(fl, ["s_mlp.open=-0"])["layer_us"] == pytest.approx(fl["layer_us"])
+    for bad, why in (("s_foo.hop=1", "phases are"), ("s_qkv.bytes=1", "pieces are"), ("s_qkv.hop", "expected"),
+                     ("s_qkv.hop=fast", "expected"), ("s_qkv.hop=-9", "negative")):
+        with pytest.raises(ValueError, match=why):
+            cm.what_if(fl, [bad])
+    summ, _, _ = fake_summary(rng)
+    r = cm.report(summ, probes, [], ["s_down.hop=0"])
+    assert r["what_if"]["layer_us"] == pytest.approx(r["floor"]["layer_us"] - r["floor"]["phases"][4]["hop_us"])
+    assert "what_if" not in cm.report(summ, probes, [])
