@@ -152,11 +152,12 @@ def floor(probes: dict, fmt: str, position: int, blocks: int, layer0_extra_us: f
     for p in phases:
         p["segment_us"] = p["hop_us"] + p["work_us"]
     layer = sum(p["segment_us"] for p in phases)
-    head = head_bytes(fmt) / (stream_tbs(probes) * 1e6)
+    tbs = stream_tbs(probes)
+    head = head_bytes(fmt) / (tbs * 1e6)
     n = M.num_layers
     return {"phases": phases, "layer_us": layer, "layers": n, "layer0_us": layer + layer0_extra_us, "head_us": head,
             "token_us": layer + layer0_extra_us + (n - 1) * layer + head, "round_weights_per_us": rate,
-            "stream_tbs": stream_tbs(probes)}
+            "stream_tbs": tbs}
 
 
 def what_if(fl: dict, changes: list[str]) -> dict:
@@ -204,10 +205,10 @@ def report(summary: dict, probes: dict, targets: list[float], changes: list[str]
     fl = floor(probes, fmt, int(meta["position"]), int(meta["blocks"]), extra)
     out = {"variant": meta["variant"], "position": int(meta["position"]), "blocks": int(meta["blocks"]),
            "format": fmt, "measured": meas, "floor": fl, "targets": []}
+    hop_f = min(p["hop_us"] for p in fl["phases"])
+    work_f = sum(p["work_us"] for p in fl["phases"])
     for t in targets:
         b = layer_budget(t, fl["head_us"], extra)
-        hop_f = min(p["hop_us"] for p in fl["phases"])
-        work_f = sum(p["work_us"] for p in fl["phases"])
         out["targets"].append({"tok_s": t, "layer_budget_us": b, "floor_layer_us": fl["layer_us"],
                                "reachable_at_floor": b >= fl["layer_us"],
                                # hops at the cheapest probe hop that fit beside the floor's work

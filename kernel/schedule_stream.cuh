@@ -931,6 +931,9 @@ constexpr bool kSlotPretestO =
 #define MONOLITH_SLOT_PRETEST_DOWN 0
 #endif
 constexpr bool kSlotPretestDown = MONOLITH_SLOT_PRETEST_DOWN != 0;
+// some pretest is built into this kernel: sm.pre_* is kept (initialized, written, read)
+template <class W, bool kLong, bool kWide>
+constexpr bool kSlotPretestAny = kSlotPretest || kSlotPretestO<W, kLong, kWide> || kSlotPretestDown;
 #ifndef MONOLITH_DOWN_X_REUSE
 #define MONOLITH_DOWN_X_REUSE 0
 #endif
@@ -1664,6 +1667,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   // MONOLITH_MERGE_HALVES (above): by default in the long-position kernel only
   constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES < 0 ? kLong : MONOLITH_MERGE_HALVES != 0;
   constexpr bool kPretestO = kSlotPretestO<W, kLong, kWide>;  // MONOLITH_SLOT_PRETEST_O (above)
+  constexpr bool kPretestAny = kSlotPretestAny<W, kLong, kWide>;
   constexpr int kMergeThreads = (kMergeHalves ? 2 : 1) * kGroupCols;  // threads that gather partials
   constexpr int kRowsRound = kRoundSlots * F::kRows1024;  // K = 1024 rows per round: 32 | 64 | 128 (NVFP4)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -1712,7 +1716,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   // here, by thread 0, always after a barrier that follows every other thread's last read of it.
   // on: this call site's own pretest knob (MONOLITH_SLOT_PRETEST_O / _DOWN), beside MONOLITH_SLOT_PRETEST
   auto pretest = [&](int n, bool on = false) {
-    if constexpr (kSlotPretest || kPretestO || kSlotPretestDown) {
+    if constexpr (kPretestAny) {
       if ((kSlotPretest || on) && tid == 0 && n > 0 && n <= 2 * kRoundSlots) {
         const uint32_t miss = test_slots(n, 0u);
         sm.pre_kc = kc;
@@ -1740,7 +1744,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   };
   auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true, bool sub = false,
                        bool may_skip = false) -> bool {
-    if constexpr (kSlotPretest || kPretestO || kSlotPretestDown) {
+    if constexpr (kPretestAny) {
       if (may_skip && sm.pre_kc == kc && sm.pre_ready >= n) {
         if (sub) XRAY_SUB2(x_slots, layer);
         hop_unmark();
@@ -3001,8 +3005,12 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
           if (rd == 0) XRAY_SUB(x_open, L);
           if constexpr (kDownXReuse && F::kRb == 1 && !kE4H2Down && !kWide && (kLong || kDownXReuseShort)) {  // (above)
             // MONOLITH_DOWN_X_REUSE (above): this warp's items of its half's list, by residue, then in order
-            const int per = (nq + 7) >> 3, k0 = per * (warp >> 1), o = q0 % 3;
+            const int per = (nq + 7) >> 3, k0 = per * (warp >> 1);
             const int c0 = (nq + 2) / 3, c1 = (nq + 1) / 3;  // segments with residue 0, 1 (mod 3)
+            auto segment = [&](int f) {  // item f of a half's list: its segment in the round
+              const int res = f < c0 ? 0 : (f < c0 + c1 ? 1 : 2);
+              return 3 * (f - (res == 0 ? 0 : (res == 1 ? c0 : c0 + c1))) + res;
+            };
             float a[kRoundSlots];
             int xt = -1;
             XHalf xa;
@@ -3011,9 +3019,8 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
               a[j] = 0.f;
               const int f = k0 + j;
               if (j < per && f < nq) {
-                const int res = f < c0 ? 0 : (f < c0 + c1 ? 1 : 2);
-                const int q = 3 * (f - (res == 0 ? 0 : (res == 1 ? c0 : c0 + c1))) + res;  // in the round
-                const int t = (o + res) % 3;  // its third of the activations
+                const int q = segment(f);
+                const int t = (q0 + q) % 3;  // its third of the activations (segment q0 + q, as below)
                 if (t != xt) {
                   xa = load_xhalf<W>(sm.act + t * kHidden);
                   xt = t;
@@ -3024,8 +3031,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
             const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
             const int j = lane >> 3, f = k0 + j;
             if ((lane & 7) == 0 && j < per && f < nq) {
-              const int res = f < c0 ? 0 : (f < c0 + c1 ? 1 : 2);
-              const int q = 3 * (f - (res == 0 ? 0 : (res == 1 ? c0 : c0 + c1))) + res;
+              const int q = segment(f);
               part[(q >> 3) * kPartBlk + 2 * (q & 7) + (warp & 1)] = r4;  // where warp 2 (q & 7) + h writes it
             }
           } else {
@@ -3258,7 +3264,7 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
     quit = 0;
     if constexpr (kHopHold<typename Cfg::Weights> > 0) hold = 0;
     if constexpr (kSlotLanded<typename Cfg::Weights>) landed = 0u;
-    if constexpr (kSlotPretest || kSlotPretestO<typename Cfg::Weights, kLong, kWide> || kSlotPretestDown) {
+    if constexpr (kSlotPretestAny<typename Cfg::Weights, kLong, kWide>) {
       sm.pre_kc = ~0u;  // no pretest yet (a ring position never reached)
       sm.pre_landed = 0u;
       sm.pre_ready = 0;

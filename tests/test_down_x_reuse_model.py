@@ -34,11 +34,11 @@ def items(nq: int, k: int) -> list[tuple[int, int]]:
 
 
 def test_the_kernel_uses_these_expressions():
-    for expr in ("const int per = (nq + 7) >> 3, k0 = per * (warp >> 1), o = q0 % 3;",
+    for expr in ("const int per = (nq + 7) >> 3, k0 = per * (warp >> 1);",
                  "const int c0 = (nq + 2) / 3, c1 = (nq + 1) / 3;",
                  "const int res = f < c0 ? 0 : (f < c0 + c1 ? 1 : 2);",
-                 "const int q = 3 * (f - (res == 0 ? 0 : (res == 1 ? c0 : c0 + c1))) + res;",
-                 "const int t = (o + res) % 3;",
+                 "return 3 * (f - (res == 0 ? 0 : (res == 1 ? c0 : c0 + c1))) + res;",
+                 "const int t = (q0 + q) % 3;",
                  "part[(q >> 3) * kPartBlk + 2 * (q & 7) + (warp & 1)] = r4;",
                  "a[j] = half_row_lane<W>(slot_at(q >> 3), q & 7, xa);"):
         assert expr in SRC, expr

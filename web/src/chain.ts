@@ -55,14 +55,17 @@ export function mountChain(root: HTMLElement, m: Manifest) {
   }
   const list = h("div", { class: "chain-list", id: "chain-list" });
   root.append(list);
-  // one axis for every variant: bars compare across rows as well as within one
-  let scale = 1e-9;
-  for (const c of chains) {
-    try { scale = Math.max(scale, chainTotals(c.measured).layer, chainTotals(c.floor).layer); } catch { /* its row reports it */ }
-  }
-  for (const c of chains) {
+  // each row's sums once (or the error its row reports), then one axis for every variant: bars
+  // compare across rows as well as within one
+  const rows = chains.map((c) => {
+    try { return { c, a: chainTotals(c.measured), f: chainTotals(c.floor) }; } catch (e) { return { c, err: e as Error }; }
+  });
+  const scale = Math.max(1e-9, ...rows.flatMap((r) => ("err" in r ? [] : [r.a.layer, r.f.layer])));
+  for (const r of rows) {
+    const c = r.c;
     try {
-      const a = chainTotals(c.measured), f = chainTotals(c.floor);
+      if ("err" in r) throw r.err;
+      const { a, f } = r;
       list.append(h("div", { class: "chain-row", "data-variant": c.variant },
         h("div", { class: "budget-label" }, h("strong", { text: `${c.variant} at position ${c.position.toLocaleString("en-US")}` }),
           h("span", { class: "muted", text: ` · ${c.blocks} blocks` })),
