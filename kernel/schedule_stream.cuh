@@ -902,49 +902,19 @@ static_assert(MONOLITH_SLOT_PRETEST_O >= -1 && MONOLITH_SLOT_PRETEST_O <= 1, "-1
 template <class W, bool kLong, bool kWide>
 constexpr bool kSlotPretestO =
     MONOLITH_SLOT_PRETEST_O > 0 || (MONOLITH_SLOT_PRETEST_O < 0 && !W::kRowScale && !kLong && !kWide);
-// MONOLITH_DOWN_X_REUSE=1 (twenty-eighth session; prepared, not measured; 0 = off, the default): bf16's
-//   down rounds give each warp segments of one third of the activations where they can, so that a
-//   warp loads its half of a third once instead of once per segment. Why: in a down round warp w takes
-//   half (w & 1) of row (w >> 1) of every slot, and row r of slot i is segment 8 i + r, a third of
-//   (8 i + r) % 3: every warp meets all three thirds once, so each of its three slots reloads x from
-//   shared memory. That is 96 KB of x against 48 KB of weights per block and layer at 128 blocks
-//   (16 warps x 3 x 2 KB), and down's dot products take 0.82 us against the round probe's 0.43
-//   (NOTES.md, twenty-eighth session). Here the round's nq segments are listed per half, by their
-//   residue mod 3 (so by third) and then in order, and warp pair k takes items k per .. k per + per - 1
-//   (per = ceil(nq / 8) <= 4) of its half's list: at nq = 24, 10 loads per half instead of 24. Each
-//   item is the same half_row_lane over the same lanes, reduced by the same warp_sum4 tree (a butterfly
-//   whose pairs do not depend on a value's position) into the same part[] word as now, so the sums are
-//   the same bits. Prediction: down's x_dot -0.15..-0.3 us, dev bf16 +0.5..+2 %, tokens bitwise equal.
-//   Built into bf16's short and long kernels (0 spills on sm_90a); the wide kernel spilled 8 B with it
-//   and keeps the per-segment loads.
-//   sm_120a (register-usage level 0): the short kernel spilled 20 B with it, so there it is built into
-//   the long kernel alone (as kMergeMlBf16Short does for the (m, l) lanes).
-// MONOLITH_SLOT_PRETEST_DOWN=1 (twenty-eighth session; prepared, not measured; 0 = off, the default): the
-//   pretest for down's first round alone, as MONOLITH_SLOT_PRETEST_O does for O's, in every kernel.
-//   Why: bf16's down opening tests its 3 slots after the activations' gather (x_slots 0.45 us in the
-//   SUB=2 X-ray at 128) and O's pretest gained bf16 +1.85 % in the short kernel. Down's hop is short
-//   (thread 0 sees its words ~0.3 us after MLP's last end), so the pretest delays thread 0's own polls
-//   by about what the words take anyway; the eighth session's pretest of every phase was neutral for
-//   bf16 with O's gain inside it, so this may well lose. Prediction: bf16 -1..+1.5 %, tokens bitwise
-//   equal; fp8 (its landed count skips the tests already) within +-0.5 %.
-#ifndef MONOLITH_SLOT_PRETEST_DOWN
-#define MONOLITH_SLOT_PRETEST_DOWN 0
-#endif
-constexpr bool kSlotPretestDown = MONOLITH_SLOT_PRETEST_DOWN != 0;
+// MONOLITH_DOWN_X_REUSE (bf16's down rounds dealt by third, one x load per third) and
+// MONOLITH_SLOT_PRETEST_DOWN (O's pretest for down's opening): prepared in the twenty-eighth
+// session, measured in the twenty-ninth and removed (dev at 128 blocks, tokens bitwise equal: bf16
+// -5.2 % / -2.5 % at prompt 2; NOTES.md).
 // some pretest is built into this kernel: sm.pre_* is kept (initialized, written, read)
 template <class W, bool kLong, bool kWide>
-constexpr bool kSlotPretestAny = kSlotPretest || kSlotPretestO<W, kLong, kWide> || kSlotPretestDown;
-#ifndef MONOLITH_DOWN_X_REUSE
-#define MONOLITH_DOWN_X_REUSE 0
-#endif
-constexpr bool kDownXReuse = MONOLITH_DOWN_X_REUSE != 0;
+constexpr bool kSlotPretestAny = kSlotPretest || kSlotPretestO<W, kLong, kWide>;
 // this compilation pass is sm_120a's (the register-tight choices above and below differ per arch)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
 constexpr bool kArchSm120 = true;
 #else
 constexpr bool kArchSm120 = false;
 #endif
-constexpr bool kDownXReuseShort = !kArchSm120;
 // MONOLITH_SLOT_LANDED=1 (ninth session; measured in the tenth: OFF, see the end of this note):
 // the producer keeps a shared count of the copies that have landed, in ring order, and thread 0's
 // acquire skips the mbarrier tests of every slot below it (one shared load instead of up to 8
@@ -1714,7 +1684,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   // An acquire_n at the same kc reuses it; a stale record never matches (kc only grows, and every
   // acquire at a kc that consumes nothing is preceded by its own pretest or none). Written only
   // here, by thread 0, always after a barrier that follows every other thread's last read of it.
-  // on: this call site's own pretest knob (MONOLITH_SLOT_PRETEST_O / _DOWN), beside MONOLITH_SLOT_PRETEST
+  // on: this call site's own pretest knob (MONOLITH_SLOT_PRETEST_O), beside MONOLITH_SLOT_PRETEST
   auto pretest = [&](int n, bool on = false) {
     if constexpr (kPretestAny) {
       if ((kSlotPretest || on) && tid == 0 && n > 0 && n <= 2 * kRoundSlots) {
@@ -2965,7 +2935,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       float av[kPer];
       {
         const int nseg = 3 * (s.h1 - s.h0);
-        pretest(kNv ? slots_nv(nseg) : slots_1024(F{}, nseg, kRoundSlots), kSlotPretestDown);
+        pretest(kNv ? slots_nv(nseg) : slots_1024(F{}, nseg, kRoundSlots));
       }
       gather_vec<kPer>(acc + kTagAct, tag, av, S, tmo, uint32_t(L) * 16u + 11u, ok);
       if constexpr ((kPollSyncwarp & 4) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 4
@@ -3003,60 +2973,27 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
           float* part = sm.part[rd & 1];
           if (!acquire_n(n, kPhase_s_down, L, true, rd == 0, rd == 0)) return;  // round 0: after the gather's barrier
           if (rd == 0) XRAY_SUB(x_open, L);
-          if constexpr (kDownXReuse && F::kRb == 1 && !kE4H2Down && !kWide && (kLong || kDownXReuseShort)) {  // (above)
-            // MONOLITH_DOWN_X_REUSE (above): this warp's items of its half's list, by residue, then in order
-            const int per = (nq + 7) >> 3, k0 = per * (warp >> 1);
-            const int c0 = (nq + 2) / 3, c1 = (nq + 1) / 3;  // segments with residue 0, 1 (mod 3)
-            auto segment = [&](int f) {  // item f of a half's list: its segment in the round
-              const int res = f < c0 ? 0 : (f < c0 + c1 ? 1 : 2);
-              return 3 * (f - (res == 0 ? 0 : (res == 1 ? c0 : c0 + c1))) + res;
-            };
-            float a[kRoundSlots];
-            int xt = -1;
-            XHalf xa;
 #pragma unroll
-            for (int j = 0; j < kRoundSlots; ++j) {
-              a[j] = 0.f;
-              const int f = k0 + j;
-              if (j < per && f < nq) {
-                const int q = segment(f);
-                const int t = (q0 + q) % 3;  // its third of the activations (segment q0 + q, as below)
-                if (t != xt) {
-                  xa = load_xhalf<W>(sm.act + t * kHidden);
-                  xt = t;
+          for (int k = 0; k < F::kRb; ++k) {
+            float a[kRoundSlots];
+#pragma unroll
+            for (int i = 0; i < kRoundSlots; ++i) {
+              const int row = 8 * k + (warp >> 1);         // in the slot
+              const int q = q0 + F::kRows1024 * i + row;  // segment q: row q / 3, columns 1024 (q % 3) ..
+              // the input half differs per segment: read it from shared memory (4 live XHalf would
+              // cost 64 registers)
+              a[i] = 0.f;
+              if (i < n && q < nseg) {
+                if constexpr (kE4H2Down) {
+                  a[i] = half_row_lane<W>(slot_at(i), row, load_xe_half<kIntermediate / 32>(sm.act, (q % 3) * kHidden));
+                } else {
+                  const XHalf xa = load_xhalf<W>(sm.act + (q % 3) * kHidden);
+                  a[i] = half_row_lane<W>(slot_at(i), row, xa);
                 }
-                a[j] = half_row_lane<W>(slot_at(q >> 3), q & 7, xa);
               }
             }
             const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
-            const int j = lane >> 3, f = k0 + j;
-            if ((lane & 7) == 0 && j < per && f < nq) {
-              const int q = segment(f);
-              part[(q >> 3) * kPartBlk + 2 * (q & 7) + (warp & 1)] = r4;  // where warp 2 (q & 7) + h writes it
-            }
-          } else {
-#pragma unroll
-            for (int k = 0; k < F::kRb; ++k) {
-              float a[kRoundSlots];
-#pragma unroll
-              for (int i = 0; i < kRoundSlots; ++i) {
-                const int row = 8 * k + (warp >> 1);         // in the slot
-                const int q = q0 + F::kRows1024 * i + row;  // segment q: row q / 3, columns 1024 (q % 3) ..
-                // the input half differs per segment: read it from shared memory (4 live XHalf would
-                // cost 64 registers)
-                a[i] = 0.f;
-                if (i < n && q < nseg) {
-                  if constexpr (kE4H2Down) {
-                    a[i] = half_row_lane<W>(slot_at(i), row, load_xe_half<kIntermediate / 32>(sm.act, (q % 3) * kHidden));
-                  } else {
-                    const XHalf xa = load_xhalf<W>(sm.act + (q % 3) * kHidden);
-                    a[i] = half_row_lane<W>(slot_at(i), row, xa);
-                  }
-                }
-              }
-              const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);
-              if ((lane & 7) == 0) part[(F::kRb * (lane >> 3) + k) * kPartBlk + warp] = r4;
-            }
+            if ((lane & 7) == 0) part[(F::kRb * (lane >> 3) + k) * kPartBlk + warp] = r4;
           }
           csync();
           if (rd == 0) XRAY_SUB(x_dot, L);
