@@ -42,6 +42,7 @@ import sys
 from pathlib import Path
 
 from monolith.config import QWEN3_0_6B as M
+from monolith.figures import pyplot, save_png
 
 REPO = Path(__file__).resolve().parents[1]
 # The five phases of a layer in chain order: the hop into each (producer -> wait phase), the
@@ -258,11 +259,7 @@ def print_report(r: dict, console=None) -> None:
 def chain_png(r: dict, path) -> Path:
     """One layer's chain as two bars on a time axis (measured above, floor below): each phase's hop,
     opening and work in chain order, so the eye sees which pieces the floor does not have."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     colors = {"hop_us": "#c0504d", "open_us": "#f3a683", "work_us": "#4f81bd"}
     labels = {"hop_us": "hop (measured: to thread 0's words; floor: to every word)",
               "open_us": "opening (the other threads' words, bookkeeping)",
@@ -285,12 +282,7 @@ def chain_png(r: dict, path) -> Path:
     ax.set_ylim(-0.6, 1.9)
     ax.set_title(f"one layer's chain · {r['variant']} at position {r['position']}, {r['blocks']} blocks", fontsize=10)
     ax.legend(loc="upper right", fontsize=7, ncols=3, frameon=False, bbox_to_anchor=(1.0, -0.25))
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
 
 
 def main(argv=None) -> int:

@@ -86,6 +86,7 @@ import torch
 
 from monolith.checkpoint import Checkpoint
 from monolith.errors import MonolithError
+from monolith.figures import pyplot, save_png
 from monolith.quant import fp8_layout as F8
 from monolith.quant import nvfp4_layout as L
 
@@ -604,11 +605,7 @@ def sweep(ckpt: Checkpoint, tok=None, *, device: str = "cpu", per_layer: bool = 
 def plot(doc: dict, path) -> Path:
     """PNG: per-unit KL bars (log scale; FP8 units of the map highlighted) with the endpoints as
     horizontal lines, and per-unit agreement below."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     units = doc["units"]
     names = [u["name"] for u in units]
     fp8 = set(doc["map"]["fp8_units"])
@@ -641,9 +638,4 @@ def plot(doc: dict, path) -> Path:
     total = sum(u["weights"] for u in units) or 1
     labels = names if len(units) > 20 else [f"{u['name']}\n{u['weights'] / total:.0%} of W" for u in units]
     ax2.set_xticklabels(labels, rotation=90 if len(units) > 20 else 0, fontsize=6 if len(units) > 20 else 8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_png(fig, path, dpi=110)

@@ -23,6 +23,7 @@ import numpy as np
 
 from monolith.config import HEAD_DIM, HIDDEN, INTERMEDIATE, KV_DIM, NUM_KV_HEADS, Q_DIM, VOCAB
 from monolith.errors import MonolithError
+from monolith.figures import pyplot, save_png
 from monolith.kernel_spec import xray_max_events
 from monolith.xray.phases import load_phases
 from monolith.xray.raw import COL, validate_raw
@@ -820,10 +821,7 @@ def gantt_png(meta: dict, events: np.ndarray, path, method: str = "clock64-fit",
     Painted as a pixel image, not as 40k vector patches: matplotlib hatching of that many
     polygons takes ~20 s, the image takes well under one. Every interval gets >= 1 px.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.colors import to_rgb
     from matplotlib.patches import Patch
 
@@ -873,12 +871,7 @@ def gantt_png(meta: dict, events: np.ndarray, path, method: str = "clock64-fit",
                if (ev[:, COL["phase"]] == p.id).any()]
     handles.append(Patch(facecolor="#f3c0c0", label="idle SM (no block)"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return save_png(fig, path)
 
 
 def main(argv=None) -> int:
