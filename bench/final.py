@@ -1,0 +1,345 @@
+"""The final matrix (M6): per-engine row files measured on one GPU within one lease, merged into
+results/final.json + results/final.md. The schema is notes/CONTRACTS.md ("The final matrix").
+
+A device call may last 10 minutes and the whole matrix does not fit one, so each call writes one
+file per engine into a rows directory (`write_row_file`), stamped with the GPU's UUID and the
+row's start and end; `merge` proves the rows share one GPU and one <= 30-minute window before it
+writes anything, then renders the table.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import shutil
+from pathlib import Path
+
+from monolith import results
+from monolith.errors import MonolithError
+
+ROW_SCHEMA = "monolith-m6-row/1"
+FINAL_VERSION = 1
+WINDOW_LIMIT_S = 1800.0
+UNGATED_LABEL = "ungated: not bitwise deterministic"
+
+# the matrix: the five kernel variants (nvfp4-stream experimental), then the baselines
+VARIANTS = ("bf16-upstream", "fp8-upstream", "bf16-stream", "fp8-stream", "nvfp4-stream")
+BASELINES = ("llamacpp", "hf-eager", "hf-static", "hf-compile", "reference-graph")
+# HF modes whose gate fails on determinism alone: their speed is shown, labelled ungated
+UNGATED_OK = ("hf-static", "hf-compile")
+# lanes of the page's race: the best of each family
+RACE_LANES = (("monolith", "megakernel-"), ("llamacpp", "llamacpp-"), ("hf", "hf-"), ("reference-graph", "reference-graph"))
+
+
+def engine_name(name: str) -> str:
+    """m6's short names (fp8-stream, hf-eager, llamacpp) -> the registry's engine names."""
+    name = name.strip()
+    if name in VARIANTS:
+        return f"megakernel-{name}"
+    return name
+
+
+def all_engines() -> list[str]:
+    return [engine_name(v) for v in VARIANTS] + list(BASELINES)
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _parse_iso(s, where: str) -> _dt.datetime:
+    try:
+        t = _dt.datetime.fromisoformat(str(s))
+    except ValueError:
+        raise MonolithError(f"{where}: timestamp {s!r} is not ISO 8601") from None
+    if t.tzinfo is None:
+        raise MonolithError(f"{where}: timestamp {s!r} has no time zone")
+    return t
+
+
+def row_file_name(engine: str) -> str:
+    return f"row-{engine}.json"
+
+
+def write_row_file(rows_dir: Path, engine: str, rows: list[dict], *, gpu_uuid: str | None, gpu: str | None,
+                   started: str, ended: str, env: dict, weights: dict, protocol: dict) -> Path:
+    """One engine's rows (llama.cpp: two) with the lease's proof: GPU UUID, start and end."""
+    rows_dir = Path(rows_dir)
+    rows_dir.mkdir(parents=True, exist_ok=True)
+    for r in rows:
+        r.setdefault("gpu_uuid", gpu_uuid)
+        r.setdefault("started", started)
+        r.setdefault("ended", ended)
+    doc = {"schema": ROW_SCHEMA, "engine": engine, "gpu_uuid": gpu_uuid, "gpu": gpu, "started": started,
+           "ended": ended, "env": env, "weights": weights, "protocol": protocol, "rows": rows}
+    path = rows_dir / row_file_name(engine)
+    path.write_text(json.dumps(results._clean(doc), indent=1) + "\n")
+    return path
+
+
+def load_row_files(rows_dir: Path) -> list[dict]:
+    rows_dir = Path(rows_dir)
+    if not rows_dir.is_dir():
+        raise MonolithError(f"--merge {rows_dir}: not a directory (write rows with `monolith m6 --rows-dir DIR`)")
+    files = sorted(rows_dir.glob("row-*.json"))
+    if not files:
+        raise MonolithError(f"--merge {rows_dir}: no row-*.json files (write them with `monolith m6 --rows-dir DIR`)")
+    docs = []
+    for f in files:
+        try:
+            d = json.loads(f.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise MonolithError(f"{f}: cannot be read as JSON ({e})") from None
+        if not isinstance(d, dict) or d.get("schema") != ROW_SCHEMA:
+            raise MonolithError(f"{f}: schema {d.get('schema') if isinstance(d, dict) else None!r}, "
+                                f"expected {ROW_SCHEMA!r}")
+        if not isinstance(d.get("rows"), list) or not d["rows"]:
+            raise MonolithError(f"{f}: no rows")
+        d["_file"] = f.name
+        docs.append(d)
+    return docs
+
+
+def check_lease(docs: list[dict], limit_s: float = WINDOW_LIMIT_S) -> dict:
+    """One GPU, one window: every file names the same GPU UUID, and the first start and the last
+    end lie within `limit_s`. A file without a UUID (no GPU: a CPU rehearsal) can only be merged
+    with others that have none."""
+    uuids = {d.get("gpu_uuid") for d in docs}
+    if len(uuids) != 1:
+        names = ", ".join(f"{d['_file']}: {d.get('gpu_uuid')}" for d in docs)
+        raise MonolithError(f"rows come from different GPUs ({names}): the matrix is one GPU's; re-measure on one")
+    for d in docs:
+        for r in d["rows"]:
+            if r.get("gpu_uuid", d.get("gpu_uuid")) != d.get("gpu_uuid"):
+                raise MonolithError(f"{d['_file']}: row {r.get('engine')} names GPU {r.get('gpu_uuid')}, "
+                                    f"its file {d.get('gpu_uuid')}")
+    starts = [_parse_iso(d.get("started"), d["_file"]) for d in docs]
+    ends = [_parse_iso(d.get("ended"), d["_file"]) for d in docs]
+    for d, s, e in zip(docs, starts, ends, strict=True):
+        if e < s:
+            raise MonolithError(f"{d['_file']}: ends ({d['ended']}) before it starts ({d['started']})")
+    span = (max(ends) - min(starts)).total_seconds()
+    if span > limit_s:
+        raise MonolithError(f"rows span {span:.0f} s (from {min(starts).isoformat()} to {max(ends).isoformat()}), "
+                            f"more than one {limit_s:.0f} s lease: re-measure the oldest rows")
+    quick = {bool((d.get("protocol") or {}).get("quick")) for d in docs}
+    if len(quick) != 1:
+        raise MonolithError("quick-trial rows and full-protocol rows cannot be merged into one matrix")
+    return {"gpu_uuid": uuids.pop(), "start": min(starts).isoformat(), "end": max(ends).isoformat(),
+            "span_s": round(span, 1), "limit_s": limit_s}
+
+
+def _median(r: dict) -> float | None:
+    return (r.get("tok_s") or {}).get("median") if r.get("status") == "ok" else None
+
+
+def headline(rows: list[dict], gpu: str | None) -> dict | None:
+    """The fastest gated monolith row (not experimental) against the fastest baseline with a speed."""
+    mono = [r for r in rows if r.get("kind") == "monolith" and _median(r) and not r.get("experimental")
+            and (r.get("gate") or {}).get("passed") is True]
+    base = [r for r in rows if r.get("kind") == "baseline" and _median(r)]
+    if not mono:
+        return None
+    best = max(mono, key=_median)
+    out = {"engine": best["engine"], "label": best.get("label"), "tok_s": _median(best), "gpu": gpu,
+           "best_baseline": None, "best_baseline_tok_s": None, "speedup": None}
+    if base:
+        b = max(base, key=_median)
+        out.update(best_baseline=b["engine"], best_baseline_tok_s=_median(b), speedup=_median(best) / _median(b))
+    return out
+
+
+def race(rows: list[dict]) -> list[dict]:
+    """The race's lanes: per family, the fastest row that has a speed (its timeline if recorded)."""
+    lanes = []
+    for lane, prefix in RACE_LANES:
+        cands = [r for r in rows if r["engine"].startswith(prefix) and _median(r)
+                 and not (lane == "monolith" and r.get("experimental"))]
+        if cands:
+            b = max(cands, key=_median)
+            lanes.append({"lane": lane, "engine": b["engine"], "label": b.get("label"), "tok_s": _median(b),
+                          "speed_label": b.get("speed_label"), "timeline": b.get("timeline")})
+    return lanes
+
+
+def _order(rows: list[dict]) -> list[dict]:
+    order = {e: i for i, e in enumerate(all_engines())}
+
+    def key(r):
+        e = r["engine"]
+        base = "llamacpp" if e.startswith("llamacpp-") else e
+        return (order.get(base, len(order)), e)
+    return sorted(rows, key=key)
+
+
+def merge(rows_dir: Path, out: Path, publish_root: Path | None = None, limit_s: float = WINDOW_LIMIT_S) -> dict:
+    """Check the lease, then write `out` (final.json) and final.md beside it. With publish_root
+    (the repository root), the rows' timelines go to results/timelines/ and the X-ray raws to
+    results/xray/, and the rows name those paths."""
+    docs = load_row_files(rows_dir)
+    lease = check_lease(docs, limit_s)
+    first = min(docs, key=lambda d: d["started"])
+    rows = [r for d in docs for r in d["rows"]]
+    seen = set()
+    for r in rows:
+        if r["engine"] in seen:
+            raise MonolithError(f"engine {r['engine']} appears in two row files: keep one")
+        seen.add(r["engine"])
+    rows_dir = Path(rows_dir)
+    xray = {}
+    for raw in sorted((rows_dir / "xray").glob("*.raw.npz")):
+        variant = raw.name.removesuffix(".raw.npz")
+        xray[variant] = str(raw)
+        if publish_root is not None:
+            dst = Path(publish_root) / "results" / "xray" / raw.name
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(raw, dst)
+            xray[variant] = str(dst.relative_to(publish_root))
+    for r in rows:
+        tl = rows_dir / "timelines" / f"{r['engine']}.json"
+        if tl.is_file():
+            r["timeline"] = str(tl)
+            if publish_root is not None:
+                dst = Path(publish_root) / "results" / "timelines" / tl.name
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(tl, dst)
+                r["timeline"] = str(dst.relative_to(publish_root))
+        else:
+            r.setdefault("timeline", None)
+        if r.get("kind") == "monolith":
+            r["xray"] = xray.get(r.get("variant"))
+    rows = _order(rows)
+    quick = bool((first.get("protocol") or {}).get("quick"))
+    protocol = {**(first.get("protocol") or {}), "title": "M6: the final matrix" + (" (quick trial: not headline)"
+                                                                                     if quick else ""),
+                "headline": not quick}
+    doc = results.new_doc(first.get("env") or {}, first.get("weights") or {}, protocol)
+    doc["rows"] = rows
+    gpu = first.get("gpu")
+    doc["final"] = {"version": FINAL_VERSION, "gpu_uuid": lease["gpu_uuid"], "gpu": gpu,
+                    "window": {k: lease[k] for k in ("start", "end", "span_s", "limit_s")},
+                    "row_files": [d["_file"] for d in docs], "headline": None if quick else headline(rows, gpu),
+                    "race": race(rows), "xray": xray, "quick": quick}
+    errs = validate_final(doc)
+    if errs:
+        bad = Path(out).with_suffix(".invalid.json")
+        bad.parent.mkdir(parents=True, exist_ok=True)
+        bad.write_text(json.dumps(results._clean(doc), indent=1) + "\n")
+        raise MonolithError(f"final matrix invalid (kept as {bad}): " + "; ".join(errs[:6]))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results._clean(doc), indent=1) + "\n")
+    out.with_suffix(".md").write_text(render_final_md(doc))
+    return doc
+
+
+def _gates_problems(r: dict, where: str) -> list[str]:
+    g = r.get("gates")
+    if not isinstance(g, dict):
+        return [f"{where}: a quantized row needs gates {{implementation, quality}}"]
+    errs = []
+    for name in ("implementation", "quality"):
+        v = g.get(name)
+        if not isinstance(v, dict) or "passed" not in v or v["passed"] not in (True, False, None):
+            errs.append(f"{where}: gates.{name} needs passed true/false/null")
+        elif v["passed"] is None and not v.get("reason"):
+            errs.append(f"{where}: gates.{name} not measured needs a reason")
+    return errs
+
+
+def validate_final(doc) -> list[str]:
+    """Every problem with a final.json (empty: valid): the results schema, then the matrix's own rules."""
+    errs = results.validate(doc)
+    if errs or not isinstance(doc, dict):
+        return errs
+    f = doc.get("final")
+    if not isinstance(f, dict) or f.get("version") != FINAL_VERSION:
+        return errs + [f"'final' missing or not version {FINAL_VERSION}"]
+    w = f.get("window") or {}
+    if not isinstance(w.get("span_s"), int | float) or w["span_s"] > w.get("limit_s", WINDOW_LIMIT_S):
+        errs.append(f"window span {w.get('span_s')} s is over the {w.get('limit_s', WINDOW_LIMIT_S)} s limit")
+    for i, r in enumerate(doc["rows"]):
+        where = f"row {i} ({r.get('engine')})"
+        if r.get("kind") not in ("monolith", "baseline"):
+            errs.append(f"{where}: kind {r.get('kind')!r} not monolith/baseline")
+        if r.get("gpu_uuid") != f.get("gpu_uuid"):
+            errs.append(f"{where}: GPU {r.get('gpu_uuid')} is not the matrix's {f.get('gpu_uuid')}")
+        if r.get("status") == "ok":
+            e = r.get("energy")
+            if not isinstance(e, dict) or e.get("method") not in ("nvml-total-energy", "not measured"):
+                errs.append(f"{where}: energy needs method nvml-total-energy or not measured")
+            elif e["method"] == "not measured" and not e.get("reason"):
+                errs.append(f"{where}: energy not measured needs a reason")
+            elif e["method"] == "nvml-total-energy" and not (isinstance(r.get("tok_per_joule"), int | float)
+                                                             and r["tok_per_joule"] > 0):
+                errs.append(f"{where}: measured energy but tok_per_joule {r.get('tok_per_joule')!r}")
+            if r.get("kind") == "monolith" and not f.get("quick") and not r.get("sweep"):
+                errs.append(f"{where}: a monolith row needs the position sweep")
+        gate = r.get("gate") or {}
+        if r.get("speed_label") == UNGATED_LABEL:
+            v = gate.get("verdict") or {}
+            if gate.get("applicable") is not False or v.get("passed") is not False:
+                errs.append(f"{where}: an ungated row keeps its measured (failed) verdict under gate.verdict")
+        elif r.get("status") == "ok" and gate.get("applicable") is False and r.get("kind") == "monolith":
+            errs.append(f"{where}: a monolith row's speed must be gated")
+        if r.get("weight_format") in ("fp8", "nvfp4"):
+            errs += _gates_problems(r, where)
+    return errs
+
+
+def _f(x, fmt="{:,.1f}"):
+    return "–" if x is None else fmt.format(x)
+
+
+def _pf(v) -> str:
+    return {True: "pass", False: "FAIL", None: "not measured"}[v]
+
+
+def render_final_md(doc: dict) -> str:
+    """The results table (results.render_md) plus the matrix's own sections: provenance, energy,
+    both gates of each quantized row, the race's lanes."""
+    f = doc["final"]
+    w = f["window"]
+    head = results.render_md(doc).rstrip("\n").split("\n")
+    lines = head[:2]
+    lines += [f"One GPU ({f.get('gpu')}, UUID {f['gpu_uuid']}), one window: {w['start']} to {w['end']} "
+              f"({w['span_s']:.0f} s of at most {w['limit_s']:.0f} s); {len(f['row_files'])} row files merged.", ""]
+    h = f.get("headline")
+    if h:
+        sp = f", {h['speedup']:.2f}× {h['best_baseline']} ({h['best_baseline_tok_s']:,.1f} tok/s)" if h.get("speedup") else ""
+        lines += [f"**Headline:** {h['label'] or h['engine']}: {h['tok_s']:,.1f} tok/s{sp}, on {h.get('gpu')}.", ""]
+    lines += head[2:]
+    lines += ["", "Energy (NVML total-energy counter around each row's timed runs):", "",
+              "| engine | tok/J | joules | mean W | decode s | method |", "|---|---:|---:|---:|---:|---|"]
+    for r in doc["rows"]:
+        e = r.get("energy") or {}
+        if r.get("status") != "ok":
+            continue
+        meth = e.get("method", "not measured")
+        if meth == "not measured":
+            meth += f": {e.get('reason')}"
+        lines.append(f"| {r.get('label') or r['engine']} | {_f(r.get('tok_per_joule'), '{:.2f}')} | "
+                     f"{_f(e.get('joules'), '{:.1f}')} | {_f(e.get('mean_w'), '{:.0f}')} | "
+                     f"{_f(e.get('decode_s'), '{:.2f}')} | {meth.replace('|', '/')} |")
+    quant = [r for r in doc["rows"] if r.get("gates")]
+    if quant:
+        lines += ["", "Quantized rows, both gates by name (implementation: fp32 on the dequantized weights, "
+                  "margin rule; quality: against fp32 on the original bf16 weights):", "",
+                  "| engine | implementation gate | quality gate | ppl ratio | agreement | KL | bf16 floor agreement |",
+                  "|---|---|---|---:|---:|---:|---:|"]
+        for r in quant:
+            g = r["gates"]
+            q = g.get("quality") or {}
+            fl = q.get("floor") or {}
+            lines.append(f"| {r.get('label') or r['engine']} | {_pf(g['implementation'].get('passed'))} | "
+                         f"{_pf(q.get('passed'))}{' (' + q['reason'] + ')' if q.get('reason') else ''} | "
+                         f"{_f(q.get('ppl_ratio'), '{:.4f}')} | {_f(q.get('agreement'), '{:.2%}')} | "
+                         f"{_f(q.get('kl'), '{:.3g}')} | {_f(fl.get('agreement'), '{:.2%}')} |")
+    ung = [r for r in doc["rows"] if r.get("speed_label")]
+    if ung:
+        lines += ["", "Rows marked *" + UNGATED_LABEL + "*: their gate ran, agreed with the oracle, and failed only "
+                  "the bitwise repeat; their speed is shown and never counted as gated: "
+                  + ", ".join(r["engine"] for r in ung) + "."]
+    if f.get("race"):
+        lines += ["", "Race lanes: " + "; ".join(f"{x['lane']}: {x['engine']} ({x['tok_s']:,.1f} tok/s)" for x in f["race"])
+                  + "."]
+    return "\n".join(lines) + "\n"
