@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml
 	@if $(PY) -c "import torch" 2>/dev/null; then \
 	  echo "torch $$($(PY) -c 'import torch; print(torch.__version__)') is present: kept"; \
 	else \
-	  echo "installing $(TORCH)$(if $(TORCH_INDEX), from $(TORCH_INDEX)) (no torch here; a few hundred MB, progress below)"; \
+	  echo "installing $(TORCH)$(if $(TORCH_INDEX), from $(TORCH_INDEX)) (no torch here: several GB for the CUDA build, a few hundred MB for the CPU one; progress below)"; \
 	  $(PY) -m pip install --progress-bar on $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"; \
 	fi
 	@echo "installing monolith and its dependencies (pyproject.toml) into $(VENV)"
