@@ -20,14 +20,26 @@ _LINE = re.compile(r"^\s*XRAY_PHASE\(\s*(\d+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+
 KINDS = ("work", "wait")
 SCOPES = ("layer", "token")
 
-# Page colours, chosen here (not in the .def) because they are presentation only. Waits are
-# greys (the page hatches them); work phases get distinct hues. Unknown names get a fallback.
+# Page and PNG colours, chosen here (not in the .def) because they are presentation only. Every
+# phase has its own colour (a legend whose keys share a colour names nothing): work phases get
+# distinct hues; waits (the page hatches them) a muted tint of the work they wait for, ring waits
+# and arrivals neutral greys. A streaming variant's phase has a hue near its upstream counterpart's.
+# Test: tests/test_xray_palette.py (one colour per phase; within each committed trace, no two
+# phases closer than 30 in RGB).
 COLORS = {
     "qkv": "#4e79a7", "attn": "#f28e2b", "prefetch": "#b6992d", "oproj": "#59a14f",
     "gateup": "#e15759", "down": "#76b7b2", "lmhead": "#af7aa1", "argmax": "#ff9da7",
-    "bar_qkv": "#8c8c8c", "bar_o": "#8c8c8c", "bar_gateup": "#8c8c8c", "bar_down": "#8c8c8c",
-    "flag_kv": "#b0b0b0", "flag_attn": "#b0b0b0",
+    "bar_qkv": "#6d7f99", "bar_o": "#8fae88", "bar_gateup": "#b98482", "bar_down": "#4f8a80",
+    "flag_kv": "#d3ab84", "flag_attn": "#8c7a62", "arrive": "#b5b5b5",
+    "s_qkv": "#2f6db5", "s_attn": "#e8862a", "s_oproj": "#3f9a4a", "s_mlp": "#d1495b", "s_down": "#47b0a8",
+    "s_wait_resid": "#6f86a8", "s_wait_qkv": "#d8b38f", "s_wait_attn": "#9dbb95", "s_wait_o": "#c29290",
+    "s_wait_act": "#7fbdb7", "s_wait_final": "#7d6a7b", "ring": "#555555", "ring_head": "#e0b0c8",
+    "s_gather": "#cfcfcf",
+    "x_words": "#a3a3c2", "x_open": "#ffbb78", "x_dot": "#98df8a", "x_out": "#ff9896", "x_prenorm": "#c5b0d5",
+    "x_slots": "#c49c94", "x_att_open": "#f7b6d2", "x_att_score": "#dbdb8d", "x_att_soft": "#9edae5",
+    "x_att_v": "#393b79", "x_att_out": "#637939", "x_count": "#8c6d31", "x_bar": "#843c39",
 }
+# A phase added to the .def without a colour here: a fallback until it gets one (the test fails).
 _FALLBACK = ["#9c755f", "#bab0ac", "#edc948", "#17becf", "#bcbd22"]
 
 
