@@ -18,12 +18,12 @@ import contextlib
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
 from monolith.bench import bytemodel
-from monolith.bench.power import PowerSampler, mean_power, tokens_per_joule
+from monolith.bench import power as _power
 from monolith.engine import Engine
 
 SWEEP_POSITIONS = (16, 128, 512, 1024, 2048)
@@ -42,6 +42,7 @@ class BenchConfig:
     budget_s: float | None = None   # cap on the timed decode of the 5 runs (reduces prompts/run)
     power: bool = True
     quick: bool = False
+    nvml: object = None     # an NVML module (tests pass a fake); None: pynvml if importable
 
     @classmethod
     def quick_config(cls) -> BenchConfig:
@@ -49,7 +50,9 @@ class BenchConfig:
                    sweep_window=16, sweep_reps=1, quick=True)
 
     def protocol(self) -> dict:
-        d = asdict(self)
+        d = {k: v for k, v in self.__dict__.items() if k != "nvml"}
+        d["energy_method"] = ("NVML total-energy counter read before and after the timed runs; "
+                              "tok/J = decoded tokens / (mean W of the loop x summed decode s)")
         d["sweep_positions"] = list(self.sweep_positions)
         d["headline"] = not self.quick
         d["run_definition"] = (f"per run: for each prompt, reset + prefill (untimed), then CUDA events (perf_counter on CPU) "
@@ -119,10 +122,11 @@ def bench_engine(engine: Engine, prompts: list[list[int]], cfg: BenchConfig, swe
     prompts = prompts[:cfg.prompts]
     n_p = prompts_within(cfg.budget_s, tok_s_est, cfg.runs, cfg.tokens, len(prompts))
     use = prompts[:n_p]
-    run_s, t_windows = [], []
-    power_cm = PowerSampler(_gpu_index(engine)) if clock.cuda and cfg.power else contextlib.nullcontext()
-    with power_cm as ps:
-        t_start = time.perf_counter()
+    run_s = []
+    meter = _power.EnergyMeter(_gpu_index(engine), nvml=cfg.nvml) if clock.cuda and cfg.power else None
+    with meter if meter is not None else contextlib.nullcontext():
+        clock.sync()
+        e0 = meter.read() if meter is not None and meter.available else None
         for r in range(cfg.runs):
             total = 0.0
             for p in use:
@@ -134,8 +138,8 @@ def bench_engine(engine: Engine, prompts: list[list[int]], cfg: BenchConfig, swe
                 total += dt
             run_s.append(total)
             log(f"  run {r + 1}/{cfg.runs}: {len(use) * cfg.tokens / total:,.1f} tok/s")
-        t_end = time.perf_counter()
-        t_windows.append((t_start, t_end))
+        clock.sync()
+        e1 = meter.read() if e0 is not None else None
     tokens_per_run = len(use) * cfg.tokens
     tok_s = stats([tokens_per_run / s for s in run_s])
     positions = [pos for p in use for pos in bytemodel.decode_positions(len(p), cfg.tokens)]
@@ -157,17 +161,20 @@ def bench_engine(engine: Engine, prompts: list[list[int]], cfg: BenchConfig, swe
         "predicted_us_per_token": pred["us"] if pred else None,
         "prediction": pred or {"kind": NO_CPU_PREDICTION},
         "tok_per_joule": None,
-        "power": None,
     }
     if n_p < len(prompts):
         row["reduced"] = (f"{n_p}/{len(prompts)} prompts per run: time budget {cfg.budget_s:.0f} s at "
                           f"~{tok_s_est:,.0f} tok/s (warm-up estimate)")
-    if clock.cuda and cfg.power:
-        watts = mean_power(ps.samples, *t_windows[0])
-        decode_s = sum(run_s)
-        row["power"] = {"mean_w": watts, "samples": len(ps.samples), "decode_s": decode_s, "error": ps.error,
-                        "method": "time-weighted mean board power over the timed runs x summed decode time"}
-        row["tok_per_joule"] = tokens_per_joule(tokens_per_run * cfg.runs, watts, decode_s)
+    if e0 is not None:
+        energy = _power.energy_row(e0[1], e1[1], e1[0] - e0[0], sum(run_s), tokens_per_run * cfg.runs)
+        row["tok_per_joule"] = energy.pop("tok_per_joule", None)
+    elif not clock.cuda:
+        energy = _power.not_measured("CPU run: no GPU energy counter")
+    elif not cfg.power:
+        energy = _power.not_measured("energy measurement switched off (--no-power)")
+    else:
+        energy = _power.not_measured(meter.error or "NVML not available")
+    row["energy"] = energy
     if sweep_seq is not None and cfg.sweep_positions:
         row["sweep"] = sweep(engine, sweep_seq, cfg, clock, bw, byte_model)
     return row
@@ -200,9 +207,14 @@ def sweep(engine: Engine, seq: list[int], cfg: BenchConfig, clock: Clock, bw_tbs
     return out
 
 
-def timeline(engine: Engine, prompt: list[int], n: int, tokenizer=None) -> dict:
+def timeline(engine: Engine, prompt: list[int], n: int, tokenizer=None, scaled: bool = False) -> dict:
     """Per-token timestamps for the page's race: one `decode(tok, 1)` per token with events
-    around each (so host gaps between steps are excluded). Never used for headline numbers."""
+    around each (so host gaps between steps are excluded). Never used for headline numbers.
+
+    scaled: also time one `decode(first, n)` call of the same prompt (CUDA events, as the headline
+    is timed) and stretch the single-call shape onto it: `t_us` ends where that call ended, the
+    single-call times stay in `t_us_single`. One-token calls pay a launch and a host round trip
+    each, so unscaled lanes run ~20 % behind the headline's rate."""
     clock = Clock(engine.device)
     engine.reset()
     tok = engine.prefill(prompt)
@@ -213,11 +225,22 @@ def timeline(engine: Engine, prompt: list[int], n: int, tokenizer=None) -> dict:
         acc += dt * 1e6
         toks.append(tok)
         t_us.append(round(acc, 2))
-    return {
+    out = {
         "engine": engine.name, "prompt_tokens": list(prompt), "tokens": toks,
         "pieces": tokenizer.pieces(toks) if tokenizer is not None else None, "t_us": t_us,
         "method": f"{clock.kind} around each single-token decode call; cumulative; not headline",
     }
+    if scaled and t_us and t_us[-1] > 0:
+        engine.reset()
+        first = engine.prefill(prompt)
+        dt, o = clock.time(lambda: engine.decode(first, n))
+        if [int(x) for x in o.tolist()] != toks:
+            out["scale_note"] = "the one-call decode gave other tokens than the single-token calls"
+        scale = dt * 1e6 / t_us[-1]
+        out.update(t_us_single=t_us, t_us=[round(x * scale, 2) for x in t_us], scale=scale,
+                   method=(f"{clock.kind}: each token's share from single-token decode calls, scaled so the last token "
+                           f"lands where one decode(first, {n}) call of the same prompt ended (the headline's timing)"))
+    return out
 
 
 def _gpu_index(engine: Engine) -> int:

@@ -1,82 +1,133 @@
-"""Board power during timed runs, sampled by `nvidia-smi -lms 50` in a background process.
+"""Energy of timed runs from NVML's total-energy counter.
 
-Each line is stamped with the host's perf_counter when it is read (nvidia-smi's own output
-has no timestamp in this query), so energy over a window [t0, t1] is the trapezoid integral
-of the samples inside it. Tokens per joule = tokens decoded in timed loops / joules spent
-over the *decode* time, using the mean power seen while the runs were going.
+`nvmlDeviceGetTotalEnergyConsumption` counts millijoules since the driver loaded, integrated by the
+GPU itself: its difference across an interval is that interval's energy, with no sampling gaps
+(the former nvidia-smi power sampling integrated 50 ms samples). The counter updates on the
+driver's own period, so an interval should last seconds, not milliseconds: the harness reads it
+once before and once after a whole timed loop, and reports
+
+- joules: counter difference over the loop (prefills and host gaps between decodes included),
+- mean_w: joules / the loop's wall seconds,
+- tok_per_joule: decoded tokens / (mean_w x summed decode seconds), i.e. the decode's share of the
+  loop's energy at the loop's mean power.
+
+External programs (llama-bench) are measured by polling the counter (`EnergyMeter.poll`) and
+cutting the interval out of the timestamped readings (`energy_between`).
+
+Where NVML is absent (no driver, no nvidia-ml-py) every figure is "not measured" with the reason;
+never a guess. Tests pass a fake module with the same three calls.
 """
 from __future__ import annotations
 
-import shutil
-import subprocess
 import threading
 import time
 
-SAMPLE_MS = 50
+NVML_METHOD = "nvml-total-energy"
+POLL_S = 0.01
 
 
-class PowerSampler:
-    """Context manager. `.samples` is a list of (perf_counter seconds, watts)."""
+def nvml_module():
+    """(pynvml module, None) or (None, reason)."""
+    try:
+        import pynvml  # nvidia-ml-py
+    except ImportError as e:
+        return None, f"NVML not available (pynvml not importable: {e})"
+    return pynvml, None
 
-    def __init__(self, index: int = 0, interval_ms: int = SAMPLE_MS):
-        self.index, self.interval_ms = index, interval_ms
-        self.samples: list[tuple[float, float]] = []
+
+def not_measured(reason: str) -> dict:
+    return {"method": "not measured", "reason": reason}
+
+
+class EnergyMeter:
+    """Context manager around NVML for one GPU. `available` False (with `error`) when NVML or the
+    counter cannot be read; `read()` -> (perf_counter s, mJ)."""
+
+    def __init__(self, index: int = 0, nvml=None, uuid: str | None = None):
+        self.index, self.uuid = index, uuid
+        self.nvml = nvml
         self.error: str | None = None
-        self._proc = None
-        self._thread = None
+        self.handle = None
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> PowerSampler:
-        if not shutil.which("nvidia-smi"):
-            self.error = "nvidia-smi not found"
-            return self
-        cmd = ["nvidia-smi", f"--id={self.index}", "--query-gpu=power.draw", "--format=csv,noheader,nounits",
-               "-lms", str(self.interval_ms)]
+    @property
+    def available(self) -> bool:
+        return self.handle is not None
+
+    def __enter__(self) -> EnergyMeter:
+        if self.nvml is None:
+            self.nvml, self.error = nvml_module()
+            if self.nvml is None:
+                return self
         try:
-            self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        except OSError as e:
-            self.error = f"nvidia-smi failed: {e}"
-            return self
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-        time.sleep(0.2)  # first sample before the timed work starts
+            self.nvml.nvmlInit()
+            h = None
+            if self.uuid and hasattr(self.nvml, "nvmlDeviceGetHandleByUUID"):
+                try:
+                    h = self.nvml.nvmlDeviceGetHandleByUUID(self.uuid)
+                except Exception:  # noqa: BLE001  (fall back to the index)
+                    h = None
+            self.handle = h or self.nvml.nvmlDeviceGetHandleByIndex(self.index)
+            self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle)  # the counter exists on this GPU
+        except Exception as e:  # noqa: BLE001  (NVMLError has many subclasses)
+            self.handle = None
+            self.error = f"NVML total-energy counter not readable: {type(e).__name__}: {e}"
         return self
 
-    def _read(self) -> None:
-        for line in self._proc.stdout:
-            try:
-                self.samples.append((time.perf_counter(), float(line.strip())))
-            except ValueError:
-                continue
+    def read(self) -> tuple[float, float]:
+        mj = float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
+        return time.perf_counter(), mj
+
+    def poll(self, interval_s: float = POLL_S) -> None:
+        """Read the counter every `interval_s` in a thread until exit (for external programs)."""
+        if not self.available:
+            return
+
+        def loop():
+            while not self._stop.is_set():
+                self.samples.append(self.read())
+                self._stop.wait(interval_s)
+        self.samples.append(self.read())
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
 
     def __exit__(self, *exc) -> None:
-        if self._proc is not None:
-            time.sleep(0.1)
-            self._proc.terminate()
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=2)
+            self.samples.append(self.read())
+        if self.handle is not None:
             try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-            if self._thread is not None:
-                self._thread.join(timeout=2)
-        if self._proc is not None and not self.samples and self.error is None:
-            self.error = "nvidia-smi gave no power samples"
+                self.nvml.nvmlShutdown()
+            except Exception:  # noqa: BLE001
+                pass
 
 
-def energy_joules(samples: list[tuple[float, float]], t0: float | None = None, t1: float | None = None) -> float:
-    """Trapezoid integral of watts over seconds, restricted to [t0, t1] when given."""
-    pts = [(t, w) for t, w in samples if (t0 is None or t >= t0) and (t1 is None or t <= t1)]
-    return sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in zip(pts, pts[1:], strict=False))
-
-
-def mean_power(samples: list[tuple[float, float]], t0: float | None = None, t1: float | None = None) -> float | None:
-    """Time-weighted mean watts in the window (plain mean when there is a single sample)."""
-    pts = [(t, w) for t, w in samples if (t0 is None or t >= t0) and (t1 is None or t <= t1)]
-    if not pts:
+def energy_between(samples: list[tuple[float, float]], t0: float, t1: float) -> float | None:
+    """Joules between t0 and t1 from timestamped counter readings (linear between readings);
+    None when the readings do not cover [t0, t1]."""
+    if not samples or t1 <= t0 or samples[0][0] > t0 or samples[-1][0] < t1:
         return None
-    span = pts[-1][0] - pts[0][0]
-    if span <= 0:
-        return sum(w for _, w in pts) / len(pts)
-    return energy_joules(pts) / span
+
+    def at(t: float) -> float:
+        for (ta, ea), (tb, eb) in zip(samples, samples[1:], strict=False):
+            if ta <= t <= tb:
+                return ea if tb == ta else ea + (eb - ea) * (t - ta) / (tb - ta)
+        return samples[-1][1]
+    return (at(t1) - at(t0)) / 1e3
+
+
+def energy_row(mj0: float, mj1: float, window_s: float, decode_s: float, tokens: int) -> dict:
+    """The row's `energy` object and its tok/J from two counter readings around a timed loop.
+    A counter that did not move (or went back) is an error, not zero energy."""
+    joules = (mj1 - mj0) / 1e3
+    if not joules > 0 or not window_s > 0 or not decode_s > 0:
+        return not_measured(f"NVML counter gave {joules:.3f} J over {window_s:.3f} s: no usable reading")
+    mean_w = joules / window_s
+    return {"method": NVML_METHOD, "joules": joules, "window_s": window_s, "decode_s": decode_s, "tokens": tokens,
+            "mean_w": mean_w, "tok_per_joule": tokens_per_joule(tokens, mean_w, decode_s)}
 
 
 def tokens_per_joule(tokens: int, watts: float | None, decode_seconds: float) -> float | None:
@@ -84,3 +135,29 @@ def tokens_per_joule(tokens: int, watts: float | None, decode_seconds: float) ->
     if not watts or decode_seconds <= 0:
         return None
     return tokens / (watts * decode_seconds)
+
+
+def gpu_uuid(index: int = 0, nvml=None) -> str | None:
+    """The GPU's UUID ("GPU-..."): NVML, else torch's device properties; None without a GPU."""
+    mod = nvml or nvml_module()[0]
+    if mod is not None:
+        try:
+            mod.nvmlInit()
+            try:
+                u = mod.nvmlDeviceGetUUID(mod.nvmlDeviceGetHandleByIndex(index))
+                return u.decode() if isinstance(u, bytes) else str(u)
+            finally:
+                mod.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            u = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+            if u is not None:
+                s = str(u)
+                return s if s.startswith("GPU-") else f"GPU-{s}"
+    except Exception:  # noqa: BLE001
+        pass
+    return None

@@ -25,17 +25,6 @@ def test_prompt_budget():
     assert decode.prompts_within(24, 600, 5, 256, 20) == 11
 
 
-def test_power_arithmetic_from_synthetic_samples():
-    samples = [(t * 0.05, 300.0) for t in range(201)]  # 10 s at 300 W
-    assert power.energy_joules(samples) == pytest.approx(3000.0)
-    assert power.mean_power(samples) == pytest.approx(300.0)
-    ramp = [(0.0, 100.0), (1.0, 300.0), (2.0, 300.0), (3.0, 100.0)]
-    assert power.energy_joules(ramp) == pytest.approx(200 + 300 + 200)
-    assert power.mean_power(ramp, 1.0, 2.0) == pytest.approx(300.0)
-    assert power.tokens_per_joule(25600, 300.0, 10.0) == pytest.approx(25600 / 3000)
-    assert power.tokens_per_joule(100, None, 1.0) is None
-
-
 def test_byte_model_numbers():
     m = bytemodel.ByteModel.bf16()
     assert m.layer_bytes * 28 / 1e6 == pytest.approx(880.9, abs=0.05)

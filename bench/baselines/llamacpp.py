@@ -54,6 +54,10 @@ def rows_from_json(path: str | Path | None = None) -> list[dict]:
                    llama_bench={k: t.get(k) for k in ("build_commit", "build_number", "gpu_info", "model_type",
                                                       "model_size", "n_gen", "n_batch", "n_gpu_layers",
                                                       "flash_attn", "avg_ts", "stddev_ts")})
+        energy = t.get("monolith_energy") or {"method": "not measured",
+                                              "reason": "llama-bench ran without bench/baselines/llamacpp_run.py"}
+        row["energy"] = {k: v for k, v in energy.items() if k != "tok_per_joule"}
+        row["tok_per_joule"] = energy.get("tok_per_joule")
         if t.get("model_size"):
             # llama.cpp streams its whole file per token (+ KV, small at tg256)
             row["bytes_per_token"] = int(t["model_size"])

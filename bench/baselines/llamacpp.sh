@@ -28,6 +28,7 @@ N_GEN="${N_GEN:-256}"
 REPS="${REPS:-5}"
 CUDA_ARCH="${CUDA_ARCH:-90a}"
 PY="${PY:-python3}"
+REPO="$(cd "$(dirname "$0")/../.." && pwd)"  # monolith's package (llamacpp_run.py) from this checkout
 mkdir -p "$WORK" "$(dirname "$OUT")"
 LOG="$WORK/llamacpp.log"
 : >"$LOG"
@@ -49,7 +50,8 @@ for f in files:
 doc = {"engine": "llamacpp", "status": status, "reason": reason or None, "version": version or None,
        "cuda_arch": arch, "n_gen": int(n_gen), "repetitions": int(reps), "batch": 1,
        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-       "tool": "llama-bench -p 0 -n N_GEN -r REPS -ngl 99 -o json", "results": results}
+       "tool": "llama-bench -p 0 -n N_GEN -r REPS -ngl 99 -o jsonl (bench/baselines/llamacpp_run.py: NVML energy)",
+       "results": results}
 json.dump(doc, open(out, "w"), indent=1)
 print(f"llamacpp: wrote {out} ({status}{': ' + reason if reason else ''})")
 EOF
@@ -123,8 +125,9 @@ for kind in bf16 q8_0; do
   GGUF="$WORK/model-$kind.gguf"
   if PYTHONPATH="$LL/gguf-py${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$LL/convert_hf_to_gguf.py" "$CKPT" \
       --outtype "$kind" --outfile "$GGUF" >>"$LOG" 2>&1; then
-    # 5. text generation only (-p 0), 256 tokens, batch 1 by construction, all layers on the GPU
-    if "$BENCH" -m "$GGUF" -p 0 -n "$N_GEN" -r "$REPS" -ngl 99 -o json >"$WORK/bench-$kind.json" 2>>"$LOG"; then
+    # 5. text generation only (-p 0), 256 tokens, batch 1 by construction, all layers on the GPU,
+    # with NVML's energy counter polled beside it (llamacpp_run.py: the repetitions' joules)
+    if PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m monolith.bench.baselines.llamacpp_run "$BENCH" "$GGUF" "$N_GEN" "$REPS" "$WORK/bench-$kind.json" 2>>"$LOG"; then
       FILES+=("$kind=$WORK/bench-$kind.json")
     else
       echo "llama-bench failed for $kind" >>"$LOG"
