@@ -78,9 +78,11 @@ def load_quality(path: Path) -> dict:
     if not (isinstance(q, dict) and isinstance(q.get("format"), str) and isinstance(q.get("gates"), dict)
             and isinstance(q.get("engine"), dict)):
         raise MonolithError(f"{path}: not a quality file (needs 'format', 'engine' and 'gates')")
-    for k in ("agreement", "agreement_min", "agreement_pass", "ppl_ratio", "ppl_limit", "ppl_pass"):
-        if k not in q["gates"]:
-            raise MonolithError(f"{path}: its gates have no {k!r}")
+    for where, gates in [("gates", q["gates"])] + [(f"pairs[{i}].gates", (p or {}).get("gates"))
+                                                   for i, p in enumerate(q.get("pairs") or [])]:
+        for k in ("agreement", "agreement_min", "agreement_pass", "ppl_ratio", "ppl_limit", "ppl_pass"):
+            if not isinstance(gates, dict) or k not in gates:
+                raise MonolithError(f"{path}: {where} has no {k!r}")
     return q
 
 
@@ -160,8 +162,12 @@ def quality_cell(row: dict, quality: dict[str, tuple[str, dict]]) -> str:
     gates, where, measured_on = (q or {}).get("gates"), None, None
     if not isinstance(gates, dict) and fmt in quality:
         where, qdoc = quality[fmt]
-        gates = qdoc["gates"]
-        measured_on = (qdoc.get("engine") or {}).get("engine", "")
+        gates, measured_on = qdoc["gates"], (qdoc.get("engine") or {}).get("engine", "")
+        for pair in qdoc.get("pairs") or []:  # one reference pass, several (engine, floor) pairs
+            on = ((pair.get("engine") or {}).get("engine") or "").split(" ")[0]
+            if on == row["engine"] and isinstance(pair.get("gates"), dict):
+                gates, measured_on = pair["gates"], on
+                break
     if not isinstance(gates, dict):
         if not row["engine"].startswith("megakernel-"):
             return "not measured"
@@ -178,7 +184,7 @@ def quality_cell(row: dict, quality: dict[str, tuple[str, dict]]) -> str:
     if where:
         engine = re.match(r"megakernel-(\S+)", measured_on or "")
         on = f", measured on `{engine.group(1)}`" if engine and f"megakernel-{engine.group(1)}" != row["engine"] else ""
-        text += f" ({Path(where).name}{on})"
+        text += f" (`{where}`{on})"
     return text
 
 

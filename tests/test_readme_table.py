@@ -114,7 +114,13 @@ def test_quantized_rows_name_both_gates_as_measured():
     assert "implementation: pass" in no_q and "dequantized" in no_q and "not measured" in no_q
     failing = _lines(rt.render_table([("a.json", doc)], {"fp8": ("q.json", _quality("fp8", 0.411))}))[0]
     assert "FAIL: agreement 41.1 % (gate ≥ 90 %: fail)" in failing and "measured on `fp8-upstream`" in failing
-    assert "ppl ratio 0.990 (gate ≤ 1.02: pass)" in failing and "(q.json" in failing
+    assert "ppl ratio 0.990 (gate ≤ 1.02: pass)" in failing and "(`q.json`" in failing
+    # a quality run with several (engine, floor) pairs judges each row by its own pair
+    q = _quality("fp8", 0.411)
+    q["pairs"] = [{"engine": {"engine": "megakernel-fp8-upstream on fp8 weights"}, "gates": _quality("fp8", 0.411)["gates"]},
+                  {"engine": {"engine": "megakernel-fp8-stream on fp8 weights"}, "gates": _quality("fp8", 0.412)["gates"]}]
+    own_pair = _lines(rt.render_table([("a.json", doc)], {"fp8": ("q.json", q)}))[0]
+    assert "agreement 41.2 %" in own_pair and "measured on" not in own_pair, own_pair
     passing = _lines(rt.render_table([("a.json", doc)], {"fp8": ("q.json", _quality("fp8", 0.95))}))[0]
     assert "| pass: agreement 95 %" in passing
     # the row's own gates win over a file's
@@ -182,9 +188,14 @@ def test_markers_must_be_there_once(tmp_path, capsys):
     assert "needs exactly one" in capsys.readouterr().err
     readme.write_text(f"{rt.BEGIN} a.json -->\n{rt.END}\n{rt.BEGIN} b.json -->\n{rt.END}\n")
     assert rt.main(["--check", "--readme", str(readme)]) == 2
+    p = tmp_path / "q.json"
+    p.write_text(json.dumps({"format": "fp8"}))
     with pytest.raises(MonolithError, match="not a quality file"):
-        p = tmp_path / "q.json"
-        p.write_text(json.dumps({"format": "fp8"}))
+        rt.load_quality(p)
+    bad_pair = _quality("fp8", 0.4)
+    bad_pair["pairs"] = [{"engine": {}, "gates": {"agreement": 0.4}}]
+    p.write_text(json.dumps(bad_pair))
+    with pytest.raises(MonolithError, match=r"pairs\[0\]\.gates has no 'agreement_min'"):
         rt.load_quality(p)
 
 
