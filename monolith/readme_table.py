@@ -16,6 +16,13 @@ Rules, so that one table can be stitched from several runs and stay honest:
   and 64-token agreement, from the row's `quality.gates` or a `--quality` file of that weight
   format), each with its verdict as measured;
 - every row names the file it came from.
+
+Quality verdicts are read, in this order, from: the final matrix's `gates.quality` (bench/final.py:
+passed, agreement, agreement_min, ppl_ratio, ppl_limit, kl, or passed null with a reason); a row's
+`quality.gates` (the keys of `monolith eval quality`'s `gates`: agreement, agreement_min,
+agreement_pass, ppl_ratio, ppl_limit, ppl_pass, kl); a `--quality` file of the row's weight format,
+the pair whose engine is the row's when it has `pairs`. A row with `speed_label` (the final
+matrix's "ungated: not bitwise deterministic") shows that label in place of a gate.
 """
 from __future__ import annotations
 
@@ -135,6 +142,8 @@ def gate_cell(row: dict) -> str:
     g = row.get("gate")
     if row.get("status") == "not run":
         return "not run"
+    if row.get("speed_label"):  # the final matrix: a speed shown although its gate failed (labelled)
+        return str(row["speed_label"])
     if not isinstance(g, dict):
         return "–"
     if g.get("applicable") is False:
@@ -144,7 +153,8 @@ def gate_cell(row: dict) -> str:
     tol = f"tol {g['tolerance']:g}" if isinstance(g.get("tolerance"), int | float) else ""
     detail = ", ".join(x for x in (size, tol) if x)
     oracle = g.get("oracle") if isinstance(g.get("oracle"), dict) else {}
-    dequant = str((oracle.get("weights") or {}).get("kind", "")).endswith("-dequantized")
+    dequant = str((oracle.get("weights") or {}).get("kind", "")).endswith("-dequantized") or isinstance(
+        (row.get("gates") or {}).get("implementation"), dict)
     if dequant:
         return f"implementation: {verdict} ({detail}; oracle fp32 on the dequantized weights)"
     if g.get("passed") is False and g.get("deterministic") is False:
@@ -160,6 +170,15 @@ def quality_cell(row: dict, quality: dict[str, tuple[str, dict]]) -> str:
         return "n/a (bf16 weights)"
     q = row.get("quality") if isinstance(row.get("quality"), dict) else None
     gates, where, measured_on = (q or {}).get("gates"), None, None
+    fq = (row.get("gates") or {}).get("quality") if isinstance(row.get("gates"), dict) else None
+    if isinstance(fq, dict):  # the final matrix (bench/final.py): gates.quality with its verdict
+        if fq.get("passed") is None or fq.get("agreement") is None:
+            return f"not measured: {fq.get('reason') or 'no reason recorded'}"
+        gates = {"agreement": fq["agreement"], "agreement_min": fq.get("agreement_min", 0.9),
+                 "ppl_ratio": fq.get("ppl_ratio"), "ppl_limit": fq.get("ppl_limit", 1.02), "kl": fq.get("kl"),
+                 "verdict": fq["passed"]}
+        gates["agreement_pass"] = gates["agreement"] >= gates["agreement_min"]
+        gates["ppl_pass"] = gates["ppl_ratio"] is not None and gates["ppl_ratio"] <= gates["ppl_limit"]
     if not isinstance(gates, dict) and fmt in quality:
         where, qdoc = quality[fmt]
         gates, measured_on = qdoc["gates"], (qdoc.get("engine") or {}).get("engine", "")
@@ -174,10 +193,11 @@ def quality_cell(row: dict, quality: dict[str, tuple[str, dict]]) -> str:
         if q and q.get("agreement") is not None:
             return f"not judged: agreement {_pct(q['agreement'])}, no gate verdict recorded"
         return "not measured"
-    ok = bool(gates["agreement_pass"]) and bool(gates["ppl_pass"])
+    ok = gates["verdict"] if "verdict" in gates else bool(gates["agreement_pass"]) and bool(gates["ppl_pass"])
     parts = [f"agreement {_pct(gates['agreement'])} (gate ≥ {_pct(gates['agreement_min'])}: "
              f"{'pass' if gates['agreement_pass'] else 'fail'})",
-             f"ppl ratio {gates['ppl_ratio']:.3f} (gate ≤ {gates['ppl_limit']:g}: {'pass' if gates['ppl_pass'] else 'fail'})"]
+             f"ppl ratio {_num(gates['ppl_ratio'], '{:.3f}')} (gate ≤ {gates['ppl_limit']:g}: "
+             f"{'pass' if gates['ppl_pass'] else 'fail'})"]
     if gates.get("kl") is not None:
         parts.append(f"KL {gates['kl']:.2f}")
     text = f"{'pass' if ok else 'FAIL'}: " + ", ".join(parts)

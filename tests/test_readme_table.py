@@ -206,3 +206,21 @@ def test_help_and_stdout_render(capsys):
     assert rt.main([str(REPO_ROOT / "results" / "m5_nvfp4.json")]) == 0
     out = capsys.readouterr().out
     assert "monolith `fp8-stream`" in out and out.count(rt.BEGIN) == 1
+
+
+def test_final_matrix_rows_are_read_as_bench_final_writes_them():
+    """results/final.json (bench/final.py): gates.implementation / gates.quality on quantized rows,
+    speed_label on the HF rows whose gate failed on determinism alone."""
+    q_fail = {"passed": False, "agreement": 0.411, "agreement_min": 0.9, "ppl_ratio": 0.988, "ppl_limit": 1.02,
+              "kl": 1.43, "source": "results/m3_fp8_quality.json"}
+    fp8 = _row("megakernel-fp8-stream", 2400.0, weight_format="fp8",
+               gates={"implementation": {"passed": True, "oracle": "fp32 reference on the fp8 weights dequantized"},
+                      "quality": q_fail})
+    nv = _row("megakernel-nvfp4-stream", 2300.0, weight_format="nvfp4", experimental=True,
+              gates={"implementation": {"passed": True}, "quality": {"passed": None, "reason": "--quality none"}})
+    hf = _row("hf-static", 240.0, speed_label="ungated: not bitwise deterministic",
+              gate={"passed": None, "applicable": False, "verdict": {"passed": False, "deterministic": False}})
+    lines = _lines(rt.render_table([("final.json", _doc("2026-12-08T00:00:00+00:00", [fp8, nv, hf]))]))
+    assert "implementation: pass" in lines[0] and "FAIL: agreement 41.1 % (gate ≥ 90 %: fail)" in lines[0], lines[0]
+    assert "implementation: pass" in lines[1] and "not measured: --quality none" in lines[1], lines[1]
+    assert "| 240.0 (239.0–241.0) |" in lines[2] and "ungated: not bitwise deterministic" in lines[2], lines[2]
