@@ -1,6 +1,7 @@
 """The documents: README for users (short, no development history), NOTES.md one entry per
 milestone (short enough to read), docs/DESIGN.md beside them, and every citation of NOTES.md in the
 code resolves to a place that exists in it."""
+import json
 import re
 import subprocess
 
@@ -80,3 +81,59 @@ def test_design_doc_links_the_ledger_and_names_phases_not_paths():
     for phase in ("qkv", "attention", "merge + O", "MLP-1", "down", "LM head"):
         assert phase in text, phase
     assert "schedule_stream.cuh" not in text, "describe the schedule by phase names: the kernel's files move"
+
+
+def _named_results_numbers(text: str) -> set[float]:
+    """Every number in the results files a document names (a folder or a glob: every file in it);
+    JSON lists longer than 16 entries (per-SM and per-block arrays) are left out, so that a match
+    means something."""
+    nums: set[float] = set()
+
+    def walk(o):
+        if isinstance(o, dict):
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            if len(o) <= 16:
+                for v in o:
+                    walk(v)
+        elif isinstance(o, int | float) and not isinstance(o, bool):
+            nums.add(float(o))
+        elif isinstance(o, str):
+            nums.update(float(m.replace(",", "")) for m in re.findall(r"\d[\d,]*(?:\.\d+)?", o))
+
+    for ref in set(re.findall(r"results/[\w./*{},-]+", text)):
+        ref = ref.rstrip(".,")
+        if "{" in ref:  # results/m1_baselines.{json,md}
+            stem, alts = ref.split("{", 1)
+            paths = [REPO_ROOT / (stem + a) for a in alts.rstrip("}").split(",")]
+        else:
+            paths = sorted(REPO_ROOT.glob(ref.rstrip("/") + ("/*" if ref.endswith("/") else "")))
+        for p in paths:
+            if not p.is_file():
+                continue
+            if p.suffix == ".json":
+                walk(json.loads(p.read_text()))
+            elif p.suffix in (".md", ".txt"):
+                walk(p.read_text(errors="replace"))
+    return nums
+
+
+def test_every_number_in_readmes_prose_comes_from_a_named_results_file():
+    """Outside the generated table and the command blocks, a number with a decimal point or of
+    three or more digits must be, at the precision README prints it (or as a percentage), a number
+    of a results file README names. Targets, versions and the demo's port are not measurements."""
+    begin, end = README.index("<!-- results:begin"), README.index("<!-- results:end -->")
+    prose = re.sub(r"```.*?```", "", README[:begin] + README[end:], flags=re.S)
+    prose = re.sub(r"`[^`\n]*`", "", prose)  # inline code: commands, versions, paths
+    have = _named_results_numbers(README)
+    not_measurements = {"3,150", "5,500", "7,500", "2,000", "4173", "3.11", "20.19", "2.11", "2.13"}
+    missing = []
+    for n in sorted(set(re.findall(r"(?<![\w.])\d[\d,]*(?:\.\d+)?", prose))):
+        digits = n.replace(",", "")
+        if n in not_measurements or ("." not in n and len(digits) < 3):
+            continue
+        x, d = float(digits), len(digits.split(".")[1]) if "." in digits else 0
+        if not any(abs(round(v, d) - x) < 1e-9 or abs(round(100 * v, d) - x) < 1e-9 for v in have):
+            missing.append(n)
+    assert missing == [], f"numbers in README.md that no results file it names holds: {missing}"
