@@ -160,8 +160,15 @@ export function crc32(b: Uint8Array): number {
 
 interface Inflated { out: Uint8Array; failed: "" | "write" | "close" | "limit"; msg: string }
 
-/** Inflate at most `limit` bytes: past it the stream is cancelled (a small file that inflates to
- * gigabytes is refused while inflating, never held in memory) and `failed` is "limit". */
+// Compressed bytes handed to the inflater per write. Deflate's largest ratio is about 1032:1, so
+// one slice inflates to at most ~17 MB before the reader below sees it and can stop: a file that
+// inflates to gigabytes costs the page one slice's output beyond the limit, never the whole file
+// (the inflater holds everything one write produces; the size is checked only between writes).
+export const INFLATE_SLICE = 16 * 1024;
+
+/** Inflate at most `limit` bytes, feeding the inflater INFLATE_SLICE bytes at a time and reading
+ * its output as it comes: as soon as the output crosses `limit` the stream is cancelled and no
+ * further slice is written (`failed` = "limit"). */
 async function inflate(bytes: Uint8Array, limit = MAX_TRACE_BYTES): Promise<Inflated> {
   const ds = new DecompressionStream("gzip");
   const writer = ds.writable.getWriter(), reader = ds.readable.getReader();
@@ -172,20 +179,25 @@ async function inflate(bytes: Uint8Array, limit = MAX_TRACE_BYTES): Promise<Infl
       const r = await reader.read();
       if (r.done) return;
       total += r.value.length;
-      if (total > limit) { over = true; await reader.cancel(); return; }
+      if (total > limit) { over = true; parts.length = 0; await reader.cancel(); return; }
       parts.push(r.value);
     }
   })();
   drain.catch(() => {}); // its error is reported through write/close below
   let failed: Inflated["failed"] = "write", msg = "";
   try {
-    await writer.write(bytes as Uint8Array<ArrayBuffer>);
-    failed = "close";
-    await writer.close();
-    await drain;
-    failed = "";
+    // The inflater takes a slice only once the reader has emptied its output queue (the
+    // TransformStream's backpressure), and the reader's cancel fails the pending write: no slice
+    // after the one whose output crossed the limit is inflated.
+    for (let i = 0; i < bytes.length && !over; i += INFLATE_SLICE) await writer.write(bytes.subarray(i, i + INFLATE_SLICE) as Uint8Array<ArrayBuffer>);
+    if (!over) {
+      failed = "close";
+      await writer.close();
+      await drain;
+      failed = "";
+    }
   } catch (e) { msg = String((e as Error)?.message ?? e); }
-  if (over) { await drain.catch(() => {}); return { out: new Uint8Array(0), failed: "limit", msg: "" }; }
+  if (over) { writer.abort().catch(() => {}); await drain.catch(() => {}); return { out: new Uint8Array(0), failed: "limit", msg: "" }; }
   const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
   parts.reduce((n, p) => (out.set(p, n), n + p.length), 0);
   return { out, failed, msg };
@@ -224,7 +236,9 @@ export async function gunzip(bytes: Uint8Array, name: string): Promise<Uint8Arra
 /** Rules 1–2 then 3–11: bytes (gzip by magic number, or plain UTF-8 JSON) -> Trace. */
 export async function parseTraceBytes(bytes: Uint8Array, name: string): Promise<Trace> {
   const gz = bytes.length >= 2 && bytes[0] === 0x1f && bytes[1] === 0x8b;
-  if (!gz && bytes.length > MAX_TRACE_BYTES) throw new TraceError(`${name}: trace is ${TOO_BIG}`);
+  // A gzip larger than the limit holds more JSON than the limit (deflate never grows text), so
+  // both kinds stop here before anything is inflated or decoded.
+  if (bytes.length > MAX_TRACE_BYTES) throw new TraceError(`${name}: ${gz ? "gzip file" : "trace"} is ${TOO_BIG}`);
   const raw = gz ? await gunzip(bytes, name) : bytes;
   let obj: unknown;
   try { obj = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(raw)); } catch (e) {

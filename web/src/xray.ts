@@ -3,6 +3,7 @@
 import { fmt, h } from "./dom";
 import { Gantt } from "./gantt";
 import type { Manifest, Version } from "./manifest";
+import { fetchBytes, fileBytes, HttpError } from "./bounded";
 import { parseTraceBytes, type Trace } from "./trace";
 
 export interface XrayApi { load(name: string, bytes: Uint8Array): Promise<Trace | null>; gantt: Gantt }
@@ -22,13 +23,12 @@ async function fetchTraceOnce(path: string): Promise<Trace> {
   // `x.json` first (served precompressed with Content-Encoding by nginx gzip_static), then the
   // raw `x.json.gz`, which parseTraceBytes inflates itself.
   const tries = path.endsWith(".gz") ? [path.slice(0, -3), path] : [path];
-  let why = "";
+  let last: unknown;
   for (const url of tries) {
-    const res = await fetch(url).catch((e) => { why = String(e); return null; });
-    if (res?.ok) return parseTraceBytes(new Uint8Array(await res.arrayBuffer()), path.split("/").pop() ?? path);
-    if (res) why = `HTTP ${res.status}`;
+    try { return await parseTraceBytes(await fetchBytes(url, path), path.split("/").pop() ?? path); }
+    catch (e) { if (!(e instanceof HttpError)) throw e; last = e; }
   }
-  throw new Error(`${path}: could not be fetched (${why})`);
+  throw last;
 }
 
 export function mountXray(root: HTMLElement, m: Manifest, onTrace: (t: Trace, v: Version | null, label: string) => void): XrayApi {
@@ -113,7 +113,9 @@ export function mountXray(root: HTMLElement, m: Manifest, onTrace: (t: Trace, v:
       return null;
     }
   };
-  const readFile = async (f: File) => load(f.name, new Uint8Array(await f.arrayBuffer()));
+  const readFile = (f: File) => fileBytes(f).then((b) => load(f.name, b), (err) => {
+    error.textContent = `Could not open ${f.name}: ${String((err as Error).message ?? err)}`; error.hidden = false; return null;
+  });
   file.addEventListener("change", () => { const f = file.files?.[0]; if (f) void readFile(f); file.value = ""; });
   for (const ev of ["dragenter", "dragover"]) drop.addEventListener(ev, (e) => { e.preventDefault(); drop.classList.add("over"); });
   drop.addEventListener("dragleave", () => drop.classList.remove("over"));
@@ -129,10 +131,8 @@ export function mountXray(root: HTMLElement, m: Manifest, onTrace: (t: Trace, v:
   const url = new URLSearchParams(location.search).get("trace");
   const first = entries.length ? pick(0) : Promise.resolve();
   if (url) {
-    void first.then(() => fetch(url)).then(async (r) => {
-      if (!r.ok) throw new Error(`HTTP ${r.status}`);
-      await load(url, new Uint8Array(await r.arrayBuffer()));  // a refused file: load() says why
-    }).catch((err) => { error.textContent = `Could not open ?trace=${url}: ${String((err as Error).message ?? err)}`; error.hidden = false; });
+    void first.then(() => fetchBytes(url, url)).then((b) => load(url, b))  // a refused file: load() says why
+      .catch((err) => { error.textContent = `Could not open ?trace=${url}: ${String((err as Error).message ?? err)}`; error.hidden = false; });
   }
 
   return { load, gantt };
