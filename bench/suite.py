@@ -82,8 +82,10 @@ def sweep_sequence(prompts: list[list[int]], n: int) -> list[int]:
     return (flat * (n // max(len(flat), 1) + 1))[:n]
 
 
-def _oracle_progress(prompts: int, tokens: int, t0: float):
-    """The oracle's greedy runs take minutes on a CPU: one line per prompt, with the rate."""
+def _oracle_progress(prompts: int, tokens: int, t0: float, cap_s: float | None = None):
+    """The oracle's greedy runs take minutes on a CPU: one line per prompt, with the rate. With a
+    session cap, the first prompt's rate projects the whole oracle: over the cap is refused there
+    (the cap bounds the session, the oracle included)."""
     done = [0]
 
     def step() -> None:
@@ -91,6 +93,11 @@ def _oracle_progress(prompts: int, tokens: int, t0: float):
         if done[0] % tokens == 0:
             dt = time.perf_counter() - t0
             log(f"  oracle: prompt {done[0] // tokens}/{prompts} ({done[0] / dt:,.1f} tok/s, {dt:.0f} s)")
+            need = dt / done[0] * prompts * tokens
+            if cap_s and done[0] == tokens and need > cap_s:
+                from monolith.errors import MonolithError
+                raise MonolithError(f"the gate's oracle alone would take ~{need:,.0f} s at {done[0] / dt:,.1f} tok/s, "
+                                    f"over the session cap of {cap_s:,.0f} s (--max-total)")
     return step
 
 
@@ -127,7 +134,7 @@ def run_suite(cfg: SuiteConfig) -> dict:
         ta = time.perf_counter()
         orc = registry.oracle(ck, cfg.device)
         oset = correctness.oracle_runs(orc, bench_prompts[:cfg.gate_prompts], cfg.gate_tokens,
-                                       progress=_oracle_progress(cfg.gate_prompts, cfg.gate_tokens, ta))
+                                       progress=_oracle_progress(cfg.gate_prompts, cfg.gate_tokens, ta, cfg.max_total_s))
         oset.desc["seconds"] = round(time.perf_counter() - ta, 1)
         if fmt != "bf16":
             oset.desc["weights"] = ck.describe()
@@ -281,7 +288,8 @@ def write_timeline(eng, spec, prompt, cfg: SuiteConfig, tok, ckpt) -> None:
     tl = timeline(eng, prompt, cfg.timeline_tokens, tok, scaled=cfg.timeline_scaled)
     tl.update(label=spec.label, gpu=envinfo.collect(cfg.device).get("gpu"), weights=ckpt.describe(),
               prompt=tok.decode(prompt) if tok is not None else None)
-    out = Path(cfg.timelines_dir) / f"{eng.name}.json"
+    tl["engine"] = spec.name  # the registry's name (what rows and the page call it), whatever the class says
+    out = Path(cfg.timelines_dir) / f"{spec.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(tl) + "\n")
 

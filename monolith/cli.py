@@ -28,6 +28,7 @@ _AREAS = [
     "monolith.cli_xray",         # xray, export, m2
     "monolith.cli_pod",          # pod ...
     "monolith.cli_quant",        # pack
+    "monolith.cli_milestones",   # m3 ... m8
 ]
 
 

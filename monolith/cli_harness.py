@@ -35,15 +35,19 @@ def _write(doc: dict, out: Path, merge: bool) -> None:
     from monolith import results
 
     if merge and out.is_file():
-        doc = results.merge_rows(doc, json.loads(out.read_text()))
+        from monolith import jsonio
+        doc = results.merge_rows(doc, jsonio.load_object(out, f"--merge {out}"))
     j, md = results.write(doc, out)
     typer.echo(f"wrote {j} and {md}")
 
 
 def _suite(engines, model, device, out, runs, tokens, prompts, quick, budget, max_total, gate_prompts, gate_tokens,
            tolerance, timelines, llamacpp_json, power, merge, quality, title):
+    from monolith import results
     from monolith.bench.suite import SuiteConfig, run_suite
     from monolith.eval.correctness import TOLERANCE
+
+    results.check_path(out)  # before the GPU run, not after it
 
     cfg = SuiteConfig(
         engines=[e.strip() for e in engines.split(",") if e.strip()], model=model, device=_device(device),
@@ -211,6 +215,11 @@ def register(app: typer.Typer) -> None:
     def _m1(out_dir: Path, engines: str, model, device, quick, max_total, budget, llamacpp_json, merge, name,
             with_quality=True):
         dev = _device(device)
+        if dev != "cuda":
+            from monolith.errors import MonolithError
+            # the gate's fp32 oracle alone (20 x 256 steps) runs ~3 tok/s on a CPU: half an hour
+            raise MonolithError("monolith m1 measures on a CUDA GPU and none is visible here (a CPU trial of the "
+                                "harness: monolith bench --engine reference --quick --device cpu)")
         mk = "megakernel-bf16-upstream"
         ref = "reference-graph" if dev == "cuda" else "reference"
         # The sanity check: our reference against HF transformers, both in fp32 on the bf16

@@ -2,6 +2,7 @@
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
 #   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [abpatch] [m4] [m3] [m3quality] [m5quality] [m5sens] [hop] [fold] [attn] [round] [actstore] [l2part] [tcclock] [xraylong] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
+#   explicit only (not in all): [m5] [m6] [m6merge] [m7] [m8]: the milestone commands `monolith m5` ... `m8`
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -44,6 +45,7 @@ run() {  # run NAME CMD...: log, time, keep going on failure
   return "$rc"
 }
 want() { for s in "${stages[@]}"; do [ "$s" = "$1" ] || [ "$s" = all ] && return 0; done; return 1; }
+only() { for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }  # named stages, never `all`
 logged() {  # logged FILE CMD...: CMD's output into FILE as well (one log per sanitizer run); CMD's status
   local f=$1; shift
   "$@" 2>&1 | tee "$f"
@@ -225,29 +227,21 @@ fi
 # reads results/timelines/<engine>.json; until the twenty-sixth session only M1's engines had one).
 if want m4; then
   m4_tl=(); [ -z "${M4_TIMELINES:-}" ] || m4_tl=(--timelines "$M4_TIMELINES")
-  run m4-bench python3 -m monolith bench --engine "${M4_ENGINES:-megakernel-bf16-upstream,megakernel-bf16-stream}" \
-    --out "${M4_OUT:-results/m4_stream_bf16.json}" ${m4_tl[@]+"${m4_tl[@]}"}
-  run m4-xray python3 scripts/xray_raw.py --variant "${M4_XRAY:-bf16-stream,bf16-upstream}" --position 128 --out results/xray
+  run m4 python3 -m monolith m4 --steps "${M4_STEPS:-bench,xray}" \
+    --engines "${M4_ENGINES:-megakernel-bf16-upstream,megakernel-bf16-stream}" \
+    --out "${M4_OUT:-results/m4_stream_bf16.json}" --xray-variants "${M4_XRAY:-bf16-stream,bf16-upstream}" \
+    ${m4_tl[@]+"${m4_tl[@]}"}
 fi
 # M3 (issue 12): fp8-upstream's GPU tests (phase diff against fp32 on the dequantized weights,
 # determinism, launch shape, refusals, every E4M3 code through the kernel), dev timings beside
 # bf16-upstream, one harness session (each engine gated against the oracle of its own weights)
-# into results/m3_fp8.json, then the X-ray of fp8-upstream at position 128 (results/xray) and of
-# bf16-upstream from the same session for the barrier-share comparison ($OUT/xray-m3: the
-# committed M2 trace stays). M3_STEPS picks a subset (tests,devbench,bench,xray) so that each
+# into results/m3_fp8.json, then the X-ray of fp8-upstream at position 128 (results/xray): `monolith m3`,
+# whose steps are tests, pack, devbench, bench, quality, xray. M3_STEPS picks a subset so that each
 # device call stays under its 10 minutes.
 if want m3; then
-  m3step() { [[ ",${M3_STEPS:-tests,devbench,bench,xray}," == *",$1,"* ]]; }
-  m3step tests && run kernel-tests-m3 env MONOLITH_TEST_VARIANTS="${M3_TEST_VARIANTS:-fp8-upstream}" \
-    python3 -m pytest -q -m gpu -x tests/test_kernel_gpu.py -s
-  m3step devbench && run devbench-m3 python3 scripts/dev_bench.py --variant "${M3_VARIANTS:-bf16-upstream,fp8-upstream}" \
-    --blocks 132 --runs 3 --out results/m3_devbench.json
-  m3step bench && run m3-bench python3 -m monolith bench \
-    --engine "${M3_ENGINES:-megakernel-bf16-upstream,megakernel-fp8-upstream}" --out "${M3_OUT:-results/m3_fp8.json}"
-  if m3step xray; then
-    run m3-xray python3 scripts/xray_raw.py --variant fp8-upstream --position 128 --out results/xray
-    run m3-xray-bf16 python3 scripts/xray_raw.py --variant bf16-upstream --position 128 --out "$OUT/xray-m3"
-  fi
+  run m3 env MONOLITH_TEST_VARIANTS="${M3_TEST_VARIANTS:-fp8-upstream}" python3 -m monolith m3 \
+    --steps "${M3_STEPS:-tests,devbench,bench,xray}" \
+    --engines "${M3_ENGINES:-megakernel-bf16-upstream,megakernel-fp8-upstream}" --out "${M3_OUT:-results/m3_fp8.json}"
 fi
 # M3 quality (issue 12, item 5; NOTES.md, Facts: protocols, in full): two pairs, each fp8 schedule on
 # the packed fp8 weights beside its bf16 schedule (the floor) on the original weights: fp8-upstream
@@ -258,11 +252,7 @@ fi
 # steps per megakernel + pack/setup: ~4-5 min for the upstream pair, ~1 min more for the two stream
 # engines: ~5-6 min (+ the extension builds on a fresh machine).
 if want m3quality; then
-  run m3-pack python3 -m monolith pack --format fp8 --model checkpoints/synth-seed0 --out /tmp/fp8pack &&
-  run m3-quality python3 -m monolith eval quality --fp8 /tmp/fp8pack --model checkpoints/synth-seed0 \
-    --engine megakernel-fp8-upstream,megakernel-fp8-stream --ref reference-fp32 \
-    --floor megakernel-bf16-upstream,megakernel-bf16-stream \
-    --positions 10000 --context 512 --stride 512 --prompts 100 --agree-tokens 64 --out results/m3_fp8_quality.json
+  run m3-quality python3 -m monolith m3 --steps quality
 fi
 # M5 quality (issue 14; the M3 protocol above, in full): nvfp4-stream on the packed nvfp4 weights
 # (all-NVFP4 layers, FP8 LM head, block-scale search on) beside bf16-stream (the floor, same schedule)
@@ -271,10 +261,7 @@ fi
 # less two megakernel engines: ~20,500 reference steps (~6-7.5 ms each) + ~30,800 steps per
 # megakernel: ~3-3.5 min; ~4 min in all (+ the two extension builds on a fresh machine).
 if want m5quality; then
-  run m5-pack python3 -m monolith pack --format nvfp4 --model checkpoints/synth-seed0 --out /tmp/nvfp4pack &&
-  run m5-quality python3 -m monolith eval quality --nvfp4 /tmp/nvfp4pack --model checkpoints/synth-seed0 \
-    --engine megakernel-nvfp4-stream --ref reference-fp32 --floor megakernel-bf16-stream \
-    --positions 10000 --context 512 --stride 512 --prompts 100 --agree-tokens 64 --out results/m5_nvfp4_quality.json
+  run m5-quality python3 -m monolith m5 --steps quality
 fi
 # One grid hop alone (probes/hop_latency.cu, issue 11): where the stream schedule's ~1.4 us between the
 # last producer's store and the first ready block goes (load, producers' spread, polling strategy). Seconds.
@@ -354,10 +341,7 @@ fi
 # reference, reference-fp32 in a CUDA graph, the reference's logits cached so it runs once. Needs the
 # WikiText-2 text (carry .data). Estimate ~4-5 min. Writes results/m5_nvfp4_sensitivity.{json,png}
 # (rewritten after every unit, so a cut call keeps what it measured).
-if want m5sens; then
-  run m5-sensitivity python3 -m monolith pack --sensitivity --model checkpoints/synth-seed0 --device cuda \
-    --out results/m5_nvfp4_sensitivity.json --positions 1024 --context 512 --prompts 20 --agree-tokens 32
-fi
+want m5sens && run m5-sensitivity python3 -m monolith m5 --steps sensitivity
 want m1 && run m1 python3 -m monolith m1
 # Quality, full protocol, bf16 pairs: HF transformers (its parallel forward) and the megakernel,
 # each against the bf16 reference. (The fp32 sanity pair runs inside `monolith m1`.)
@@ -393,5 +377,21 @@ want xray && run xray python3 -m monolith m2
 # M2 overhead check through the harness: plain and X-ray builds gated and timed in one session
 want overhead && run overhead python3 -m monolith bench --engine megakernel-bf16-upstream,megakernel-bf16-upstream-xray \
   --out results/m2_xray_overhead_harness.json
+# The milestone commands, explicit only. M5: NVFP4 end to end (M5_STEPS picks steps).
+only m5 && run m5 python3 -m monolith m5 --steps "${M5_STEPS:-sensitivity,pack,tests,bench,quality,xray}"
+# M6: the final matrix's rows for M6_ENGINES (default all; M6_QUICK=1: the trial) into M6_ROWS (default
+# $OUT/rows: a later call on the same warm machine adds its rows there), llama.cpp from M6_LLAMACPP (a
+# llama-bench pack dir or an sdist); m6merge writes results/final.json from M6_ROWS.
+if only m6; then
+  m6_args=(--rows-dir "${M6_ROWS:-$OUT/rows}")
+  [ -n "${M6_ENGINES:-}" ] && m6_args+=(--engines "$M6_ENGINES")
+  [ "${M6_QUICK:-0}" = 1 ] && m6_args+=(--quick)
+  [ -n "${M6_LLAMACPP:-}" ] && m6_args+=(--llamacpp "$M6_LLAMACPP")
+  [ -n "${M6_QUALITY:-}" ] && m6_args+=(--quality "$M6_QUALITY")
+  run m6 python3 -m monolith m6 "${m6_args[@]}"
+fi
+only m6merge && run m6-merge python3 -m monolith m6 --merge "${M6_ROWS:-$OUT/rows}"
+only m7 && run m7 python3 -m monolith m7
+only m8 && run m8 python3 -m monolith m8
 pack
 echo; echo "==== summary"; printf '%s\n' "${summary[@]}"; grep -h "^\[dev\]" "$OUT/log.txt" || true

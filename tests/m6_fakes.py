@@ -59,7 +59,7 @@ def row(engine: str, quick: bool = False) -> dict:
     if engine in ("hf-static", "hf-compile"):
         r["gate"] = {**not_gated(final.UNGATED_LABEL), "verdict": {
             "passed": False, "reasons": ["prompt 0: 3 repeated decodes are not bitwise identical"],
-            "deterministic": False, "divergences": 0}}
+            "deterministic": False, "divergences": 0, "divergences_disallowed": 0}}
         r["speed_label"] = r["reason"] = final.UNGATED_LABEL
     fmt = "fp8" if "fp8" in engine and kind == "monolith" else "nvfp4" if "nvfp4" in engine else None
     if fmt:

@@ -6,7 +6,7 @@ import torch
 from harness_fakes import FakeEngine, swap_top2_when
 
 from monolith import results
-from monolith.bench import bytemodel, decode, power, suite
+from monolith.bench import bytemodel, decode, suite
 from monolith.bench.baselines import registry
 from monolith.eval import correctness
 

@@ -1,0 +1,262 @@
+"""`monolith m6`: measure the final matrix's rows on the GPU present, one row file per engine
+(bench/final.py merges them). Composes the harness: the oracle, gate and timed runs are
+bench/suite.py's `measure`, quality is quant/fp8_quality.py's `packed_quality`, llama.cpp is
+bench/baselines/llamacpp.sh, the X-ray is the engine's `record_xray`.
+
+Protocol (notes/harness.md): 20 prompts x 256 tokens, median/min/max of 5 runs; an engine under
+100 tok/s (warm-up estimate) keeps every prompt and gets fewer runs, recorded in `runs_note`; the
+sweep 16/128/512/1,024/2,048 on every monolith row; NVML energy around every row's timed runs.
+`quick`: 3 prompts x 64 tokens, 3 runs, sweep 16/128/512, gate 2 x 64: a trial, never headline.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from monolith import REPO_ROOT
+from monolith.bench import final
+from monolith.errors import MonolithError
+
+QUALITY_FILES = {"fp8": REPO_ROOT / "results" / "m3_fp8_quality.json",
+                 "nvfp4": REPO_ROOT / "results" / "m5_nvfp4_quality.json"}
+QUICK_ENGINES = "fp8-stream,hf-eager"
+SLOW_BELOW_TOK_S = 100.0
+XRAY_POSITION = 128
+XRAY_PROMPT = "The history of the city begins"
+
+
+@dataclass
+class M6Config:
+    engines: list[str]
+    rows_dir: Path
+    model: str | None = None
+    device: str = "cuda"
+    quick: bool = False
+    budget_s: float = 90.0          # a slow engine's gate, and again its timed runs (never fewer prompts)
+    llamacpp: str | None = None     # llama-bench pack dir (bench/baselines/llamacpp.sh PACK=) or an sdist
+    quality: str = "file"           # file: the committed quality runs; measure: run them now; none
+    quality_files: dict = field(default_factory=lambda: dict(QUALITY_FILES))
+    xray: bool = True
+    nvml: object = None             # an NVML module (tests: a fake); None: pynvml
+    log: object = print
+
+
+def parse_engines(spec: str | None, quick: bool) -> list[str]:
+    names = [final.engine_name(e) for e in (spec or (QUICK_ENGINES if quick else ",".join(final.all_engines())))
+             .split(",") if e.strip()]
+    from monolith.bench.baselines import registry
+
+    for n in names:
+        if n != "llamacpp":
+            registry.spec(n)  # unknown names fail here, before anything runs
+    if len(set(names)) != len(names):
+        raise MonolithError(f"--engines names an engine twice: {','.join(names)}")
+    return names
+
+
+def _bench_cfg(quick: bool, nvml):
+    from monolith.bench.decode import BenchConfig
+
+    cfg = BenchConfig.quick_config() if quick else BenchConfig()
+    cfg.nvml = nvml
+    return cfg
+
+
+def run(cfg: M6Config) -> list[Path]:
+    """Measure each engine of cfg.engines and write its row file; returns the files written."""
+    import torch
+
+    from monolith import envinfo
+    from monolith.bench import bytemodel, power, suite
+    from monolith.bench.baselines import registry
+    from monolith.eval import correctness
+
+    log = cfg.log
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise MonolithError("monolith m6 measures on a CUDA GPU and none is visible here "
+                            "(merge row files with `monolith m6 --merge DIR`)")
+    rows_dir = Path(cfg.rows_dir)
+    rows_dir.mkdir(parents=True, exist_ok=True)
+    ckpt, tok = suite.load_inputs(cfg.model)
+    env = envinfo.collect(cfg.device)
+    uuid = power.gpu_uuid(nvml=cfg.nvml) if cfg.device.startswith("cuda") else None
+    bw, bw_src = bytemodel.load_bw_tbs()
+    bench_prompts = suite.prompt_tokens("bench", tok)
+    bcfg = _bench_cfg(cfg.quick, cfg.nvml)
+    scfg = suite.SuiteConfig(
+        engines=cfg.engines, model=cfg.model, device=cfg.device, bench=bcfg,
+        gate_prompts=2 if cfg.quick else 20, gate_tokens=64 if cfg.quick else 256,
+        det_repeats=2 if cfg.quick else 3, engine_budget_s=cfg.budget_s,
+        timelines_dir=rows_dir / "timelines", timeline_tokens=64 if cfg.quick else 256, timeline_scaled=True,
+        ungated_ok=final.UNGATED_OK, slow_below_tok_s=SLOW_BELOW_TOK_S, title="M6: the final matrix")
+    protocol = {**bcfg.protocol(), "quick": cfg.quick, "gate_prompts": scfg.gate_prompts,
+                "gate_tokens": scfg.gate_tokens, "tolerance_logits": scfg.tolerance, "det_repeats": scfg.det_repeats,
+                "slow_below_tok_s": SLOW_BELOW_TOK_S, "slow_engine_budget_s": cfg.budget_s,
+                "bw_tbs_for_prediction": bw, "bw_source": bw_src, "device": cfg.device,
+                "quality_source": cfg.quality,
+                "byte_model": "weights (28 layers + LM head + 1 embedding row) + 114,688 B x cached positions"}
+    seq = suite.sweep_sequence(bench_prompts, max(bcfg.sweep_positions or (0,)) + 1)
+    ckpts, oracles = {"bf16": ckpt}, {}
+    written = []
+    for i, name in enumerate(cfg.engines):
+        started = final.now_iso()
+        t0 = time.perf_counter()
+        log(f"[{i + 1}/{len(cfg.engines)}] {name}")
+        if name == "llamacpp":
+            rows = llamacpp_rows(cfg, rows_dir, bcfg)
+        else:
+            spec = registry.spec(name)
+            fmt = registry.weights_of(name)
+            if fmt not in oracles:
+                ckpts[fmt] = registry.checkpoint_for(fmt, ckpt)
+                log(f"  oracle: fp32 reference on the {fmt} weights{' dequantized' if fmt != 'bf16' else ''}, "
+                    f"{scfg.gate_prompts} prompts x {scfg.gate_tokens} tokens")
+                orc = registry.oracle(ckpts[fmt], cfg.device)
+                oracles[fmt] = correctness.oracle_runs(orc, bench_prompts[:scfg.gate_prompts], scfg.gate_tokens)
+                del orc
+                suite._free()
+            row = suite.measure(name, spec, ckpts[fmt], tok, bench_prompts, seq, oracles[fmt], scfg, cfg.budget_s, bw,
+                                weights=fmt)
+            rows = [row]
+            if fmt in ("fp8", "nvfp4"):
+                row["gates"] = {"implementation": implementation_gate(row, fmt),
+                                "quality": quality_gate(cfg, name, fmt, ckpt, tok)}
+            if name.startswith("megakernel-") and cfg.xray and row.get("status") == "ok":
+                row["xray_raw"] = record_xray(ckpt, tok, name.removeprefix("megakernel-"), rows_dir / "xray", log)
+        for r in rows:
+            decorate(r, name)
+        ended = final.now_iso()
+        written.append(final.write_row_file(rows_dir, name, rows, gpu_uuid=uuid, gpu=env.get("gpu"), started=started,
+                                            ended=ended, env=env, weights=ckpt.describe(), protocol=protocol))
+        log(f"  wrote {written[-1]} ({time.perf_counter() - t0:.0f} s)")
+    return written
+
+
+def decorate(r: dict, name: str) -> None:
+    """The matrix's row keys (notes/CONTRACTS.md) on a harness row."""
+    mono = r["engine"].startswith("megakernel-")
+    r["kind"] = "monolith" if mono else "baseline"
+    r["variant"] = r["engine"].removeprefix("megakernel-") if mono else None
+    r.setdefault("runs_note", None)
+    r.setdefault("speed_label", None)
+    if r.get("status") == "ok" and not isinstance(r.get("energy"), dict):
+        r["energy"] = {"method": "not measured", "reason": "the harness returned no energy for this row"}
+    if r.get("status") == "ok" and r.get("energy", {}).get("method") == "not measured":
+        r["tok_per_joule"] = None
+
+
+def implementation_gate(row: dict, fmt: str) -> dict:
+    g = row.get("gate") or {}
+    return {"passed": g.get("passed") if isinstance(g, dict) else None,
+            "oracle": f"fp32 reference on the {fmt} weights dequantized",
+            "rule": f"margin rule, tolerance {g.get('tolerance', 'as in the gate')} logits",
+            "divergences": g.get("divergences"), "divergences_disallowed": g.get("divergences_disallowed"),
+            "deterministic": g.get("deterministic"),
+            **({} if g.get("passed") is not None else {"reason": f"not run: {row.get('reason')}"})}
+
+
+def _quality_from_pair(pair: dict, source: str, protocol: dict | None) -> dict:
+    g, e = pair["gates"], pair["engine"]
+    fl = g.get("floor") or None
+    passed = g.get("fixed_gates_pass")
+    return {"passed": passed if passed in (True, False) else None, "reference": "fp32 on the original bf16 weights",
+            "ppl_ratio": g.get("ppl_ratio"), "ppl_limit": g.get("ppl_limit"), "agreement": g.get("agreement"),
+            "agreement_min": g.get("agreement_min"), "kl": g.get("kl"), "positions": e.get("kl_positions", e.get("positions")),
+            "prompts": e.get("prompts"), "agree_tokens": (protocol or {}).get("agree_tokens", e.get("tokens_per_prompt")),
+            "floor": None if fl is None else {k: fl.get(k) for k in ("engine", "agreement", "ppl_ratio", "kl")},
+            "floor_gate_pass": g.get("floor_gate_pass"), "summary": g.get("summary"), "source": source}
+
+
+def quality_from_file(path: Path, engine: str, weights: dict) -> dict:
+    """The quality gate of `engine` from a committed `eval quality --fp8/--nvfp4` result: only on
+    the same weights (sha256), named as an earlier run's."""
+    p = Path(path)
+    if not p.is_file():
+        return {"passed": None, "reason": f"not measured in this run, and {p.name} is not there"}
+    doc = json.loads(p.read_text())
+    sha = (doc.get("weights") or {}).get("sha256")
+    if sha != weights.get("sha256"):
+        return {"passed": None, "reason": f"not measured in this run; {p.name} is of other weights "
+                                          f"(sha256 {str(sha)[:12]}, these {str(weights.get('sha256'))[:12]})"}
+    for pair in doc.get("pairs") or [doc]:
+        if str((pair.get("roles") or {}).get("engine", "")).split(" ")[0] == engine:
+            rel = p.relative_to(REPO_ROOT) if p.is_relative_to(REPO_ROOT) else p
+            return _quality_from_pair(pair, f"{rel} (an earlier run on these weights: full protocol)", doc.get("protocol"))
+    return {"passed": None, "reason": f"not measured in this run; {p.name} has no pair for {engine}"}
+
+
+def quality_gate(cfg: M6Config, name: str, fmt: str, ckpt, tok) -> dict:
+    if cfg.quality == "none":
+        return {"passed": None, "reason": "not measured in this run (--quality none)"}
+    if cfg.quality == "file":
+        return quality_from_file(cfg.quality_files.get(fmt, Path("-")), name, ckpt.describe())
+    from monolith.quant import pack_fp8, pack_nvfp4
+    from monolith.quant.fp8_quality import packed_quality
+
+    floor = "megakernel-bf16-upstream" if "upstream" in name else "megakernel-bf16-stream"
+    packed = {"fp8": pack_fp8, "nvfp4": pack_nvfp4}[fmt].pack_in_memory(ckpt)
+    kw = dict(positions=256, prompts=4, agree_tokens=16) if cfg.quick else {}
+    cfg.log(f"  quality: {name} on the {fmt} pack against fp32 on the bf16 weights, floor {floor}")
+    res = packed_quality(ckpt, tok, packed, cfg.device, fmt=fmt, engine=[name], ref="reference-fp32", floor=[floor], **kw)
+    return _quality_from_pair(res["pairs"][0], "measured in this run" + (" (quick: reduced protocol)" if cfg.quick else ""),
+                              res.get("protocol"))
+
+
+def record_xray(ckpt, tok, variant: str, out_dir: Path, log) -> str | None:
+    """One raw X-ray trace of `variant` at position 128 from the instrumented build."""
+    try:
+        from monolith.megakernel import MegakernelEngine
+        from monolith.xray.raw import save_raw
+
+        eng = MegakernelEngine(ckpt, variant=variant, xray=True)
+        meta, events = eng.record_xray(tok.encode(XRAY_PROMPT), XRAY_POSITION)
+        meta = {**meta, "variant": variant, "position": XRAY_POSITION}
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = save_raw(out_dir / f"{variant}.raw.npz", meta, events)
+        log(f"  X-ray: {variant} at position {XRAY_POSITION}, {len(events)} records -> {path}")
+        return str(path)
+    except Exception as e:  # noqa: BLE001  (the row's speed stands; the trace's absence is said)
+        log(f"  X-ray failed: {type(e).__name__}: {e}")
+        return None
+
+
+def llamacpp_rows(cfg: M6Config, rows_dir: Path, bcfg) -> list[dict]:
+    """llama.cpp BF16 and Q8_0 through bench/baselines/llamacpp.sh (energy by llamacpp_run.py), and
+    each row's race timeline: uniform at its median rate (llama-bench reports per-run totals only)."""
+    from monolith.bench.baselines.llamacpp import rows_from_json
+    from monolith.checkpoint import ensure_checkpoint
+    from monolith.results import base_row
+
+    if not cfg.llamacpp:
+        row = base_row("llamacpp", "llama.cpp")
+        row["reason"] = "no llama.cpp build or source given (monolith m6 --llamacpp PACK_DIR_OR_SDIST)"
+        return [row]
+    out = rows_dir / "llamacpp.json"
+    src = Path(cfg.llamacpp)
+    env = {**os.environ, "WORK": os.environ.get("LLAMACPP_WORK", "/tmp/llamacpp"), "N_GEN": str(bcfg.tokens),
+           "REPS": str(bcfg.runs)}
+    pack_tar = src / "pack.tar.xz"
+    if src.is_dir() and pack_tar.is_file() and not (src / "bin" / "llama-bench").exists():
+        subprocess.run(["tar", "xJf", str(pack_tar), "-C", str(src)], check=False)
+    if (src / "bin" / "llama-bench").exists():
+        env["LLAMA_BENCH"] = str(src / "bin" / "llama-bench")
+    ckpt_dir = ensure_checkpoint(cfg.model)
+    cmd = ["bash", str(REPO_ROOT / "bench" / "baselines" / "llamacpp.sh"), str(src), str(ckpt_dir), str(out)]
+    cfg.log(f"  {' '.join(cmd)}")
+    subprocess.run(cmd, env=env, check=False)
+    rows = rows_from_json(out)
+    for r in rows:
+        med = (r.get("tok_s") or {}).get("median")
+        if r.get("status") == "ok" and med:
+            n = bcfg.tokens
+            tl = {"engine": r["engine"], "label": r.get("label"), "tokens": None, "pieces": None,
+                  "t_us": [round((k + 1) * 1e6 / med, 2) for k in range(n)],
+                  "method": f"uniform at the row's median {med:,.1f} tok/s: llama-bench reports each run's total "
+                            "time, not per-token times"}
+            (rows_dir / "timelines").mkdir(parents=True, exist_ok=True)
+            (rows_dir / "timelines" / f"{r['engine']}.json").write_text(json.dumps(tl) + "\n")
+    return rows
