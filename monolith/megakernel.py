@@ -1,11 +1,20 @@
 """The megakernel engine: packs a checkpoint the way the kernel streams it, builds the CUDA
 extension for the GPU present, and runs one kernel launch per token.
 
+One engine class per weight format, mirroring the kernel's weight types (kernel/dequant.cuh):
+Bf16Engine (WeightsBf16), Fp8Engine (WeightsE4M3), Nvfp4Engine (WeightsNvfp4). Each holds what is
+particular to its format, beside the packing it uploads: which packs it accepts (`_pack`, every
+refusal before any GPU work), the buffers it fills (`_upload`), its byte model and its gate's
+oracle. MegakernelEngine, their base, owns the rest: the build, the grid checks, the launch, the
+host-side error checks and the X-ray; `MegakernelEngine(ckpt, variant=...)` returns the class of
+the variant's format (kernel/variants.json "weights").
+
 The extension (kernel/bindings.cpp + kernel/megakernel.cu + its X-ray build) is compiled on
 first use with torch's ninja-based loader into build/ext-<hash>/. Python owns every buffer;
-the kernel gets raw pointers. Everything that can be checked on the host is checked here
-before a launch: shapes and dtypes of the checkpoint, token ids, the context cap, and whether
-the grid can be co-resident (a persistent grid that cannot is a hang, so we refuse instead).
+the kernel gets raw pointers (a null pointer for every buffer the format does not use).
+Everything that can be checked on the host is checked here before a launch: shapes and dtypes
+of the checkpoint, token ids, the context cap, and whether the grid can be co-resident (a
+persistent grid that cannot is a hang, so we refuse instead).
 """
 from __future__ import annotations
 
@@ -64,39 +73,8 @@ def variant_spec(name: str) -> dict:
     return kernel_spec.variant_spec(name)
 
 
-def pack_layer_weights(tensors: dict[str, torch.Tensor], num_layers: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pack every layer's matrices into the order the kernel streams them (see kernel/config.cuh):
-    [q|k|v rows][o][gate/up rows interleaved: 2r = gate r, 2r+1 = up r][down], and the norm
-    vectors [input_ln][post_ln][q_norm][k_norm]. Returns two flat bf16 tensors."""
-    w = torch.empty(num_layers * LAYER_ELEMS, dtype=torch.bfloat16)
-    n = torch.empty(num_layers * NORM_LAYER_ELEMS, dtype=torch.bfloat16)
-    for i in range(num_layers):
-        t = {k[len(f"model.layers.{i}."):]: v for k, v in tensors.items() if k.startswith(f"model.layers.{i}.")}
-        base = i * LAYER_ELEMS
-        qkv = torch.cat([t["self_attn.q_proj.weight"], t["self_attn.k_proj.weight"], t["self_attn.v_proj.weight"]])
-        w[base + OFF_QKV: base + OFF_O] = qkv.reshape(-1)
-        w[base + OFF_O: base + OFF_GATEUP] = t["self_attn.o_proj.weight"].reshape(-1)
-        gu = torch.stack([t["mlp.gate_proj.weight"], t["mlp.up_proj.weight"]], dim=1)  # [3072, 2, 1024]
-        w[base + OFF_GATEUP: base + OFF_DOWN] = gu.reshape(-1)
-        w[base + OFF_DOWN: base + LAYER_ELEMS] = t["mlp.down_proj.weight"].reshape(-1)
-        nb = i * NORM_LAYER_ELEMS
-        n[nb + NORM_IN_LN: nb + NORM_POST_LN] = t["input_layernorm.weight"]
-        n[nb + NORM_POST_LN: nb + NORM_Q] = t["post_attention_layernorm.weight"]
-        n[nb + NORM_Q: nb + NORM_K] = t["self_attn.q_norm.weight"]
-        n[nb + NORM_K: nb + NORM_LAYER_ELEMS] = t["self_attn.k_norm.weight"]
-    return w, n
-
-
-def pack_layer_weights_stream(tensors: dict[str, torch.Tensor], num_layers: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The streaming schedule's order (kernel/config.cuh, "the streaming schedule"): the same
-    per-layer offsets, rows grouped by the KV group that streams them.
-      qkv  [8 groups][512 rows][1024]: q head 2g, q head 2g+1, k head g, v head g
-      o    [8 groups][1024 rows][256]: o_proj columns 256g .. 256g+255 (the group's two heads)
-      gate/up interleaved and down row-major, as in the upstream layout."""
-    w, n = pack_layer_weights(tensors, num_layers)
-    return stream_order_(w, num_layers), n
-
-
+# ---- the streaming schedule's row order, shared by bf16 values and E4M3 codes (one element
+# per weight); NVFP4's packed nibbles move the same rows (stream_order_nvfp4) ------------------
 def _group_qkv_rows(rows: torch.Tensor) -> torch.Tensor:
     """[QKV_ROWS, ...] in q | k | v order -> the same rows grouped by KV head g: q head 2g, q head
     2g+1, k head g, v head g (the streaming schedule's qkv order)."""
@@ -121,48 +99,6 @@ def stream_order_(w: torch.Tensor, num_layers: int) -> torch.Tensor:
     return w
 
 
-def stream_order_scales_(scales: torch.Tensor) -> torch.Tensor:
-    """The per-row scales [num_layers, LAYER_SCALES] (layout rowmajor-v1) in the streaming order,
-    in place: only the qkv rows move (O's scales belong to its output rows, which stay)."""
-    from monolith.quant import fp8_layout as F
-
-    qkv = scales[:, F.SC_QKV: F.SC_QKV + QKV_ROWS]
-    qkv.copy_(_group_qkv_rows(qkv.transpose(0, 1).contiguous()).transpose(0, 1))
-    return scales
-
-
-def stream_order_nvfp4(codes: torch.Tensor, bscales: torch.Tensor) -> torch.Tensor:
-    """The nvfp4-rowmajor-v1 codes [n, LAYER_CODE_BYTES] and block scales [n, LAYER_BSCALE_BYTES]
-    (quant/nvfp4_layout.py) in the streaming schedule's order, as the one uint8 buffer the kernel
-    reads (StepParams::codes): every layer's codes, then every layer's block scales. The same row
-    moves as stream_order_ makes for bf16/fp8: qkv rows grouped by KV head (codes rows of 512 B,
-    scale rows of 64 B), O by the group's 256 columns ([8 groups][1024 rows][128 B] of codes,
-    [8][1024][16 B] of scales); gate/up and down stay. The inputs are not modified."""
-    from monolith.quant import nvfp4_layout as NL
-
-    g, n = C.NUM_KV_HEADS, codes.shape[0]
-    out = torch.empty(n * (NL.LAYER_CODE_BYTES + NL.LAYER_BSCALE_BYTES), dtype=torch.uint8)
-    oc = out[:n * NL.LAYER_CODE_BYTES].view(n, NL.LAYER_CODE_BYTES)
-    ob = out[n * NL.LAYER_CODE_BYTES:].view(n, NL.LAYER_BSCALE_BYTES)
-    oc.copy_(codes)
-    ob.copy_(bscales)
-    for buf, offs, row_bytes in ((oc, NL.CODE_OFFSETS, NL.CODE_ROW_BYTES), (ob, NL.BSCALE_OFFSETS, NL.BSCALE_ROW_BYTES)):
-        for i in range(n):
-            qkv = buf[i, offs["qkv"]:offs["o"]].view(QKV_ROWS, row_bytes["qkv"])
-            qkv.copy_(_group_qkv_rows(qkv.clone()))
-            o = buf[i, offs["o"]:offs["gateup"]]
-            o.copy_(o.clone().view(C.HIDDEN, g, row_bytes["o"] // g).permute(1, 0, 2).reshape(-1))
-    return out
-
-
-PACKERS = {"upstream": pack_layer_weights, "stream": pack_layer_weights_stream}
-# fp8 variants ("weights": "fp8" in kernel/variants.json) read quant/pack_fp8.py's packed tensors;
-# their variants.json layout names the fp8 layout (quant/fp8_layout.py) they were written for.
-FP8_LAYOUTS = {"fp8-rowmajor-v1": "rowmajor-v1"}
-# nvfp4 variants ("weights": "nvfp4") read quant/pack_nvfp4.py's packs of these layouts
-NVFP4_LAYOUTS = {"nvfp4-rowmajor-v1": "nvfp4-rowmajor-v1"}
-
-
 def rope_table(context_cap: int = C.CONTEXT_CAP, theta: float = C.ROPE_THETA, head_dim: int = C.HEAD_DIM) -> torch.Tensor:
     """[cap, head_dim] fp32: cos of the head_dim/2 frequencies, then their sin (HF's formula:
     inv_freq in fp32, angle = position * inv_freq in fp32)."""
@@ -177,30 +113,14 @@ def kv_bytes_per_position(num_layers: int = C.NUM_LAYERS) -> int:
 
 def bytes_per_token(position: int, num_layers: int = C.NUM_LAYERS, weights: str = "bf16") -> int:
     """Bytes one step reads from DRAM: all layer weights and norms, the LM head (= embedding),
-    the embedding row of the input token, and K/V of positions 0..position. weights="fp8": the
-    E4M3 codes + fp32 row scales of quant/fp8_layout.py (layers, LM head and embedding row)."""
-    if weights == "fp8":
-        from monolith.quant import fp8_layout
-        return fp8_layout.bytes_per_token(num_layers, "fp8") + (position + 1) * kv_bytes_per_position(num_layers)
-    if weights == "nvfp4":  # all-NVFP4 layers (codes, block and tensor scales) + the FP8 LM head
-        from monolith.quant import nvfp4_layout
-        return nvfp4_layout.bytes_per_token(num_layers) + (position + 1) * kv_bytes_per_position(num_layers)
-    layers = num_layers * (LAYER_ELEMS + NORM_LAYER_ELEMS) * 2
-    head = C.VOCAB * C.HIDDEN * 2 + C.HIDDEN * 2
-    return layers + head + C.HIDDEN * 2 + (position + 1) * kv_bytes_per_position(num_layers)
+    the embedding row of the input token (the format's weight_bytes), and K/V of positions
+    0..position."""
+    return engine_class_for(weights).weight_bytes(num_layers) + (position + 1) * kv_bytes_per_position(num_layers)
 
 
 def time_model_bytes(weights: str = "bf16") -> dict:
     """bytes_layer / bytes_head of the time model (bench/bytemodel.py predict_us) for a format."""
-    if weights == "fp8":
-        from monolith.quant import fp8_layout as F
-        return {"bytes_layer": F.LAYER_BYTES + 4 * F.LAYER_SCALES + 2 * F.NORM_LAYER_ELEMS,
-                "bytes_head": F.EMBED_BYTES + 4 * F.EMBED_SCALES}
-    if weights == "nvfp4":
-        from monolith.quant import nvfp4_layout as NL
-        return {"bytes_layer": NL.LAYER_CODE_BYTES + NL.LAYER_BSCALE_BYTES + 4 * NL.TSCALE_SLOTS + 2 * NL.NORM_LAYER_ELEMS,
-                "bytes_head": NL.EMBED_BYTES + 4 * NL.EMBED_SCALES}
-    return {"bytes_layer": (LAYER_ELEMS + NORM_LAYER_ELEMS) * 2, "bytes_head": C.VOCAB * C.HIDDEN * 2}
+    return engine_class_for(weights).time_model_bytes()
 
 
 def _arch_flags() -> list[str]:
@@ -296,25 +216,42 @@ def check_constants(k: dict) -> None:
 
 
 class MegakernelEngine(Engine):
-    """One persistent-kernel launch per token. See monolith.engine.Engine for the contract."""
+    """One persistent-kernel launch per token. See monolith.engine.Engine for the contract.
+
+    The base of the per-format engines: `MegakernelEngine(ckpt, variant=...)` constructs the
+    class of the variant's weight format (engine_class), so every caller keeps one entry point.
+    A subclass fills `_pack` (the pack it runs on, refusing what the kernel cannot run, before any
+    GPU work) and `_upload` (its buffers on the device); the launch reads the same attributes
+    for every format: w, norms, embed, final_norm, codes, row_scales, embed_codes, embed_scales."""
 
     context_cap, vocab_size = C.CONTEXT_CAP, C.VOCAB  # Engine checks both before any launch
+    weight_format: str | None = None  # kernel/variants.json "weights"; set by each subclass
+    kernel_weights: str | None = None  # the kernel's weight type (kernel/dequant.cuh)
+    gate_oracle: str | None = None  # info["gate_oracle"] where the gate's oracle is not the checkpoint
+
+    def __new__(cls, ckpt=None, variant: str = "bf16-upstream", *args, **kwargs):
+        if cls is MegakernelEngine:
+            try:
+                cls = engine_class(variant)
+            except MonolithError:  # an unknown variant or format: __init__ refuses it, in order
+                pass
+        return super().__new__(cls)
 
     def __init__(self, ckpt, variant: str = "bf16-upstream", xray: bool = False, blocks: int | None = None,
                  timeout_s: float = 1.0, device: str = "cuda", packed=None):
-        """ckpt: the checkpoint. An fp8 variant ("weights": "fp8" in kernel/variants.json) runs on
-        `packed` (a `monolith pack --format fp8` dir/file or a PackedFP8 made from ckpt), else on
-        ckpt's own pack when ckpt is the dequantized fp8 checkpoint (its gate's oracle,
-        quant/pack_fp8.dequantized_checkpoint), else on ckpt packed in memory (seconds). An nvfp4
-        variant ("weights": "nvfp4", nvfp4-stream) likewise with `monolith pack --format nvfp4` packs
-        (all-NVFP4, layout_version 1; mixed packs are refused), see _nvfp4_pack."""
+        """ckpt: the checkpoint. `packed`: the packed weights of a quantized format (see the
+        subclass's _pack: a `monolith pack` dir/file or a Packed* made from ckpt; None: ckpt's own
+        pack when ckpt is that format's dequantized checkpoint, else ckpt packed in memory)."""
         if ckpt.shape.num_layers != C.NUM_LAYERS:
             raise MonolithError(f"the kernel is compiled for {C.NUM_LAYERS} layers; checkpoint has {ckpt.shape.num_layers}")
         self.spec = variant_spec(variant)
         self.weight_format = self.spec.get("weights", "bf16")
-        # before any GPU work: refusals are cheap
-        nv_pack = self._nvfp4_pack(ckpt, variant, packed) if self.weight_format == "nvfp4" else None
-        fp8_pack = None if nv_pack is not None else self._fp8_pack(ckpt, variant, packed)
+        if self.weight_format != type(self).weight_format:
+            if type(self).weight_format is None:
+                raise MonolithError(f"variant {variant}: weight format {self.weight_format!r} is not known to this engine")
+            raise MonolithError(f"variant {variant} reads {self.weight_format} weights; {type(self).__name__} runs "
+                                f"{type(self).weight_format} variants (MegakernelEngine(ckpt, variant=...) picks the class)")
+        pack = self._pack(ckpt, variant, packed)  # before any GPU work: refusals are cheap
         self.ext = load_extension(variant)
         self.k = dict(self.ext.constants())
         check_constants(self.k)
@@ -340,53 +277,10 @@ class MegakernelEngine(Engine):
         self.name = f"megakernel-{variant}" + ("-xray" if xray else "")
         self.weights = ckpt.describe() if hasattr(ckpt, "describe") else {}
 
+        # every weight pointer the kernel takes; a format leaves those it does not read None (null)
+        self.w = self.embed = self.codes = self.row_scales = self.embed_codes = self.embed_scales = None
+        self._upload(ckpt, pack, self.device)
         dev = self.device
-        # fp8 buffers (None for bf16 variants; the kernel gets null pointers and never reads them)
-        self.codes = self.row_scales = self.embed_codes = self.embed_scales = None
-        if nv_pack is not None:
-            from monolith.quant import nvfp4_layout as NL
-
-            pt = nv_pack.tensors
-            self.w = self.embed = None
-            # codes then block scales, in the streaming order, one allocation (StepParams::codes);
-            # the tensor scales are the kernel's row_scales (kernel/megakernel.cuh)
-            self.codes = stream_order_nvfp4(pt[NL.T_LAYER_CODES], pt[NL.T_LAYER_BSCALES]).to(dev)
-            self.row_scales = pt[NL.T_LAYER_TSCALES].to(dev).contiguous().view(-1)
-            self.embed_codes = pt[NL.T_EMBED_CODES].to(dev).contiguous()
-            self.embed_scales = pt[NL.T_EMBED_SCALES].to(dev).contiguous()
-            self.norms = pt[NL.T_NORMS].to(dev).contiguous().view(-1)
-            self.final_norm = pt[NL.T_FINAL_NORM].to(dev).contiguous()
-            m = nv_pack.meta
-            self.weights = {"kind": "nvfp4-packed", "scheme": m["scheme"], "layout": m["layout"],
-                            "layout_version": m["layout_version"], "head": m["head"],
-                            "search": m["search"]["enabled"],
-                            "packed": str(nv_pack.path) if nv_pack.path is not None else "in memory",
-                            "source": m["source"].get("weights") or {"sha256": m["source"]["sha256"]}}
-        elif fp8_pack is None:
-            t = ckpt.tensors
-            w, n = PACKERS[self.spec.get("layout", "upstream")](t, C.NUM_LAYERS)
-            self.w, self.norms = w.to(dev), n.to(dev)
-            self.embed = t["model.embed_tokens.weight"].to(dev, torch.bfloat16).contiguous()
-            self.final_norm = t["model.norm.weight"].to(dev, torch.bfloat16).contiguous()
-        else:
-            from monolith.quant import fp8_layout as F
-
-            pt = fp8_pack.tensors
-            self.w = self.embed = None
-            codes, scales = pt[F.T_LAYER_CODES], pt[F.T_LAYER_SCALES]
-            if self.stream:  # the file's rowmajor-v1 rows, in the streaming schedule's order
-                codes = stream_order_(codes.clone().view(-1), C.NUM_LAYERS)
-                scales = stream_order_scales_(scales.clone())
-            self.codes = codes.to(dev).contiguous().view(-1)
-            self.row_scales = scales.to(dev).contiguous().view(-1)
-            self.embed_codes = pt[F.T_EMBED_CODES].to(dev).contiguous()
-            self.embed_scales = pt[F.T_EMBED_SCALES].to(dev).contiguous()
-            self.norms = pt[F.T_NORMS].to(dev).contiguous().view(-1)
-            self.final_norm = pt[F.T_FINAL_NORM].to(dev).contiguous()
-            m = fp8_pack.meta
-            self.weights = {"kind": "fp8-packed", "scheme": m["scheme"], "layout": m["layout"], "head": m["head"],
-                            "packed": str(fp8_pack.path) if fp8_pack.path is not None else "in memory",
-                            "source": m["source"].get("weights") or {"sha256": m["source"]["sha256"]}}
         self.rope = rope_table().to(dev)
         self.kv = torch.zeros(C.NUM_LAYERS * 2 * C.KV_DIM * C.CONTEXT_CAP, dtype=torch.bfloat16, device=dev)
         self.scr = torch.zeros(self.k["scr_elems"], dtype=torch.float32, device=dev)
@@ -411,119 +305,37 @@ class MegakernelEngine(Engine):
                      "grid_barriers_per_layer": self.spec["grid_barriers_per_layer"],
                      "flag_syncs_per_layer": self.spec["flag_syncs_per_layer"],
                      "weight_format": self.weight_format,
-                     "time_model": {**time_model_bytes(self.weight_format),
+                     "time_model": {**self.time_model_bytes(),
                                     "syncs_per_layer": self.spec["grid_barriers_per_layer"] + self.spec["flag_syncs_per_layer"]}}
         if self.ext.build_info.get("extra_defines"):  # MONOLITH_NVCC_DEFINES: a diagnostic build
             self.info["diagnostic_build"] = (f"extra nvcc defines {self.ext.build_info['extra_defines']} "
                                              f"({kernel_spec.EXTRA_DEFINES_ENV}): not the measured kernel")
-        if fp8_pack is not None:
+        if self.gate_oracle is not None:
             # the gate checks the implementation against fp32 on these dequantized weights
-            self.info["gate_oracle"] = "fp32 reference on the fp8 weights dequantized (quant/pack_fp8.py)"
-        if nv_pack is not None:
-            self.info["gate_oracle"] = "fp32 reference on the nvfp4 weights dequantized (quant/pack_nvfp4.py)"
+            self.info["gate_oracle"] = self.gate_oracle
         if self.spec.get("experimental"):
             self.info["experimental"] = True
         self.reset()
 
-    def _fp8_pack(self, ckpt, variant: str, packed):
-        """The PackedFP8 an fp8 variant runs on (None for a bf16 variant), refusing what it cannot
-        run: a bf16 variant on fp8 weights, a pack of another layout or with a bf16 LM head, a pack
-        made from other weights than ckpt."""
-        own = getattr(ckpt, "packed", None)  # quant.pack_fp8.DequantizedCheckpoint
-        if self.weight_format == "bf16":
-            if packed is not None or own is not None:
-                raise MonolithError(f"variant {variant} reads bf16 weights; refusing fp8 weights (it would round their "
-                                    "dequantized values to bf16: a third model). Use an fp8 variant")
-            return None
-        if self.weight_format != "fp8":
-            raise MonolithError(f"variant {variant}: weight format {self.weight_format!r} is not known to this engine")
-        from monolith.quant import fp8_layout as F
-        from monolith.quant import pack_fp8
+    # ---- the format's part (each subclass) ------------------------------------------------
+    def _pack(self, ckpt, variant: str, packed):
+        """The pack this format runs on (None where the checkpoint's own tensors are uploaded),
+        refusing, before any GPU work, what the kernel cannot run."""
+        raise NotImplementedError
 
-        want = FP8_LAYOUTS.get(self.spec.get("layout", ""))
-        if want is None:
-            raise MonolithError(f"variant {variant}: its layout {self.spec.get('layout')!r} is not an fp8 layout this "
-                                f"engine packs ({sorted(FP8_LAYOUTS)})")
-        if packed is not None:
-            src = getattr(own, "meta", {}).get("source", {}).get("sha256") if own is not None else None
-            pk = packed if isinstance(packed, pack_fp8.PackedFP8) else pack_fp8.load_packed_fp8(
-                packed, model=None if own is not None else ckpt)
-            if own is not None and pk.source_sha256 != src:
-                raise MonolithError("the packed fp8 weights given and the checkpoint's own pack come from different sources")
-            if own is None and isinstance(packed, pack_fp8.PackedFP8) and pk.source_sha256 != ckpt.sha256():
-                raise MonolithError(f"the packed fp8 weights were made from another checkpoint (source sha256 "
-                                    f"{pk.source_sha256[:12]}…, this checkpoint {ckpt.sha256()[:12]}…); re-pack them")
-        elif own is not None:
-            pk = own
-        else:
-            pk = pack_fp8.pack_in_memory(ckpt)
-        pack_fp8.check_meta(pk.meta, str(pk.path or "in-memory fp8 pack"))
-        if pk.meta["layout"] != want:
-            raise MonolithError(f"variant {variant} reads fp8 layout {want!r}; the pack is {pk.meta['layout']!r}")
-        if pk.meta["head"] != "fp8":
-            raise MonolithError(f"variant {variant} reads an fp8 LM head; this pack keeps the head in "
-                                f"{pk.meta['head']} (`--head {pk.meta['head']}`): no kernel variant reads that yet")
-        if pk.num_layers != C.NUM_LAYERS:
-            raise MonolithError(f"the kernel is compiled for {C.NUM_LAYERS} layers; the fp8 pack has {pk.num_layers}")
-        for name, (shape, dtype) in pack_fp8._expected_shapes(C.NUM_LAYERS, "fp8").items():
-            t = pk.tensors.get(name)
-            if t is None or list(t.shape) != shape or str(t.dtype).removeprefix("torch.") != dtype:
-                raise MonolithError(f"fp8 pack tensor {name}: expected {dtype} {shape}, got "
-                                    f"{None if t is None else (str(t.dtype), list(t.shape))}")
-        assert F.LAYER_BYTES == LAYER_ELEMS and F.NORM_LAYER_ELEMS == NORM_LAYER_ELEMS  # one row order for both
-        return pk
+    def _upload(self, ckpt, pack, dev: torch.device) -> None:
+        """Fill the weight buffers the format's kernel reads (and self.weights, what they are)."""
+        raise NotImplementedError
 
-    def _nvfp4_pack(self, ckpt, variant: str, packed):
-        """The PackedNVFP4 an nvfp4 variant runs on: `packed` (a `monolith pack --format nvfp4` dir
-        or file, or a PackedNVFP4 made from ckpt), else ckpt's own pack when ckpt is the dequantized
-        nvfp4 checkpoint (its gate's oracle, quant/pack_nvfp4.dequantized_checkpoint), else ckpt
-        packed in memory (minutes on a CPU: the block-scale search). Refuses what the kernel cannot
-        run: another layout, a mixed pack (layout_version 2), another layer count, a pack made from
-        other weights than ckpt, an fp8 pack."""
-        from monolith.quant import nvfp4_layout as NL
-        from monolith.quant import pack_nvfp4
+    @classmethod
+    def weight_bytes(cls, num_layers: int = C.NUM_LAYERS) -> int:
+        """DRAM bytes of one step's weights: layers and norms, LM head, final norm, one embedding row."""
+        raise NotImplementedError
 
-        own = getattr(ckpt, "packed", None)
-        if own is not None and not isinstance(own, pack_nvfp4.PackedNVFP4):
-            raise MonolithError(f"variant {variant} reads nvfp4 weights; the checkpoint given is another format's "
-                                f"dequantized pack ({type(own).__name__}): use that format's variant")
-        want = NVFP4_LAYOUTS.get(self.spec.get("layout", ""))
-        if want is None:
-            raise MonolithError(f"variant {variant}: its layout {self.spec.get('layout')!r} is not an nvfp4 layout this "
-                                f"engine packs ({sorted(NVFP4_LAYOUTS)})")
-        if packed is not None:
-            if not isinstance(packed, pack_nvfp4.PackedNVFP4) and hasattr(packed, "meta"):
-                raise MonolithError(f"variant {variant} reads nvfp4 weights; got a {type(packed).__name__}")
-            pk = packed if isinstance(packed, pack_nvfp4.PackedNVFP4) else pack_nvfp4.load_packed_nvfp4(
-                packed, model=None if own is not None else ckpt)
-            src = own.source_sha256 if own is not None else ckpt.sha256()
-            if pk.source_sha256 != src:
-                raise MonolithError(f"the packed nvfp4 weights were made from another checkpoint (source sha256 "
-                                    f"{pk.source_sha256[:12]}…, this checkpoint {src[:12]}…); re-pack them")
-        elif own is not None:
-            pk = own
-        else:
-            pk = pack_nvfp4.pack_in_memory(ckpt)
-        where = str(pk.path or "in-memory nvfp4 pack")
-        pack_nvfp4.check_meta(pk.meta, where)
-        if pk.meta["layout"] != want:
-            raise MonolithError(f"variant {variant} reads nvfp4 layout {want!r}; the pack is {pk.meta['layout']!r}")
-        if pk.meta["layout_version"] != NL.LAYOUT_VERSION or pk.fp8_projections:
-            raise MonolithError(
-                f"{where}: a mixed pack (layout_version {pk.meta['layout_version']}, {len(pk.fp8_projections)} projections "
-                f"kept FP8: kinds {(pk.meta.get('mixed') or {}).get('fp8_kinds')}); variant {variant} reads all-NVFP4 "
-                f"packs (layout_version {NL.LAYOUT_VERSION}) only: no kernel variant reads mixed packs yet. Pack without "
-                "--map / --fp8-kinds")
-        if pk.num_layers != C.NUM_LAYERS:
-            raise MonolithError(f"the kernel is compiled for {C.NUM_LAYERS} layers; the nvfp4 pack has {pk.num_layers}")
-        for name, (shape, dtype) in pack_nvfp4._expected_shapes(C.NUM_LAYERS).items():
-            t = pk.tensors.get(name)
-            if t is None or list(t.shape) != shape or str(t.dtype).removeprefix("torch.") != dtype:
-                raise MonolithError(f"nvfp4 pack tensor {name}: expected {dtype} {shape}, got "
-                                    f"{None if t is None else (str(t.dtype), list(t.shape))}")
-        # the kernel's element offsets, halved, are the codes' byte offsets (kernel/config.cuh)
-        assert NL.LAYER_CODE_BYTES * 2 == LAYER_ELEMS and NL.NORM_LAYER_ELEMS == NORM_LAYER_ELEMS
-        return pk
+    @classmethod
+    def time_model_bytes(cls) -> dict:
+        """bytes_layer / bytes_head of the time model (bench/bytemodel.py predict_us)."""
+        raise NotImplementedError
 
     @staticmethod
     def _ptr(t) -> int:
@@ -699,19 +511,333 @@ class MegakernelEngine(Engine):
         e1.record()
         self.position += window + 1
         self.check()
-        raw = np.frombuffer(self.xray_buf.cpu().numpy().tobytes(), dtype=XRAY_EVENT_DTYPE)
-        raw = raw[(raw["g0"] != 0) | (raw["g1"] != 0)]
-        events = np.stack([raw[f].astype(np.int64) for f in XRAY_FIELDS], axis=1) if len(raw) else np.zeros((0, 8), np.int64)
+        # the kernel's record layout (kernel/xray.cuh): decoded by monolith.xray.raw, which also says
+        # how g0/g1 were obtained (meta xray_record, clock_anchors) and the layout's capacity
+        from monolith.xray.raw import decode_buffer
+
+        events, layout = decode_buffer(self.xray_buf.cpu().numpy(), self.blocks, self.k["xray_max_events"])
         props = torch.cuda.get_device_properties(self.device)
         meta = {"variant": self.variant, "gpu": props.name, "sm_count": self.sm_count, "blocks": self.blocks,
                 "threads": self.threads, "position": position,
                 "token_time_us": e0.elapsed_time(e1) * 1000.0 / (window + 1),
                 "token_time_method": f"CUDA events around {window + 1} back-to-back launches ending with the traced one",
                 "sm_clock_mhz": _sm_clock_mhz(), "build": self.ext.build_info, "weights": self.weights,
-                "xray_max_events": self.k["xray_max_events"],
+                "xray_max_events": self.k["xray_max_events"], **layout,
                 "kernel_attributes": self.info["kernel_attributes"], "next_token": int(buf[-1].item()),
                 "created": datetime.now(UTC).isoformat(timespec="seconds")}
         return meta, events
+
+
+# ==== bf16: the checkpoint's own values (kernel WeightsBf16) ====================================
+def pack_layer_weights(tensors: dict[str, torch.Tensor], num_layers: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pack every layer's matrices into the order the kernel streams them (see kernel/config.cuh):
+    [q|k|v rows][o][gate/up rows interleaved: 2r = gate r, 2r+1 = up r][down], and the norm
+    vectors [input_ln][post_ln][q_norm][k_norm]. Returns two flat bf16 tensors."""
+    w = torch.empty(num_layers * LAYER_ELEMS, dtype=torch.bfloat16)
+    n = torch.empty(num_layers * NORM_LAYER_ELEMS, dtype=torch.bfloat16)
+    for i in range(num_layers):
+        t = {k[len(f"model.layers.{i}."):]: v for k, v in tensors.items() if k.startswith(f"model.layers.{i}.")}
+        base = i * LAYER_ELEMS
+        qkv = torch.cat([t["self_attn.q_proj.weight"], t["self_attn.k_proj.weight"], t["self_attn.v_proj.weight"]])
+        w[base + OFF_QKV: base + OFF_O] = qkv.reshape(-1)
+        w[base + OFF_O: base + OFF_GATEUP] = t["self_attn.o_proj.weight"].reshape(-1)
+        gu = torch.stack([t["mlp.gate_proj.weight"], t["mlp.up_proj.weight"]], dim=1)  # [3072, 2, 1024]
+        w[base + OFF_GATEUP: base + OFF_DOWN] = gu.reshape(-1)
+        w[base + OFF_DOWN: base + LAYER_ELEMS] = t["mlp.down_proj.weight"].reshape(-1)
+        nb = i * NORM_LAYER_ELEMS
+        n[nb + NORM_IN_LN: nb + NORM_POST_LN] = t["input_layernorm.weight"]
+        n[nb + NORM_POST_LN: nb + NORM_Q] = t["post_attention_layernorm.weight"]
+        n[nb + NORM_Q: nb + NORM_K] = t["self_attn.q_norm.weight"]
+        n[nb + NORM_K: nb + NORM_LAYER_ELEMS] = t["self_attn.k_norm.weight"]
+    return w, n
+
+
+def pack_layer_weights_stream(tensors: dict[str, torch.Tensor], num_layers: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The streaming schedule's order (kernel/config.cuh, "the streaming schedule"): the same
+    per-layer offsets, rows grouped by the KV group that streams them.
+      qkv  [8 groups][512 rows][1024]: q head 2g, q head 2g+1, k head g, v head g
+      o    [8 groups][1024 rows][256]: o_proj columns 256g .. 256g+255 (the group's two heads)
+      gate/up interleaved and down row-major, as in the upstream layout."""
+    w, n = pack_layer_weights(tensors, num_layers)
+    return stream_order_(w, num_layers), n
+
+
+PACKERS = {"upstream": pack_layer_weights, "stream": pack_layer_weights_stream}
+
+
+class Bf16Engine(MegakernelEngine):
+    """bf16 variants (bf16-upstream, bf16-upstream-l2pre, bf16-stream): the checkpoint packed in
+    memory in the variant's layout (PACKERS), embedding and final norm as they are."""
+
+    weight_format, kernel_weights = "bf16", "WeightsBf16"
+
+    def _pack(self, ckpt, variant: str, packed):
+        if packed is not None or getattr(ckpt, "packed", None) is not None:  # a dequantized checkpoint
+            raise MonolithError(f"variant {variant} reads bf16 weights; refusing fp8 weights (it would round their "
+                                "dequantized values to bf16: a third model). Use an fp8 variant")
+        return None
+
+    def _upload(self, ckpt, pack, dev: torch.device) -> None:
+        t = ckpt.tensors
+        w, n = PACKERS[self.spec.get("layout", "upstream")](t, C.NUM_LAYERS)
+        self.w, self.norms = w.to(dev), n.to(dev)
+        self.embed = t["model.embed_tokens.weight"].to(dev, torch.bfloat16).contiguous()
+        self.final_norm = t["model.norm.weight"].to(dev, torch.bfloat16).contiguous()
+
+    @classmethod
+    def weight_bytes(cls, num_layers: int = C.NUM_LAYERS) -> int:
+        layers = num_layers * (LAYER_ELEMS + NORM_LAYER_ELEMS) * 2
+        head = C.VOCAB * C.HIDDEN * 2 + C.HIDDEN * 2
+        return layers + head + C.HIDDEN * 2
+
+    @classmethod
+    def time_model_bytes(cls) -> dict:
+        return {"bytes_layer": (LAYER_ELEMS + NORM_LAYER_ELEMS) * 2, "bytes_head": C.VOCAB * C.HIDDEN * 2}
+
+
+# ==== fp8: E4M3 codes + fp32 row scales (kernel WeightsE4M3) ====================================
+# fp8 variants ("weights": "fp8" in kernel/variants.json) read quant/pack_fp8.py's packed tensors;
+# their variants.json layout names the fp8 layout (quant/fp8_layout.py) they were written for.
+FP8_LAYOUTS = {"fp8-rowmajor-v1": "rowmajor-v1"}
+
+
+def stream_order_scales_(scales: torch.Tensor) -> torch.Tensor:
+    """The per-row scales [num_layers, LAYER_SCALES] (layout rowmajor-v1) in the streaming order,
+    in place: only the qkv rows move (O's scales belong to its output rows, which stay)."""
+    from monolith.quant import fp8_layout as F
+
+    qkv = scales[:, F.SC_QKV: F.SC_QKV + QKV_ROWS]
+    qkv.copy_(_group_qkv_rows(qkv.transpose(0, 1).contiguous()).transpose(0, 1))
+    return scales
+
+
+class Fp8Engine(MegakernelEngine):
+    """fp8 variants (fp8-upstream, fp8-stream): `packed` (a `monolith pack --format fp8` dir/file or
+    a PackedFP8 made from ckpt), else ckpt's own pack when ckpt is the dequantized fp8 checkpoint
+    (its gate's oracle, quant/pack_fp8.dequantized_checkpoint), else ckpt packed in memory
+    (seconds). A streaming variant reorders the file's rowmajor-v1 rows on upload."""
+
+    weight_format, kernel_weights = "fp8", "WeightsE4M3"
+    gate_oracle = "fp32 reference on the fp8 weights dequantized (quant/pack_fp8.py)"
+
+    def _pack(self, ckpt, variant: str, packed):
+        """The PackedFP8 the variant runs on, refusing what it cannot run: a pack of another layout
+        or with a bf16 LM head, a pack made from other weights than ckpt."""
+        from monolith.quant import fp8_layout as F
+        from monolith.quant import pack_fp8
+
+        own = getattr(ckpt, "packed", None)  # quant.pack_fp8.DequantizedCheckpoint
+
+        want = FP8_LAYOUTS.get(self.spec.get("layout", ""))
+        if want is None:
+            raise MonolithError(f"variant {variant}: its layout {self.spec.get('layout')!r} is not an fp8 layout this "
+                                f"engine packs ({sorted(FP8_LAYOUTS)})")
+        if packed is not None:
+            src = getattr(own, "meta", {}).get("source", {}).get("sha256") if own is not None else None
+            pk = packed if isinstance(packed, pack_fp8.PackedFP8) else pack_fp8.load_packed_fp8(
+                packed, model=None if own is not None else ckpt)
+            if own is not None and pk.source_sha256 != src:
+                raise MonolithError("the packed fp8 weights given and the checkpoint's own pack come from different sources")
+            if own is None and isinstance(packed, pack_fp8.PackedFP8) and pk.source_sha256 != ckpt.sha256():
+                raise MonolithError(f"the packed fp8 weights were made from another checkpoint (source sha256 "
+                                    f"{pk.source_sha256[:12]}…, this checkpoint {ckpt.sha256()[:12]}…); re-pack them")
+        elif own is not None:
+            pk = own
+        else:
+            pk = pack_fp8.pack_in_memory(ckpt)
+        pack_fp8.check_meta(pk.meta, str(pk.path or "in-memory fp8 pack"))
+        if pk.meta["layout"] != want:
+            raise MonolithError(f"variant {variant} reads fp8 layout {want!r}; the pack is {pk.meta['layout']!r}")
+        if pk.meta["head"] != "fp8":
+            raise MonolithError(f"variant {variant} reads an fp8 LM head; this pack keeps the head in "
+                                f"{pk.meta['head']} (`--head {pk.meta['head']}`): no kernel variant reads that yet")
+        if pk.num_layers != C.NUM_LAYERS:
+            raise MonolithError(f"the kernel is compiled for {C.NUM_LAYERS} layers; the fp8 pack has {pk.num_layers}")
+        for name, (shape, dtype) in pack_fp8._expected_shapes(C.NUM_LAYERS, "fp8").items():
+            t = pk.tensors.get(name)
+            if t is None or list(t.shape) != shape or str(t.dtype).removeprefix("torch.") != dtype:
+                raise MonolithError(f"fp8 pack tensor {name}: expected {dtype} {shape}, got "
+                                    f"{None if t is None else (str(t.dtype), list(t.shape))}")
+        assert F.LAYER_BYTES == LAYER_ELEMS and F.NORM_LAYER_ELEMS == NORM_LAYER_ELEMS  # one row order for both
+        return pk
+
+    def _upload(self, ckpt, pack, dev: torch.device) -> None:
+        from monolith.quant import fp8_layout as F
+
+        pt = pack.tensors
+        codes, scales = pt[F.T_LAYER_CODES], pt[F.T_LAYER_SCALES]
+        if self.stream:  # the file's rowmajor-v1 rows, in the streaming schedule's order
+            codes = stream_order_(codes.clone().view(-1), C.NUM_LAYERS)
+            scales = stream_order_scales_(scales.clone())
+        self.codes = codes.to(dev).contiguous().view(-1)
+        self.row_scales = scales.to(dev).contiguous().view(-1)
+        self.embed_codes = pt[F.T_EMBED_CODES].to(dev).contiguous()
+        self.embed_scales = pt[F.T_EMBED_SCALES].to(dev).contiguous()
+        self.norms = pt[F.T_NORMS].to(dev).contiguous().view(-1)
+        self.final_norm = pt[F.T_FINAL_NORM].to(dev).contiguous()
+        m = pack.meta
+        self.weights = {"kind": "fp8-packed", "scheme": m["scheme"], "layout": m["layout"], "head": m["head"],
+                        "packed": str(pack.path) if pack.path is not None else "in memory",
+                        "source": m["source"].get("weights") or {"sha256": m["source"]["sha256"]}}
+
+    @classmethod
+    def weight_bytes(cls, num_layers: int = C.NUM_LAYERS) -> int:
+        """The E4M3 codes + fp32 row scales of quant/fp8_layout.py (layers, LM head and embedding row)."""
+        from monolith.quant import fp8_layout
+
+        return fp8_layout.bytes_per_token(num_layers, "fp8")
+
+    @classmethod
+    def time_model_bytes(cls) -> dict:
+        from monolith.quant import fp8_layout as F
+
+        return {"bytes_layer": F.LAYER_BYTES + 4 * F.LAYER_SCALES + 2 * F.NORM_LAYER_ELEMS,
+                "bytes_head": F.EMBED_BYTES + 4 * F.EMBED_SCALES}
+
+
+# ==== nvfp4: E2M1 codes + E4M3 block scales + fp32 tensor scales (kernel WeightsNvfp4) ===========
+# nvfp4 variants ("weights": "nvfp4") read quant/pack_nvfp4.py's packs of these layouts
+NVFP4_LAYOUTS = {"nvfp4-rowmajor-v1": "nvfp4-rowmajor-v1"}
+
+
+def stream_order_nvfp4(codes: torch.Tensor, bscales: torch.Tensor) -> torch.Tensor:
+    """The nvfp4-rowmajor-v1 codes [n, LAYER_CODE_BYTES] and block scales [n, LAYER_BSCALE_BYTES]
+    (quant/nvfp4_layout.py) in the streaming schedule's order, as the one uint8 buffer the kernel
+    reads (StepParams::codes): every layer's codes, then every layer's block scales. The same row
+    moves as stream_order_ makes for bf16/fp8: qkv rows grouped by KV head (codes rows of 512 B,
+    scale rows of 64 B), O by the group's 256 columns ([8 groups][1024 rows][128 B] of codes,
+    [8][1024][16 B] of scales); gate/up and down stay. The inputs are not modified."""
+    from monolith.quant import nvfp4_layout as NL
+
+    g, n = C.NUM_KV_HEADS, codes.shape[0]
+    out = torch.empty(n * (NL.LAYER_CODE_BYTES + NL.LAYER_BSCALE_BYTES), dtype=torch.uint8)
+    oc = out[:n * NL.LAYER_CODE_BYTES].view(n, NL.LAYER_CODE_BYTES)
+    ob = out[n * NL.LAYER_CODE_BYTES:].view(n, NL.LAYER_BSCALE_BYTES)
+    oc.copy_(codes)
+    ob.copy_(bscales)
+    for buf, offs, row_bytes in ((oc, NL.CODE_OFFSETS, NL.CODE_ROW_BYTES), (ob, NL.BSCALE_OFFSETS, NL.BSCALE_ROW_BYTES)):
+        for i in range(n):
+            qkv = buf[i, offs["qkv"]:offs["o"]].view(QKV_ROWS, row_bytes["qkv"])
+            qkv.copy_(_group_qkv_rows(qkv.clone()))
+            o = buf[i, offs["o"]:offs["gateup"]]
+            o.copy_(o.clone().view(C.HIDDEN, g, row_bytes["o"] // g).permute(1, 0, 2).reshape(-1))
+    return out
+
+
+class Nvfp4Engine(MegakernelEngine):
+    """nvfp4 variants (nvfp4-stream): all-NVFP4 layers and an FP8 LM head, from `packed` (a
+    `monolith pack --format nvfp4` dir or file, or a PackedNVFP4 made from ckpt), else ckpt's own
+    pack when ckpt is the dequantized nvfp4 checkpoint (its gate's oracle,
+    quant/pack_nvfp4.dequantized_checkpoint), else ckpt packed in memory (minutes on a CPU: the
+    block-scale search). Mixed packs (layout_version 2) are refused."""
+
+    weight_format, kernel_weights = "nvfp4", "WeightsNvfp4"
+    gate_oracle = "fp32 reference on the nvfp4 weights dequantized (quant/pack_nvfp4.py)"
+
+    def _pack(self, ckpt, variant: str, packed):
+        """The PackedNVFP4 the variant runs on. Refuses what the kernel cannot run: another layout,
+        a mixed pack (layout_version 2), another layer count, a pack made from other weights than
+        ckpt, an fp8 pack."""
+        from monolith.quant import nvfp4_layout as NL
+        from monolith.quant import pack_nvfp4
+
+        own = getattr(ckpt, "packed", None)
+        if own is not None and not isinstance(own, pack_nvfp4.PackedNVFP4):
+            raise MonolithError(f"variant {variant} reads nvfp4 weights; the checkpoint given is another format's "
+                                f"dequantized pack ({type(own).__name__}): use that format's variant")
+        want = NVFP4_LAYOUTS.get(self.spec.get("layout", ""))
+        if want is None:
+            raise MonolithError(f"variant {variant}: its layout {self.spec.get('layout')!r} is not an nvfp4 layout this "
+                                f"engine packs ({sorted(NVFP4_LAYOUTS)})")
+        if packed is not None:
+            if not isinstance(packed, pack_nvfp4.PackedNVFP4) and hasattr(packed, "meta"):
+                raise MonolithError(f"variant {variant} reads nvfp4 weights; got a {type(packed).__name__}")
+            pk = packed if isinstance(packed, pack_nvfp4.PackedNVFP4) else pack_nvfp4.load_packed_nvfp4(
+                packed, model=None if own is not None else ckpt)
+            src = own.source_sha256 if own is not None else ckpt.sha256()
+            if pk.source_sha256 != src:
+                raise MonolithError(f"the packed nvfp4 weights were made from another checkpoint (source sha256 "
+                                    f"{pk.source_sha256[:12]}…, this checkpoint {src[:12]}…); re-pack them")
+        elif own is not None:
+            pk = own
+        else:
+            pk = pack_nvfp4.pack_in_memory(ckpt)
+        where = str(pk.path or "in-memory nvfp4 pack")
+        pack_nvfp4.check_meta(pk.meta, where)
+        if pk.meta["layout"] != want:
+            raise MonolithError(f"variant {variant} reads nvfp4 layout {want!r}; the pack is {pk.meta['layout']!r}")
+        if pk.meta["layout_version"] != NL.LAYOUT_VERSION or pk.fp8_projections:
+            raise MonolithError(
+                f"{where}: a mixed pack (layout_version {pk.meta['layout_version']}, {len(pk.fp8_projections)} projections "
+                f"kept FP8: kinds {(pk.meta.get('mixed') or {}).get('fp8_kinds')}); variant {variant} reads all-NVFP4 "
+                f"packs (layout_version {NL.LAYOUT_VERSION}) only: no kernel variant reads mixed packs yet. Pack without "
+                "--map / --fp8-kinds")
+        if pk.num_layers != C.NUM_LAYERS:
+            raise MonolithError(f"the kernel is compiled for {C.NUM_LAYERS} layers; the nvfp4 pack has {pk.num_layers}")
+        for name, (shape, dtype) in pack_nvfp4._expected_shapes(C.NUM_LAYERS).items():
+            t = pk.tensors.get(name)
+            if t is None or list(t.shape) != shape or str(t.dtype).removeprefix("torch.") != dtype:
+                raise MonolithError(f"nvfp4 pack tensor {name}: expected {dtype} {shape}, got "
+                                    f"{None if t is None else (str(t.dtype), list(t.shape))}")
+        # the kernel's element offsets, halved, are the codes' byte offsets (kernel/config.cuh)
+        assert NL.LAYER_CODE_BYTES * 2 == LAYER_ELEMS and NL.NORM_LAYER_ELEMS == NORM_LAYER_ELEMS
+        return pk
+
+    def _upload(self, ckpt, pack, dev: torch.device) -> None:
+        from monolith.quant import nvfp4_layout as NL
+
+        pt = pack.tensors
+        # codes then block scales, in the streaming order, one allocation (StepParams::codes);
+        # the tensor scales are the kernel's row_scales (kernel/megakernel.cuh)
+        self.codes = stream_order_nvfp4(pt[NL.T_LAYER_CODES], pt[NL.T_LAYER_BSCALES]).to(dev)
+        self.row_scales = pt[NL.T_LAYER_TSCALES].to(dev).contiguous().view(-1)
+        self.embed_codes = pt[NL.T_EMBED_CODES].to(dev).contiguous()
+        self.embed_scales = pt[NL.T_EMBED_SCALES].to(dev).contiguous()
+        self.norms = pt[NL.T_NORMS].to(dev).contiguous().view(-1)
+        self.final_norm = pt[NL.T_FINAL_NORM].to(dev).contiguous()
+        m = pack.meta
+        self.weights = {"kind": "nvfp4-packed", "scheme": m["scheme"], "layout": m["layout"],
+                        "layout_version": m["layout_version"], "head": m["head"],
+                        "search": m["search"]["enabled"],
+                        "packed": str(pack.path) if pack.path is not None else "in memory",
+                        "source": m["source"].get("weights") or {"sha256": m["source"]["sha256"]}}
+
+    @classmethod
+    def weight_bytes(cls, num_layers: int = C.NUM_LAYERS) -> int:
+        """All-NVFP4 layers (codes, block and tensor scales) + the FP8 LM head."""
+        from monolith.quant import nvfp4_layout
+
+        return nvfp4_layout.bytes_per_token(num_layers)
+
+    @classmethod
+    def time_model_bytes(cls) -> dict:
+        from monolith.quant import nvfp4_layout as NL
+
+        return {"bytes_layer": NL.LAYER_CODE_BYTES + NL.LAYER_BSCALE_BYTES + 4 * NL.TSCALE_SLOTS + 2 * NL.NORM_LAYER_ELEMS,
+                "bytes_head": NL.EMBED_BYTES + 4 * NL.EMBED_SCALES}
+
+
+# kernel/variants.json "weights" -> the engine class of that format
+ENGINES: dict[str, type[MegakernelEngine]] = {c.weight_format: c for c in (Bf16Engine, Fp8Engine, Nvfp4Engine)}
+
+
+def engine_class_for(weights: str) -> type[MegakernelEngine]:
+    """The engine class of a weight format ("bf16", "fp8", "nvfp4")."""
+    if weights not in ENGINES:
+        raise MonolithError(f"weight format {weights!r} is not known to this engine; known: {sorted(ENGINES)}")
+    return ENGINES[weights]
+
+
+def engine_class(variant: str) -> type[MegakernelEngine]:
+    """The engine class that runs `variant` (its kernel/variants.json "weights")."""
+    return engine_class_for(variant_spec(variant).get("weights", "bf16"))
+
+
+def megakernel_engine(ckpt, variant: str = "bf16-upstream", xray: bool = False, blocks: int | None = None,
+                      timeout_s: float = 1.0, device: str = "cuda", packed=None) -> MegakernelEngine:
+    """The factory behind MegakernelEngine(...): the variant's format class, constructed."""
+    return engine_class(variant)(ckpt, variant=variant, xray=xray, blocks=blocks, timeout_s=timeout_s,
+                                 device=device, packed=packed)
 
 
 def _sm_clock_mhz() -> float | None:
@@ -723,4 +849,3 @@ def _sm_clock_mhz() -> float | None:
         return float(r.stdout.split()[0])
     except (OSError, ValueError, IndexError, subprocess.SubprocessError):
         return None
-

@@ -185,6 +185,6 @@ def test_engine_on_the_dequantized_checkpoint_runs_its_own_pack():
     t = {name: torch.zeros(shape, dtype=getattr(torch, dt)) for name, (shape, dt) in
          pack_fp8._expected_shapes(C.NUM_LAYERS, "fp8").items()}
     pk = pack_fp8.PackedFP8(path=None, meta=_meta(), tensors=t)
-    eng = object.__new__(mk.MegakernelEngine)  # _fp8_pack alone: no extension, no GPU
+    eng = object.__new__(mk.Fp8Engine)  # _pack alone: no extension, no GPU
     eng.spec, eng.weight_format = mk.variant_spec("fp8-upstream"), "fp8"
-    assert eng._fp8_pack(_fake_ckpt(pk), "fp8-upstream", None) is pk
+    assert eng._pack(_fake_ckpt(pk), "fp8-upstream", None) is pk

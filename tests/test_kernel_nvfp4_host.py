@@ -418,9 +418,9 @@ def test_a_valid_nvfp4_pack_reaches_the_extension():
     pk = pack_nvfp4.PackedNVFP4(path=None, meta=_meta(), tensors=t)
     with pytest.raises(MonolithError, match="needs a CUDA GPU"):
         mk.MegakernelEngine(_fake_ckpt(pk), variant="nvfp4-stream")
-    eng = object.__new__(mk.MegakernelEngine)  # the dequantized checkpoint's own pack is what runs
+    eng = object.__new__(mk.Nvfp4Engine)  # the dequantized checkpoint's own pack is what runs
     eng.spec, eng.weight_format = mk.variant_spec("nvfp4-stream"), "nvfp4"
-    assert eng._nvfp4_pack(_fake_ckpt(pk), "nvfp4-stream", None) is pk
+    assert eng._pack(_fake_ckpt(pk), "nvfp4-stream", None) is pk
 
 
 def test_the_oracle_is_the_in_memory_pack_dequantized(ckpt2):
