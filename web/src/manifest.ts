@@ -141,7 +141,9 @@ export async function fetchJson(path: string): Promise<unknown> {
     let res: Response;
     try { res = await fetch(url); } catch (e) { lastErr = `${url}: ${String(e)}`; continue; }
     if (!res.ok) { lastErr = `${url}: HTTP ${res.status}`; continue; }
-    return parseBytes(new Uint8Array(await res.arrayBuffer()), url);
+    let body: ArrayBuffer;  // a body that breaks off rejects with a bare "Failed to fetch": name the file
+    try { body = await res.arrayBuffer(); } catch (e) { throw new Error(`${url}: the download broke off (${String((e as Error)?.message ?? e)})`); }
+    return parseBytes(new Uint8Array(body), url);
   }
   throw new Error(`could not load ${path} (${lastErr})`);
 }

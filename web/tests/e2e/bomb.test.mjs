@@ -56,7 +56,9 @@ let gate = Promise.resolve();  // bomb/* answers wait for this (the test opens i
 function handle(req, res) {
   const path = decodeURIComponent(new URL(req.url, "http://x").pathname);
   if (path.startsWith("/bomb/")) return void gate.then(() => hostile(path, res));
-  const file = resolve(DIST, "." + (path.endsWith("/") ? path + "index.html" : path));
+  // /broken/: the page again, whose data/manifest.json download breaks off
+  if (path === "/broken/data/manifest.json") return void hostile("/bomb/broken.json", res);
+  const file = resolve(DIST, "." + (path.endsWith("/") ? path + "index.html" : path).replace(/^\/broken\//, "/"));
   if (!file.startsWith(DIST + sep) || !existsSync(file) || !statSync(file).isFile()) { res.writeHead(404); return void res.end(); }
   res.writeHead(200, { "Content-Type": TYPES[extname(file)] ?? "application/octet-stream" });
   createReadStream(file).pipe(res);
@@ -255,4 +257,13 @@ test("a Content-Length over the limit is refused before the body is read", async
 test("a download that breaks off names the file (no bare 'Failed to fetch')", async () => {
   const text = await refused("?trace=bomb/broken.json", null, "bomb/broken.json");
   assert.match(text, /bomb\/broken\.json: the download broke off \(/);
+});
+
+test("a page-data download that breaks off names the file", async () => {
+  const ctx = await browser.newContext();
+  const page = await ctx.newPage();
+  await page.goto(`${base}broken/`);
+  await page.waitForFunction(() => /could not be loaded/.test(document.querySelector("#status").textContent), null, { timeout: 10_000 });
+  assert.match(await page.locator("#status").innerText(), /data\/manifest\.json: the download broke off \(/);
+  await ctx.close();
 });
