@@ -64,8 +64,8 @@ test-py: install ## CPU tests and lint
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -m "not gpu"
 
-test-cuda: install ## compile every kernel variant and probe for sm_90a and sm_120a (no GPU needed)
-	$(PY) scripts/compile_all.py --nvcc $(NVCC) --spill-budget sm_90a=0,sm_120a=0
+test-cuda: install ## compile every kernel variant and probe for sm_90a and sm_120a, check kernel/sass.lock (no GPU needed)
+	$(PY) scripts/compile_all.py --nvcc $(NVCC) --spill-budget sm_90a=0,sm_120a=0 --sass-lock kernel/sass.lock
 
 test-web: install ## build the page and run its unit and browser tests (Chromium from Debian, nginx on loopback)
 	$(MAKE) -C web test PY=$(abspath $(PY))

@@ -12,8 +12,10 @@ identical flags compile to the same object, so they are compiled once.
 
 Registers and spills come from `-Xptxas -v`. Prints a table; exits 1 if anything failed to compile,
 or if the plain (not X-ray) kernel builds of an arch spill more bytes than `--spill-budget` allows
-(the Makefile: sm_90a=0, the measured arch; sm_120a's ratchet at its current bytes, NOTES.md).
-Runs at most --jobs nvcc processes at once (CI has 2 cores).
+(the Makefile: sm_90a=0, the measured arch; sm_120a's ratchet at its current bytes, NOTES.md),
+or, with `--sass-lock FILE`, if any kernel function's machine code differs from the lock's
+(scripts/sass_lock.py: each kernel object is disassembled with cuobjdump as it is built; `--relock`
+rewrites the lock instead). Runs at most --jobs nvcc processes at once (CI has 2 cores).
 """
 from __future__ import annotations
 
@@ -31,6 +33,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script from anywhere: the monolith package is beside it
     sys.path.insert(0, str(REPO))
+if str(REPO / "scripts") not in sys.path:
+    sys.path.insert(0, str(REPO / "scripts"))
+
+import sass_lock  # noqa: E402  (scripts/, beside this file)
 
 from monolith import kernel_spec  # noqa: E402
 from monolith.console import make_console  # noqa: E402
@@ -47,6 +53,8 @@ class Target:
     source: Path
     flags: list[str] = field(default_factory=list)
     kernel: bool = False  # a kernel build: its arch flags are kernel_spec.arch_flags (the loader's)
+    build: str = ""  # kernel builds: "plain" or "xray"
+    variants: str = ""  # kernel builds: the variants of this flag set joined by "+", or "all"
 
 
 @dataclass
@@ -57,6 +65,9 @@ class Outcome:
     seconds: float
     kernels: dict[str, dict] = field(default_factory=dict)  # mangled name -> {regs, spill_st, spill_ld, smem}
     log: str = ""
+    sass: dict[str, tuple[int, str]] | None = None  # kernel builds with a lock: name -> (instructions, hash)
+    build: str = ""
+    variants: str = ""
 
 
 def gencode(arch: str) -> str:
@@ -81,8 +92,10 @@ def load_variants(path: Path, repo: Path = REPO) -> list[Target]:
     targets = []
     for (plain, xray), names in groups.items():
         label = "+".join(names)
-        targets.append(Target(f"kernel {label}", src, list(plain), kernel=True))
-        targets.append(Target(f"kernel {label} [xray]", xsrc or src, list(xray), kernel=True))
+        group = "all" if len(names) == len(spec["variants"]) else label
+        targets.append(Target(f"kernel {label}", src, list(plain), kernel=True, build="plain", variants=group))
+        targets.append(Target(f"kernel {label} [xray]", xsrc or src, list(xray), kernel=True, build="xray",
+                              variants=group))
     return targets
 
 
@@ -133,7 +146,9 @@ def compile_command(nvcc: str, t: Target, arch: str, obj: Path) -> list[str]:
     return [nvcc, *t.flags, *arch_flags, "-Xptxas", "-v", "-I", str(REPO / "kernel"), "-c", str(t.source), "-o", str(obj)]
 
 
-def compile_one(nvcc: str, t: Target, arch: str, outdir: Path) -> Outcome:
+def compile_one(nvcc: str, t: Target, arch: str, outdir: Path, cuobjdump: str | None = None) -> Outcome:
+    """Compile one target for one arch; with `cuobjdump`, a kernel build's object is disassembled
+    (Outcome.sass) before it is deleted, and a failure to do so fails the build."""
     obj = outdir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{t.label}_{arch}") + ".o")
     cmd = compile_command(nvcc, t, arch, obj)
     t0 = time.monotonic()
@@ -146,7 +161,15 @@ def compile_one(nvcc: str, t: Target, arch: str, outdir: Path) -> Outcome:
         ok, log = False, "nvcc timed out after 900 s"
     if not ok:
         log = " ".join(cmd) + "\n" + log
-    return Outcome(t.label, arch, ok, time.monotonic() - t0, parse_ptxas(log) if ok else {}, log)
+    sass = None
+    if ok and t.kernel and cuobjdump:
+        try:
+            sass = sass_lock.dump_sass(cuobjdump, obj)
+        except (RuntimeError, ValueError) as e:
+            ok, log = False, f"{e}\n{log}"
+    obj.unlink(missing_ok=True)
+    return Outcome(t.label, arch, ok, time.monotonic() - t0, parse_ptxas(log) if ok else {}, log, sass,
+                   t.build, t.variants)
 
 
 def parse_budget(text: str) -> dict[str, int]:
@@ -171,6 +194,69 @@ def over_budget(outcomes: list[Outcome], budget: dict[str, int]) -> list[tuple[s
     return [(arch, total[arch], budget[arch]) for arch in sorted(total) if arch in budget and total[arch] > budget[arch]]
 
 
+def built_sass(outcomes: list[Outcome]) -> dict[sass_lock.Key, sass_lock.FuncSass]:
+    """The lock entries of the kernel builds that were disassembled (regs from ptxas -v)."""
+    out = {}
+    for o in outcomes:
+        for name, (count, digest) in (o.sass or {}).items():
+            regs = o.kernels.get(name, {}).get("regs")
+            out[sass_lock.Key(o.arch, o.build, o.variants, name)] = sass_lock.FuncSass(count, digest, regs)
+    return out
+
+
+def variant_ids(path: Path) -> dict[int, str]:
+    """{launch-time id: variant name} of variants.json (the kernels' template argument); {} if absent."""
+    try:
+        return {v["id"]: v["name"] for v in kernel_spec.load_variants(path)["variants"] if "id" in v}
+    except (OSError, ValueError):
+        return {}
+
+
+def check_lock(console, lock: Path, outcomes: list[Outcome], archs: list[str], relock: bool, tools: str,
+               variant_ids: dict[int, str] | None = None) -> bool:
+    """Compare the disassembled kernel builds with the lock file (or rewrite it with relock); False on a
+    difference, a missing or unreadable lock, or a kernel build that failed (nothing is written then)."""
+    from rich.markup import escape
+
+    kernels = [o for o in outcomes if o.label.startswith("kernel ")]
+    if any(not o.ok for o in kernels):
+        console.print(f"[bold red]SASS lock {escape(str(lock))}: not checked, a kernel build failed[/]")
+        return False
+    built = built_sass(kernels)
+    labels = {k.function: sass_lock.function_label(k.function, variant_ids or {}) for k in built}
+    locked, locked_tools = {}, ""
+    if lock.is_file():
+        try:
+            locked, locked_tools = sass_lock.parse_lock(lock.read_text(), str(lock))
+            labels |= {k.function: sass_lock.function_label(k.function, variant_ids or {}) for k in locked}
+        except ValueError as e:
+            console.print(f"[bold red]SASS lock: {escape(str(e))}[/]" + ("" if relock else " (--relock rewrites it)"))
+            if not relock:
+                return False
+    elif not relock:
+        console.print(f"[bold red]SASS lock {escape(str(lock))} does not exist[/] (--relock writes it)")
+        return False
+    if relock:
+        lock.write_text(sass_lock.format_lock(sass_lock.relocked(locked, built, set(archs)), tools, labels))
+        console.print(f"SASS lock {escape(str(lock))} rewritten: {len(built)} functions for {', '.join(archs)}",
+                      highlight=False)
+        return True
+    diffs = sass_lock.compare(locked, built, set(archs), labels)
+    if not diffs:
+        console.print(f"[green]SASS lock {escape(str(lock))}: all {len(built)} kernel functions "
+                      f"({', '.join(archs)}) match[/]", highlight=False)
+        return True
+    console.print(f"[bold red]SASS lock {escape(str(lock))}: {len(diffs)} kernel function(s) moved[/]")
+    for d in diffs:
+        console.print("  " + d, markup=False, highlight=False)
+    if locked_tools and locked_tools != tools:
+        console.print(f"  (the lock was made with {locked_tools}; this run has {tools}: a tool change alone "
+                      "can move it)", markup=False, highlight=False)
+    console.print("  a deliberate change re-locks with --relock, and says why in its commit", markup=False,
+                  highlight=False)
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nvcc", default=os.environ.get("NVCC", "nvcc"), help="nvcc executable")
@@ -181,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verbose", "-v", action="store_true", help="one row per kernel function")
     ap.add_argument("--spill-budget", default="", metavar="ARCH=BYTES,...",
                     help="fail when the plain kernel builds of an arch spill more bytes (e.g. sm_90a=0)")
+    ap.add_argument("--sass-lock", type=Path, metavar="FILE",
+                    help="fail when a kernel function's SASS differs from FILE's (e.g. kernel/sass.lock)")
+    ap.add_argument("--relock", action="store_true", help="with --sass-lock: rewrite FILE for the archs built")
+    ap.add_argument("--cuobjdump", default=None,
+                    help="cuobjdump executable (default: $CUOBJDUMP, the pinned nvidia-cuda-cuobjdump, beside nvcc, PATH)")
     a = ap.parse_args(argv)
 
     from rich.markup import escape
@@ -197,9 +288,28 @@ def main(argv: list[str] | None = None) -> int:
             targets += probe_targets()
         if a.only in ("all", "kernels"):
             targets += load_variants(a.variants)
+        if a.relock and not a.sass_lock:
+            raise ValueError("--relock needs --sass-lock FILE")
+        if a.sass_lock and a.only == "probes":
+            raise ValueError("--sass-lock checks the kernel builds: use --only kernels or all")
     except ValueError as e:
         console.print(f"[bold red]error:[/] {e}")
         return 2
+    cuobjdump = tools = None
+    if a.sass_lock:
+        cuobjdump = sass_lock.find_cuobjdump(a.cuobjdump, a.nvcc)
+        if cuobjdump is None:
+            console.print("[bold red]error:[/] --sass-lock needs cuobjdump: `make install` puts the pinned "
+                          "nvidia-cuda-cuobjdump into .venv (or pass --cuobjdump PATH)")
+            return 2
+        nvdisasm = sass_lock.find_nvdisasm(cuobjdump)
+        if nvdisasm is None:
+            console.print("[bold red]error:[/] cuobjdump -sass needs nvdisasm: `make install` puts the pinned "
+                          "nvidia-cuda-nvdisasm beside the pinned cuobjdump in .venv")
+            return 2
+        tools = (f"nvcc {sass_lock.tool_version(a.nvcc)}, cuobjdump {sass_lock.tool_version(cuobjdump)}, "
+                 f"nvdisasm {sass_lock.tool_version(nvdisasm)}")
+        console.print(f"SASS lock {a.sass_lock}: {tools} ({cuobjdump})", highlight=False, markup=False)
     if not targets:
         console.print("nothing to compile")
         return 0
@@ -207,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="monolith-nvcc-") as tmp, \
             ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        futs = [pool.submit(compile_one, a.nvcc, t, arch, Path(tmp)) for t, arch in jobs]
+        futs = [pool.submit(compile_one, a.nvcc, t, arch, Path(tmp), cuobjdump) for t, arch in jobs]
         outcomes = []
         for f in futs:
             o = f.result()
@@ -238,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     over = over_budget(outcomes, budget)
     for arch, got, allowed in over:
         console.print(f"[bold red]{arch}: the plain kernels spill {got} B, over the budget of {allowed} B[/]")
-    return 1 if failed or over else 0
+    locked_ok = check_lock(console, a.sass_lock, outcomes, archs, a.relock, tools, variant_ids(a.variants)) \
+        if a.sass_lock else True
+    return 1 if failed or over or not locked_ok else 0
 
 
 if __name__ == "__main__":
