@@ -1,7 +1,9 @@
 """results/logs keeps the logs that results and documents cite, and nothing else
 (results/logs/README.md): every `results/logs/...` path cited by a results file, README.md,
 docs/, notes/ or scripts/ exists in the tree, and the folder holds logs and JSON only (no scripts,
-patches, tarballs or raw traces; those live in the archive tag the README names)."""
+patches, tarballs or raw traces; those live in the archive tag the README names). A citation of
+an archived file says so: `archive/results-logs-s29:results/logs/...` (any `REV:path`) or the tag's
+name on the same line."""
 
 import fnmatch
 import re
@@ -13,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CITE = re.compile(r"results/logs/[A-Za-z0-9_./*{},\-]*")
 KINDS = (".log", ".txt", ".md", ".json", ".csv.gz")
+ARCHIVE = "archive/results-logs-s29"  # the tag that holds what left the tree (results/logs/README.md)
 
 
 def tracked(*paths: str) -> list[str]:
@@ -57,16 +60,22 @@ def test_expand_braces():
                                              "s/call3/xa", "s/call3/xb"]
 
 
+def missing_citations(text: str, logs: list[str]) -> list[str]:
+    """The results/logs paths `text` cites that are not in `logs` (globs and braces expanded)."""
+    out = []
+    for m in CITE.finditer(text):
+        line = text[text.rfind("\n", 0, m.start()) + 1: text.find("\n", m.end()) % (len(text) + 1)]
+        if m.group(0).rstrip("/") == "results/logs" or text[m.start() - 1: m.start()] == ":" or ARCHIVE in line:
+            continue  # the folder itself, `REV:path`, or a path the line says is in the archive tag
+        out += [c for c in expand(m.group(0).rstrip(".,;:")) if not resolves(c, logs)]
+    return out
+
+
 def test_every_cited_log_is_in_the_tree():
     logs = tracked("results/logs")
     assert len(logs) > 100, "git ls-files listed almost nothing under results/logs"
-    missing = []
-    for doc in citing_files():
-        text = (ROOT / doc).read_text(errors="replace")
-        for m in CITE.finditer(text):
-            if m.group(0).rstrip("/") == "results/logs":
-                continue
-            missing += [f"{doc}: {c}" for c in expand(m.group(0)) if not resolves(c, logs)]
+    missing = [f"{doc}: {c}" for doc in citing_files()
+               for c in missing_citations((ROOT / doc).read_text(errors="replace"), logs)]
     assert not missing, "cited but not in the tree (results/logs/README.md says how to get archived files back):\n" + \
         "\n".join(missing)
 
@@ -81,3 +90,12 @@ def test_resolves_tells_a_missing_path():
 def test_only_logs_and_json_live_in_results_logs():
     odd = [f for f in tracked("results/logs") if not f.endswith(KINDS)]
     assert not odd, f"scripts, patches, tarballs or traces in results/logs (scripts/ or the archive tag): {odd}"
+
+
+def test_archived_citations_are_exempt_only_where_they_say_so():
+    logs = ["results/logs/s9/log.txt"]
+    text = ("see `archive/results-logs-s29:results/logs/s9/split.py`\n"
+            "git checkout archive/results-logs-s29 -- results/logs/s9/x.patch\n"
+            "and results/logs/s9/gone.py, results/logs/s9/ and results/logs/s9/call{1,2}.log here\n")
+    assert missing_citations(text, logs) == ["results/logs/s9/gone.py", "results/logs/s9/call1.log",
+                                             "results/logs/s9/call2.log"]
