@@ -248,13 +248,25 @@ def compare(locked: dict[Key, FuncSass], built: dict[Key, FuncSass], archs: set[
             labels: dict[str, str] | None = None) -> list[str]:
     """One line per difference between the lock and the builds, sorted; [] when they agree. Only the
     lock's lines of `archs` (default: every arch built) are compared, so a run for fewer archs checks
-    just those. A register count of None on either side is not compared."""
+    just those. A register count of None on either side is not compared. A function that is gone and
+    one that is new with the same code in the same build are reported as one rename."""
     archs = archs if archs is not None else {k.arch for k in built}
     locked = {k: v for k, v in locked.items() if k.arch in archs}
+    gone = {(k.arch, k.build, k.variants, v.digest): k for k, v in locked.items() if k not in built}
+    renamed = {}  # new key -> old key
+    for k, v in built.items():
+        old_k = gone.pop((k.arch, k.build, k.variants, v.digest), None) if k not in locked else None
+        if old_k is not None:
+            renamed[k] = old_k
+    skip = set(renamed.values())
     out = []
     for k in sorted(set(locked) | set(built), key=lambda k: (k.arch, k.build, k.variants, k.function)):
         old, new = locked.get(k), built.get(k)
-        if old is None:
+        if k in skip:
+            continue
+        if k in renamed:
+            out.append(f"renamed  {renamed[k].text(labels)} -> {k.function}: the same {new.count} instructions")
+        elif old is None:
             out.append(f"added    {k.text(labels)}: {new.count} instructions (not in the lock)")
         elif new is None:
             out.append(f"removed  {k.text(labels)}: was {old.count} instructions (no longer built)")

@@ -129,6 +129,9 @@ def test_compare_names_what_moved():
                       f"hash {'2' * 16} -> {'7' * 16}"]
     regs = sl.compare(locked, {**locked, _k("long"): sl.FuncSass(200, "2" * 16, 90)}, {"sm_90a", "sm_120a"})
     assert regs == ["changed  sm_90a plain [all] long: registers 96 -> 90 (same instructions)"]
+    # the same code under another name: one line naming both
+    assert sl.compare({_k("old"): sl.FuncSass(5, "8" * 16)}, {_k("new"): sl.FuncSass(5, "8" * 16)}) == [
+        "renamed  sm_90a plain [all] old -> new: the same 5 instructions"]
     # a build of another variant group or the X-ray build is its own line
     assert sl.compare({_k("f"): sl.FuncSass(1, "1" * 16)}, {_k("f", build="xray"): sl.FuncSass(1, "1" * 16)}) == [
         "removed  sm_90a plain [all] f: was 1 instructions (no longer built)",
