@@ -176,20 +176,34 @@ def bench_engine(engine: Engine, prompts: list[list[int]], cfg: BenchConfig, swe
         energy = _power.not_measured(meter.error or "NVML not available")
     row["energy"] = energy
     if sweep_seq is not None and cfg.sweep_positions:
-        row["sweep"] = sweep(engine, sweep_seq, cfg, clock, bw, byte_model)
+        # On a CPU the sweep's prefills to position 2048 take minutes: there it may take no longer
+        # than the budget, or without one than the timed runs took, so small settings stay small.
+        sweep_s = cfg.budget_s if cfg.budget_s else (None if clock.cuda else max(sum(run_s), 1.0))
+        row["sweep"] = sweep(engine, sweep_seq, cfg, clock, bw, byte_model,
+                             budget_s=sweep_s, tok_s_est=tokens_per_run / max(statistics.median(run_s), 1e-9))
     return row
 
 
 def sweep(engine: Engine, seq: list[int], cfg: BenchConfig, clock: Clock, bw_tbs: float,
-          byte_model: bytemodel.ByteModel | None = None) -> dict:
+          byte_model: bytemodel.ByteModel | None = None, budget_s: float | None = None,
+          tok_s_est: float | None = None) -> dict:
+    """With `budget_s` and `tok_s_est`, a position whose prefill and windows (p + reps x W steps
+    at the estimated rate) would not fit what is left of the budget is "not run", named so."""
     out = {}
     cap = getattr(engine, "context_cap", None) or (engine.info or {}).get("context_cap")
     W, R = cfg.sweep_window, cfg.sweep_reps
+    t0 = time.perf_counter()
     for p in cfg.sweep_positions:
         need = p + R * W
         if p > len(seq) or (cap and need > cap):
             out[str(p)] = {"status": "not run", "reason": f"needs {need} positions (have {len(seq)}-token text, context cap {cap})"}
             continue
+        if budget_s is not None and tok_s_est:
+            left = budget_s - (time.perf_counter() - t0)
+            if need / tok_s_est > left:
+                out[str(p)] = {"status": "not run", "reason": f"~{need / tok_s_est:,.0f} s at ~{tok_s_est:,.1f} tok/s "
+                                                              f"does not fit the sweep's {budget_s:,.0f} s budget"}
+                continue
         engine.reset()
         tok = engine.prefill(seq[:p])
         rates = []

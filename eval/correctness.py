@@ -16,6 +16,7 @@ The engine is then checked three ways:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -42,27 +43,57 @@ class OracleRun:
 class OracleSet:
     runs: list[OracleRun]
     desc: dict = field(default_factory=dict)
+    #: the first non-finite oracle logit ({"prompt", "step", "position", "value"}), None if all finite
+    nonfinite: dict | None = None
+
+
+def _nonfinite_row(lg: torch.Tensor) -> tuple[int, int, float] | None:
+    """(row, vocab index, value) of the first NaN/Inf in logits [rows, vocab], or None."""
+    bad = ~torch.isfinite(lg)
+    if not bool(bad.any()):
+        return None
+    r, c = (int(i) for i in bad.nonzero()[0])
+    return r, c, float(lg[r, c])
 
 
 def oracle_runs(oracle: Engine, prompts: list[list[int]], n_tokens: int, progress=None) -> OracleSet:
     """Greedy decode with the oracle through `logits`, keeping each step's top-2 margin."""
-    runs = []
-    for prompt in prompts:
+    runs, nonfinite = [], None
+    for pi, prompt in enumerate(prompts):
         oracle.reset()
         lg = oracle.logits(prompt)[-1]
         toks, margins = [], []
         for i in range(n_tokens):
+            bad = _nonfinite_row(lg.float().reshape(1, -1))
+            if bad is not None and nonfinite is None:
+                nonfinite = {"prompt": pi, "step": i, "position": len(prompt) - 1 + i, "token": bad[1],
+                             "value": str(bad[2])}
             top = torch.topk(lg.float(), 2)
             tok = int(torch.argmax(lg))  # first index among exact ties, like every engine's argmax
             toks.append(tok)
-            margins.append(float(top.values[0] - top.values[1]))
+            m = float(top.values[0] - top.values[1])
+            margins.append(m if math.isfinite(m) else 0.0)  # the verdict fails on `nonfinite` instead
             if i + 1 < n_tokens:
                 lg = oracle.logits([tok])[-1]
             if progress:
                 progress()
         runs.append(OracleRun(list(prompt), toks, margins))
     return OracleSet(runs, {"engine": getattr(oracle, "name", type(oracle).__name__),
-                            "info": dict(getattr(oracle, "info", {}) or {}), **sequence_stats(runs)})
+                            "info": dict(getattr(oracle, "info", {}) or {}), **sequence_stats(runs)}, nonfinite)
+
+
+def engine_nonfinite(engine: Engine, run: OracleRun) -> dict | None:
+    """The first non-finite logit the engine computes on the oracle's sequence (prompt, then the
+    oracle's tokens teacher-forced), or None. Tokens alone cannot show it: an all-NaN logit row
+    has argmax 0 in both engines, so two NaN models would agree on every step."""
+    engine.reset()
+    seq = list(run.prompt) + list(run.tokens[:-1])
+    bad = _nonfinite_row(engine.logits(seq).float())
+    if bad is None:
+        return None
+    row, tok, val = bad
+    step = row - (len(run.prompt) - 1)
+    return {"step": step if step >= 0 else None, "position": row, "token": tok, "value": str(val)}
 
 
 def sequence_stats(runs: list[OracleRun]) -> dict:
@@ -99,8 +130,19 @@ def gate(engine: Engine, oracle: OracleSet, *, tolerance: float = TOLERANCE, det
     divs, fr, det = [], [], []
     n_disallowed = 0
     reasons: list[str] = []
+    nonfinite = []
+    if oracle.nonfinite is not None:
+        o = oracle.nonfinite
+        reasons.append(f"the oracle's logits are non-finite ({o['value']} for token {o['token']}) at prompt "
+                       f"{o['prompt']}, step {o['step']} (position {o['position']}): nothing can be compared")
     for pi, run in enumerate(oracle.runs):
         n = len(run.tokens)
+        bad = engine_nonfinite(engine, run)
+        if bad is not None:
+            nonfinite.append({"prompt": pi, **bad})
+            where = f"step {bad['step']}" if bad["step"] is not None else "a prompt token"
+            reasons.append(f"prompt {pi}: the engine's logits are non-finite ({bad['value']} for token "
+                           f"{bad['token']}) at {where} (position {bad['position']})")
         engine.reset()
         p0 = engine.prefill(run.prompt)
         preds = [p0, *(engine.teacher_forced(run.tokens[:-1]).tolist() if n > 1 else [])]
@@ -151,6 +193,7 @@ def gate(engine: Engine, oracle: OracleSet, *, tolerance: float = TOLERANCE, det
         "free_running_exact": sum(1 for f in fr if f["first_divergence"] is None),
         "determinism": det,
         "deterministic": all(d["identical"] for d in det),
+        "nonfinite": {"oracle": oracle.nonfinite, "engine": nonfinite},
     }
 
 

@@ -12,6 +12,35 @@ from monolith.errors import MonolithError
 
 console = make_console()
 FORMATS = ("fp8", "nvfp4")
+STATS_KIND = "monolith-pack-stats"  # the marker of a --stats file: only such a file is replaced
+
+
+def check_stats_path(stats: Path, model: Path, out: Path) -> Path:
+    """--stats names a new file, or a stats file an earlier `pack --stats` wrote; never a file of
+    the model or output directory (the weights themselves were once overwritten this way), never
+    any other existing file."""
+    from monolith import jsonio
+    from monolith.outpaths import inside, writable_file
+
+    for d, which in ((model, "model"), (out, "output")):
+        if inside(stats, d):
+            raise MonolithError(f"--stats {stats} is inside the {which} directory {d}; write it elsewhere")
+    writable_file(stats, "--stats")
+    if stats.exists() or stats.is_symlink():
+        try:
+            doc = jsonio.load(stats, f"--stats {stats}", max_bytes=16 << 20)
+        except MonolithError:
+            doc = None
+        if not (isinstance(doc, dict) and doc.get("kind") == STATS_KIND):
+            raise MonolithError(f"--stats {stats} exists and is not a pack statistics file (no \"kind\": "
+                                f"\"{STATS_KIND}\"); refusing to overwrite it")
+    return stats
+
+
+def _write_stats(stats: Path, doc: dict) -> None:
+    tmp = stats.with_name(f".{stats.name}.tmp")
+    tmp.write_text(json.dumps({"kind": STATS_KIND, **doc}, indent=1, allow_nan=False) + "\n")
+    tmp.replace(stats)
 
 
 def synthetic_outlier_channels(ckpt) -> list[int] | None:
@@ -91,6 +120,10 @@ def register(app: typer.Typer) -> None:
             raise MonolithError("--format is required (fp8 or nvfp4), or --sensitivity for the sweep")
         if format not in FORMATS:
             raise MonolithError(f"--format {format!r} is not supported; known: {', '.join(FORMATS)}")
+        from monolith.outpaths import writable_dir
+        writable_dir(out, "--out")
+        if stats is not None:
+            check_stats_path(stats, model, out)
         if format == "nvfp4":
             if head != "fp8":
                 raise MonolithError("--format nvfp4 keeps the LM head in fp8 (issue 14); --head bf16 is fp8-only")
@@ -116,9 +149,9 @@ def register(app: typer.Typer) -> None:
         if stats is not None:
             packed = load_packed_fp8(out, model=ckpt)
             st = error_stats(ckpt, packed, synthetic_outlier_channels(ckpt))
-            Path(stats).write_text(json.dumps({"weights": ckpt.describe(), "scheme": meta["scheme"],
-                                               "pack_seconds": meta["pack_seconds"], "total_seconds": round(dt, 2),
-                                               "matrices": st}, indent=1) + "\n")
+            _write_stats(Path(stats), {"weights": ckpt.describe(), "scheme": meta["scheme"],
+                                       "pack_seconds": meta["pack_seconds"], "total_seconds": round(dt, 2),
+                                       "matrices": st})
             console.print(f"{'matrix':8} {'rel MSE':>10} {'worst layer':>12} {'->0 frac':>10} {'subnormal':>10}"
                           f" {'outlier cols':>13} {'other cols':>11}")
             for t, s in st.items():
@@ -141,6 +174,8 @@ def _sensitivity(model: Path, out: Path, search: bool, *, device, positions, con
         raise MonolithError(f"--device {dev}: no CUDA device here; use --device cpu (a truncated checkpoint)")
     if str(out).endswith("/") or Path(out).is_dir():
         raise MonolithError(f"--out {out}: with --sensitivity, a JSON file path (not a dir)")
+    from monolith.outpaths import writable_file
+    writable_file(out, "--out")
     ckpt, tok = load_inputs(str(model))
     doc = S.sweep(ckpt, tok, device=dev, per_layer=bool(per_layer),
                   positions=S.POSITIONS if positions is None else positions,
@@ -205,10 +240,10 @@ def _pack_nvfp4(model: Path, out: Path, search: bool, stats: Path | None, map_fi
     summary = summarize_stats(raw, meta["num_layers"])
     console.print(f"{'matrix':8} {'rel MSE max':>12} {'rel MSE stored':>15} {'gain':>6}")
     for t, s in summary.items():
-        console.print(f"{t:8} {s['rel_mse_max']:12.3e} {s['rel_mse_search']:15.3e} {s['gain']:6.3f}")
+        console.print(f"{t:8} {s['rel_mse_max']:12.3e} {s['rel_mse_search']:15.3e} {'exact' if s['gain'] is None else format(s['gain'], '6.3f'):>6}")
     if stats is not None:
-        Path(stats).write_text(json.dumps({"weights": ckpt.describe(), "scheme": meta["scheme"], "layout": meta["layout"],
-                                           "search": meta["search"], "pack_seconds": meta["pack_seconds"],
-                                           "total_seconds": round(dt, 2), "matrices": summary, "per_matrix": raw,
-                                           "mixed": mixed}, indent=1) + "\n")
+        _write_stats(Path(stats), {"weights": ckpt.describe(), "scheme": meta["scheme"], "layout": meta["layout"],
+                                   "search": meta["search"], "pack_seconds": meta["pack_seconds"],
+                                   "total_seconds": round(dt, 2), "matrices": summary, "per_matrix": raw,
+                                   "mixed": mixed})
         console.print(f"wrote {stats}")

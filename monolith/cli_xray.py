@@ -32,13 +32,12 @@ def _slug(meta: dict) -> str:
 
 def _merge_summary(path: Path, summ: dict) -> None:
     """results/m2_xray.json keeps one summary per variant, so tracing another variant adds to it."""
-    old = {}
-    if path.is_file():
-        try:
-            old = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            old = {}
-    variants = old.get("variants", {}) if isinstance(old, dict) else {}
+    from monolith import jsonio
+
+    old = jsonio.load_object(path, f"X-ray summaries {path}") if path.exists() else {}
+    variants = old.get("variants", {})
+    if not isinstance(variants, dict):
+        raise MonolithError(f"X-ray summaries {path}: 'variants' must be an object; move the file aside")
     variants[summ["meta"]["variant"]] = summ
     out = {"schema": "monolith-xray-summaries/1", "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
            "variants": variants}

@@ -29,7 +29,13 @@ def load(name: str) -> list[str]:
     if not p.is_file():
         have = sorted(x.stem for x in PROMPTS_DIR.glob("*.json"))
         raise MonolithError(f"no prompt set {name!r} ({p} missing); have {have}")
-    return json.loads(p.read_text())["prompts"]
+    from monolith import jsonio
+
+    doc = jsonio.load_object(p, f"prompt set {p}")
+    prompts = jsonio.field(doc, "prompts", list, f"prompt set {p}")
+    if not prompts or not all(isinstance(x, str) and x for x in prompts):
+        raise MonolithError(f"prompt set {p}: 'prompts' must be a non-empty list of non-empty strings")
+    return prompts
 
 
 def wikitext_path() -> Path:

@@ -39,7 +39,8 @@ def merge_rows(doc: dict, old: dict) -> dict:
 
 
 def _clean(o):
-    # JSON has no NaN/inf; write null rather than invalid JSON.
+    # JSON has no NaN/inf. Only for the .invalid.json copy of a refused document (write() names
+    # every non-finite number first): there a null is the readable stand-in.
     if isinstance(o, float) and not math.isfinite(o):
         return None
     if isinstance(o, dict):
@@ -51,25 +52,92 @@ def _clean(o):
 
 STATUSES = ("ok", "not run", "failed")
 _NUM = (int, float)
+# Engines measured by another program (bench/baselines/llamacpp.py, vllm.py): no teacher-forced
+# interface, so their rows carry eval.correctness.not_gated. No other engine may be ungated
+# unless its own gate ran and agreed with the oracle (bench/suite.py's labelled determinism-only rows).
+EXTERNAL_PREFIXES = ("llamacpp", "vllm")
+# Ranges of a row's numbers: a batch-1 decode of this model is far from 1e6 tokens/s, a DRAM
+# from 1,000 TB/s; zero and negative are never measurements.
+MAX_TOK_S = 1e6
+MAX_TBS = 1e3
 
 
-def _stats_problems(st, what: str) -> list[str]:
+def _is_num(x) -> bool:
+    return isinstance(x, _NUM) and not isinstance(x, bool)
+
+
+def non_finite(o, where: str = "") -> list[str]:
+    """Every NaN/Infinity in a document, by JSON path (JSON has no such numbers: a writer that
+    turned them into null would hide a failed measurement)."""
+    out, stack = [], [(o, where)]
+    while stack:
+        x, w = stack.pop()
+        if isinstance(x, float) and not math.isfinite(x):
+            out.append(f"{w or 'the document'} is {x}: JSON holds finite numbers only")
+        elif isinstance(x, dict):
+            stack.extend((v, f"{w}.{k}" if w else str(k)) for k, v in reversed(list(x.items())))
+        elif isinstance(x, list | tuple):
+            stack.extend((v, f"{w}[{i}]") for i, v in reversed(list(enumerate(x))))
+    return out
+
+
+def _stats_problems(st, what: str, hi_limit: float = MAX_TOK_S) -> list[str]:
     if not isinstance(st, dict):
         return [f"{what} is not an object"]
     vals = [st.get(k) for k in ("median", "min", "max")]
-    if not all(isinstance(v, _NUM) and not isinstance(v, bool) and v > 0 for v in vals):
-        return [f"{what} needs positive numbers median/min/max, got {vals}"]
+    if not all(_is_num(v) and 0 < v <= hi_limit for v in vals):
+        return [f"{what} needs numbers median/min/max in (0, {hi_limit:g}], got {vals}"]
     med, lo, hi = vals
     out = [] if lo <= med <= hi else [f"{what}: min {lo} <= median {med} <= max {hi} does not hold"]
     runs = st.get("runs")
     if runs:
         import statistics
+        if not (isinstance(runs, list) and all(_is_num(r) and 0 < r <= hi_limit for r in runs)):
+            return out + [f"{what}: runs must be numbers in (0, {hi_limit:g}]"]
         if abs(statistics.median(runs) - med) > 1e-6 * med or min(runs) != lo or max(runs) != hi:
             out.append(f"{what}: median/min/max do not match its runs")
     return out
 
 
-def _gate_problems(gate, where: str) -> list[str]:
+def _verdict_problems(gate: dict, where: str) -> list[str]:
+    """A gate object (eval.correctness.gate) must agree with itself: passed is true exactly when
+    nothing failed it, so passed: true beside a disallowed divergence, a non-deterministic
+    repeat, a free-running divergence off a near-tie or a non-finite logit is refused, and so is
+    passed: false with no reason."""
+    out = []
+    passed = gate.get("passed")
+    if not isinstance(passed, bool):
+        return [f"{where}: gate passed must be true or false, got {passed!r}"]
+    counts = {k: gate.get(k) for k in ("divergences", "divergences_disallowed") if k in gate}
+    for k, v in counts.items():
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            out.append(f"{where}: gate {k} must be a count >= 0, got {v!r}")
+    if out:
+        return out
+    dis = counts.get("divergences_disallowed", 0)
+    if dis > counts.get("divergences", dis):
+        out.append(f"{where}: gate has {dis} disallowed divergences of {counts['divergences']} in all")
+    failed_by = []
+    if dis:
+        failed_by.append(f"{dis} disallowed divergence(s)")
+    if gate.get("deterministic") is False:
+        failed_by.append("deterministic: false")
+    if any(isinstance(f, dict) and f.get("allowed") is False for f in gate.get("free_running") or []):
+        failed_by.append("a free-running divergence that is not allowed")
+    nf = gate.get("nonfinite") or {}
+    if isinstance(nf, dict) and (nf.get("oracle") or nf.get("engine")):
+        failed_by.append("non-finite logits")
+    if passed and failed_by:
+        out.append(f"{where}: gate passed: true contradicts its own {', '.join(failed_by)}")
+    reasons = gate.get("reasons")
+    if passed and reasons:
+        out.append(f"{where}: gate passed: true but lists reasons {reasons[:2]!r}")
+    if not passed and not failed_by and "reasons" in gate and not reasons:
+        out.append(f"{where}: gate passed: false with no reason and nothing failed")
+    return out
+
+
+def _gate_problems(gate, where: str, engine) -> list[str]:
     """An `ok` row (one that reports a speed) needs a gate object that passed, or the explicit
     not-gated object of an external engine (eval.correctness.not_gated). Nothing else counts:
     not false, "FAIL", [], 0, null or an object without `passed: true`."""
@@ -80,9 +148,28 @@ def _gate_problems(gate, where: str) -> list[str]:
     if gate.get("applicable", True) is False:
         if gate.get("passed") is not None:
             return [f"{where}: a not-applicable gate must have passed: null, got {gate.get('passed')!r}"]
-        return []
+        name = engine if isinstance(engine, str) else ""
+        if name.startswith(EXTERNAL_PREFIXES):
+            return []
+        verdict = gate.get("verdict")
+        if (not name.startswith("megakernel") and isinstance(verdict, dict)
+                and verdict.get("divergences_disallowed") == 0 and verdict.get("deterministic") is False):
+            return []  # its own gate agreed with the oracle and failed only determinism: labelled, not gated
+        return [f"{where}: only external baselines ({', '.join(EXTERNAL_PREFIXES)}) may be ungated; "
+                f"{engine!r} reports a speed with applicable: false"]
     if gate.get("passed") is not True:
         return [f"{where}: reports a speed but its correctness gate did not pass (passed: {gate.get('passed')!r})"]
+    return []
+
+
+def _positive(r: dict, key: str, where: str, hi: float = math.inf, allow_zero: bool = False) -> list[str]:
+    x = r.get(key)
+    if x is None:
+        return []
+    if isinstance(x, dict):  # {median, min, max}
+        return _stats_problems(x, f"{where}: {key}", hi) if "median" in x else []
+    if not _is_num(x) or not ((0 <= x if allow_zero else 0 < x) and x <= hi):
+        return [f"{where}: {key} {x!r} is outside {'[0' if allow_zero else '(0'}, {hi:g}]"]
     return []
 
 
@@ -91,17 +178,26 @@ def validate(doc) -> list[str]:
     notes/CONTRACTS.md; the one rule that matters most: a speed only beside a passed gate."""
     if not isinstance(doc, dict):
         return ["document is not a JSON object"]
-    errs = []
+    errs = non_finite(doc)
     if doc.get("schema") != SCHEMA:
         errs.append(f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}")
     for key, typ in (("created", str), ("env", dict), ("weights", dict), ("protocol", dict), ("rows", list)):
         if not isinstance(doc.get(key), typ):
             errs.append(f"{key!r} missing or not a {typ.__name__}")
-    for i, r in enumerate(doc.get("rows") or []):
+    rows = doc.get("rows") if isinstance(doc.get("rows"), list) else []
+    seen: dict = {}
+    for i, r in enumerate(rows):
         where = f"row {i} ({r.get('engine') if isinstance(r, dict) else '?'})"
         if not isinstance(r, dict):
             errs.append(f"{where} is not an object")
             continue
+        eng = r.get("engine")
+        if not isinstance(eng, str) or not eng:
+            errs.append(f"{where}: engine must be a non-empty string")
+        elif eng in seen:
+            errs.append(f"{where}: engine {eng!r} appears twice (rows {seen[eng]} and {i})")
+        else:
+            seen[eng] = i
         missing = [k for k in base_row("", "") if k not in r]
         if missing:
             errs.append(f"{where}: missing keys {missing}")
@@ -109,52 +205,93 @@ def validate(doc) -> list[str]:
         if status not in STATUSES:
             errs.append(f"{where}: status {status!r} not one of {STATUSES}")
         gate = r.get("gate")
+        if isinstance(gate, dict) and gate.get("applicable", True) is not False:
+            errs += _verdict_problems(gate, where)
         if status == "ok":
             errs += _stats_problems(r.get("tok_s"), f"{where}: tok_s")
-            errs += _gate_problems(gate, where)
+            errs += _gate_problems(gate, where, eng)
         else:
             if r.get("tok_s") is not None:
                 errs.append(f"{where}: status {status!r} but a tok_s is reported")
             if not (isinstance(r.get("reason"), str) and r["reason"].strip()):
                 errs.append(f"{where}: status {status!r} needs a reason")
-        for pos, sw in (r.get("sweep") or {}).items():
+        errs += _positive(r, "us_per_token", where, 1e12)
+        errs += _positive(r, "predicted_us_per_token", where, 1e12)
+        errs += _positive(r, "bytes_per_token", where, 1e15)
+        errs += _positive(r, "eff_bw_tbs", where, MAX_TBS)
+        errs += _positive(r, "tok_per_joule", where, 1e9)
+        sweep = r.get("sweep") or {}
+        if not isinstance(sweep, dict):
+            errs.append(f"{where}: sweep is not an object")
+            sweep = {}
+        for pos, sw in sweep.items():
             if not str(pos).isdigit() or not isinstance(sw, dict) or sw.get("status") not in STATUSES:
                 errs.append(f"{where}: sweep entry {pos!r} malformed")
             elif sw["status"] == "ok":
                 st = sw.get("tok_s") or {}
-                med, lo, hi = st.get("median"), st.get("min", st.get("median")), st.get("max", st.get("median"))
-                if not (isinstance(med, _NUM) and med > 0 and lo <= med <= hi):
+                med = st.get("median") if isinstance(st, dict) else None
+                lo = st.get("min", med) if isinstance(st, dict) else None
+                hi = st.get("max", med) if isinstance(st, dict) else None
+                if not (all(_is_num(x) for x in (med, lo, hi)) and 0 < lo <= med <= hi <= MAX_TOK_S):
                     errs.append(f"{where}: sweep {pos} tok_s needs a positive median within its min/max, got {st}")
         q = r.get("quality")
         if q is not None and not isinstance(q, dict):
             errs.append(f"{where}: quality is not an object")
         elif q and "error" not in q:
             a, kl = q.get("agreement"), q.get("kl")
-            if a is not None and not 0.0 <= a <= 1.0:
-                errs.append(f"{where}: quality agreement {a} outside [0, 1]")
-            if kl is not None and kl < -1e-6:
-                errs.append(f"{where}: quality KL {kl} is negative")
+            if a is not None and not (_is_num(a) and 0.0 <= a <= 1.0):
+                errs.append(f"{where}: quality agreement {a!r} outside [0, 1]")
+            if kl is not None and not (_is_num(kl) and kl >= -1e-6):
+                errs.append(f"{where}: quality KL {kl!r} is not a number >= 0")
+            for k in ("ppl", "ref_ppl"):
+                x = q.get(k)
+                if x is not None and not (_is_num(x) and x >= 1.0 - 1e-9):
+                    errs.append(f"{where}: quality {k} {x!r} is not a perplexity (>= 1)")
     return errs
 
 
-def write(doc: dict, path: str | Path) -> tuple[Path, Path]:
-    """Validate, then write JSON + Markdown. An invalid document is still kept (as
-    <name>.invalid.json, so a long GPU run loses nothing) and the call fails naming the problems."""
+def check_path(path: str | Path) -> Path:
+    """A results path must end in .json: the Markdown goes beside it with the suffix .md, so any
+    other name (run.md) would have its JSON overwritten by its own table. Commands call this on
+    --out before any work."""
     from monolith.errors import MonolithError
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    clean = _clean(doc)
-    text = json.dumps(clean, indent=1) + "\n"
-    errs = validate(clean)
+    if path.suffix != ".json":
+        raise MonolithError(f"results path {path} must end in .json (the Markdown table is written beside it as "
+                            f"{path.with_suffix('.md').name})")
+    return path
+
+
+def write(doc: dict, path: str | Path) -> tuple[Path, Path]:
+    """Validate, then write JSON + Markdown. An invalid document (a non-finite number, a name
+    not ending in .json included) is still kept (as <name>.invalid.json, so a long GPU run
+    loses nothing; non-finite numbers there become null) and the call fails naming the problems."""
+    from monolith.errors import MonolithError
+
+    path = Path(path)
+    errs = validate(doc)
+    try:
+        check_path(path)
+    except MonolithError as e:
+        errs.insert(0, str(e))
     if errs:
         bad = path.with_suffix(".invalid.json")
-        bad.write_text(text)
+        bad.parent.mkdir(parents=True, exist_ok=True)
+        bad.write_text(json.dumps(_clean(doc), indent=1, allow_nan=False) + "\n")
         raise MonolithError(f"results document for {path.name} is invalid (kept as {bad}):\n  " + "\n  ".join(errs))
+    text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     md = path.with_suffix(".md")
     md.write_text(render_md(doc))
     return path, md
+
+
+def md_cell(x) -> str:
+    """Text for one Markdown table cell: a `|` would end the cell and a newline the row, so a
+    label or reason holding them would shift or split the table."""
+    return " ".join(str(x).replace("\\", "\\\\").replace("|", "\\|").split())
 
 
 def _f(x, fmt="{:,.1f}", dash="–"):
@@ -197,10 +334,10 @@ def render_md(doc: dict) -> str:
                                       "experimental" if r.get("experimental") else ""] if x)
         span = f"{_f(ts.get('min'))}–{_f(ts.get('max'))}" if ts else "–"
         lines.append(
-            f"| {r.get('label') or r['engine']} | {r.get('status')} | {_gate(r)} | {_f(ts.get('median'))} | "
+            f"| {md_cell(r.get('label') or r['engine'])} | {md_cell(r.get('status'))} | {_gate(r)} | {_f(ts.get('median'))} | "
             f"{span} | {_f(us.get('median'))} | {_f(r.get('predicted_us_per_token'))} | "
             f"{_f(r['bytes_per_token'] / 1e6 if r.get('bytes_per_token') else None)} | "
-            f"{_f(r.get('eff_bw_tbs'), '{:.2f}')} | {_f(r.get('tok_per_joule'), '{:.2f}')} | {notes.replace('|', '/')} |")
+            f"{_f(r.get('eff_bw_tbs'), '{:.2f}')} | {_f(r.get('tok_per_joule'), '{:.2f}')} | {md_cell(notes)} |")
     sweeps = [r for r in doc.get("rows", []) if r.get("sweep")]
     if sweeps:
         pos = sorted({int(p) for r in sweeps for p in r["sweep"]})
@@ -211,7 +348,7 @@ def render_md(doc: dict) -> str:
             for p in pos:
                 s = r["sweep"].get(str(p)) or {}
                 cells.append(_f((s.get("tok_s") or {}).get("median")) if s.get("status") == "ok" else "–")
-            lines.append(f"| {r.get('label') or r['engine']} | " + " | ".join(cells) + " |")
+            lines.append(f"| {md_cell(r.get('label') or r['engine'])} | " + " | ".join(cells) + " |")
     qual = [r for r in doc.get("rows", []) if r.get("quality")]
     if qual:
         lines += ["", "Quality (against the reference named in each row, same weights):", "",
@@ -220,11 +357,11 @@ def render_md(doc: dict) -> str:
         for r in qual:
             q = r["quality"]
             if q.get("error"):
-                lines.append(f"| {r.get('label') or r['engine']} | failed: {q['error']} | | | | | |")
+                lines.append(f"| {md_cell(r.get('label') or r['engine'])} | failed: {md_cell(q['error'])} | | | | | |")
                 continue
             sanity = " (sanity)" if q.get("sanity") and "sanity" not in (r.get("label") or "") else ""
-            lines.append(f"| {r.get('label') or r['engine']}{sanity} | "
-                         f"{q.get('reference', '')} | {_f(q.get('ppl'), '{:.3f}')} | "
+            lines.append(f"| {md_cell(r.get('label') or r['engine'])}{sanity} | "
+                         f"{md_cell(q.get('reference', ''))} | {_f(q.get('ppl'), '{:.3f}')} | "
                          f"{_f(q.get('ref_ppl'), '{:.3f}')} | {_f(q.get('agreement'), '{:.2%}')} | "
                          f"{_f(q.get('kl'), '{:.2e}')} | {q.get('kl_positions', '')} |")
         lines.append("")  # a blank line ends the table (GFM would read the next line as a row)
@@ -259,11 +396,20 @@ def main(argv=None) -> int:
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--render", action="store_true", help="rewrite FILE.md from FILE (valid files only)")
     a = ap.parse_args(argv)
+    from monolith import jsonio
+    from monolith.errors import MonolithError
+
     bad = 0
     for p in a.files:
         try:
-            doc = json.loads(p.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            check_path(p)  # --render writes FILE with the suffix .md: FILE itself must not be one
+        except MonolithError as e:
+            print(f"{p}: INVALID\n  {e}")
+            bad += 1
+            continue
+        try:
+            doc = jsonio.load(p)
+        except MonolithError as e:
             print(f"{p}: INVALID\n  cannot be read as JSON: {e}")
             bad += 1
             continue

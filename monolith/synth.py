@@ -79,6 +79,16 @@ def hf_config(shape: ModelShape, seed: int) -> dict:
     }
 
 
+# torch.Generator seeds are int64: seed * 1_000_003 + crc32(name) must stay below 2^63.
+MAX_SEED = (2 ** 63 - 1 - 2 ** 32) // 1_000_003
+
+
+def check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise MonolithError(f"--seed must be an integer in 0..{MAX_SEED:,}, got {seed!r}")
+    return seed
+
+
 def _gen(seed: int, name: str) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
 
@@ -162,8 +172,9 @@ def is_synthetic_checkpoint(d: Path) -> bool:
     says it is one (`monolith_synthetic`). Only such a directory is replaced without --force."""
     try:
         names = {p.name for p in d.iterdir()}
-        cfg = json.loads((d / "config.json").read_text())
-    except (OSError, ValueError):
+        from monolith import jsonio
+        cfg = jsonio.load(d / "config.json", max_bytes=1 << 20)
+    except (OSError, ValueError, MonolithError):
         return False
     return names <= set(CHECKPOINT_FILES) and isinstance(cfg, dict) and "monolith_synthetic" in cfg
 
@@ -187,27 +198,100 @@ def write_synthetic(out, seed: int = 0, num_layers: int = QWEN3_0_6B.num_layers,
         raise MonolithError(f"--out {out} is not empty and is not a monolith synthetic checkpoint; refusing to "
                             "write into it (choose an empty or new directory, or pass --force to replace only "
                             f"{', '.join(CHECKPOINT_FILES)} in it)")
+    check_seed(seed)
     shape = ModelShape(num_layers=num_layers)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # A fresh private directory beside `out` (same filesystem, so each file moves atomically).
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.synth-", dir=out.parent))
+    from monolith.outpaths import writable_dir
+    writable_dir(out, "--out")
     try:
-        tensors = generate_tensors(shape, seed, progress)
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        os.chmod(tmp / "model.safetensors", 0o644)  # safetensors creates it 0600; others read it too
-        (tmp / "config.json").write_text(json.dumps(hf_config(shape, seed), indent=2) + "\n")
-        tok = packaged_tokenizer_json()
-        if tok is not None:
-            shutil.copyfile(tok, tmp / "tokenizer.json")
-        del tensors
-        load_checkpoint(tmp, allow_reduced_depth=num_layers != QWEN3_0_6B.num_layers)  # fail here, not later
-        out.mkdir(exist_ok=True)
-        for name in CHECKPOINT_FILES:
-            if (tmp / name).is_file():
-                os.replace(tmp / name, out / name)
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise MonolithError(f"--out {out}: cannot be created ({e.strerror or e})") from None
+    remove_stale_temporaries(out)
+    # A fresh private directory beside `out` (same filesystem, so each file moves atomically).
+    tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(out), dir=out.parent))
+    (tmp / _PID_FILE).write_text(f"{os.getpid()}\n")
+    try:
+        with _cleanup_on_sigterm():
+            tensors = generate_tensors(shape, seed, progress)
+            save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+            os.chmod(tmp / "model.safetensors", 0o644)  # safetensors creates it 0600; others read it too
+            (tmp / "config.json").write_text(json.dumps(hf_config(shape, seed), indent=2) + "\n")
+            tok = packaged_tokenizer_json()
+            if tok is not None:
+                shutil.copyfile(tok, tmp / "tokenizer.json")
+            del tensors
+            load_checkpoint(tmp, allow_reduced_depth=num_layers != QWEN3_0_6B.num_layers)  # fail here, not later
+            out.mkdir(exist_ok=True)
+            for name in CHECKPOINT_FILES:
+                if (tmp / name).is_file():
+                    os.replace(tmp / name, out / name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # only ever the directory made above
     return out
+
+
+_PID_FILE = ".pid"
+
+
+def _tmp_prefix(out: Path) -> str:
+    return f".{out.name}.synth-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
+
+
+def remove_stale_temporaries(out: Path) -> list[Path]:
+    """Remove what a killed `synth` (SIGKILL, power loss) left beside `out`: directories named
+    .<out>.synth-* holding only a checkpoint's files and the pid file of a process that is gone.
+    A live writer's directory, or one holding anything else, is left alone."""
+    removed = []
+    for d in out.parent.glob(_tmp_prefix(out) + "*"):
+        if d.is_symlink() or not d.is_dir():
+            continue
+        try:
+            names = {p.name for p in d.iterdir()}
+            pid = int((d / _PID_FILE).read_text().strip() or "0")
+        except (OSError, ValueError):
+            continue
+        if not names <= {*CHECKPOINT_FILES, _PID_FILE} or pid <= 0 or _alive(pid):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
+class _Terminated(BaseException):
+    """Raised in the main thread on SIGTERM while a checkpoint is written, so `finally` removes
+    the temporary directory before the process exits."""
+
+
+class _cleanup_on_sigterm:  # noqa: N801  (a context manager, used as `with _cleanup_on_sigterm():`)
+    def __enter__(self):
+        import signal
+        import threading
+
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            def on_term(signum, frame):
+                raise _Terminated()
+            self.old = signal.signal(signal.SIGTERM, on_term)
+        return self
+
+    def __exit__(self, typ, exc, tb):
+        import signal
+
+        if self.old is not None:
+            signal.signal(signal.SIGTERM, self.old)
+        if typ is _Terminated:  # the caller's finally has run; leave with SIGTERM's usual status
+            raise SystemExit(128 + signal.SIGTERM)
+        return False
 
 
 MEASURE_PROMPTS = ["Hello world", "The capital of France is", "def fibonacci(n):",

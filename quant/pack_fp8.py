@@ -20,10 +20,19 @@ from datetime import UTC, datetime
 import torch
 
 from monolith import config as C
-from monolith.checkpoint import WEIGHTS_FILE, Checkpoint, load_checkpoint
+from monolith.checkpoint import WEIGHTS_FILE, Checkpoint, check_activation_bounds, load_checkpoint
+from monolith.config import ModelShape
 from monolith.errors import MonolithError
 from monolith.quant import fp8_layout as L
-from monolith.quant.packfile import DequantizedPacked, Packed, dequantized_from, open_packed, write_packed
+from monolith.quant.packfile import (
+    DequantizedPacked,
+    Packed,
+    check_fp8_rows,
+    check_stored,
+    dequantized_from,
+    open_packed,
+    write_packed,
+)
 
 _CHUNK_ROWS = 16_384  # fp32 temporaries of a chunk: 64 MB at K = 1024
 
@@ -238,7 +247,19 @@ def load_packed_fp8(path, *, model=None) -> PackedFP8:
                                       expected_shapes=lambda m: _expected_shapes(m["num_layers"], m["head"]))
     if meta.get("formats") != format_map(meta["num_layers"], meta["head"]):
         raise MonolithError(f"{file}: its per-matrix format map differs from layout {L.LAYOUT}'s")
-    return PackedFP8(path=file.parent, meta=meta, tensors=tensors)
+    p = PackedFP8(path=file.parent, meta=meta, tensors=tensors)
+    check_values(p, file)
+    return p
+
+
+def check_values(p: PackedFP8, where) -> None:
+    """Every dequantized weight finite (no NaN code, no non-finite scale) and small enough that
+    the activations stay in range (checkpoint.check_activation_bounds), before any engine runs."""
+    maxabs = {}
+    for name, f in p.meta["formats"].items():
+        maxabs[name] = (check_fp8_rows(name, *p.matrix(name), where) if f["format"] == L.SCHEME
+                        else check_stored(name, p.stored(f), where))
+    check_activation_bounds(maxabs, ModelShape(num_layers=p.num_layers), where=str(where))
 
 
 # ---- the fp8 oracle's weights -----------------------------------------------------------------

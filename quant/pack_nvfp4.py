@@ -21,6 +21,7 @@ layout `nvfp4-rowmajor-v1` of quant/nvfp4_layout.py (read its docstring: the ker
 from __future__ import annotations
 
 import collections
+import math
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,11 +29,21 @@ from datetime import UTC, datetime
 import torch
 
 from monolith import config as C
-from monolith.checkpoint import WEIGHTS_FILE, Checkpoint, load_checkpoint
+from monolith.checkpoint import WEIGHTS_FILE, Checkpoint, check_activation_bounds, load_checkpoint
+from monolith.config import ModelShape
 from monolith.errors import MonolithError
 from monolith.quant import nvfp4_layout as L
 from monolith.quant import pack_fp8 as P8
-from monolith.quant.packfile import DequantizedPacked, Packed, dequantized_from, open_packed, write_packed
+from monolith.quant.packfile import (
+    DequantizedPacked,
+    Packed,
+    check_fp8_rows,
+    check_stored,
+    dequantized_from,
+    e4m3_nan_at,
+    open_packed,
+    write_packed,
+)
 
 _CHUNK_BLOCKS = 1 << 18  # 4 M weights per chunk: ~16 MB per fp32 temporary, ~32 MB per float64 one
 
@@ -525,7 +536,32 @@ def load_packed_nvfp4(path, *, model=None) -> PackedNVFP4:
     p = PackedNVFP4(path=file.parent, meta=meta, tensors=tensors)
     if fp8:
         _check_markers(p, file)
+    check_values(p, file)
     return p
+
+
+def check_values(p: PackedNVFP4, where) -> None:
+    """Every dequantized weight finite (no E4M3 NaN block-scale code, no non-finite tensor or row
+    scale; E2M1 has no NaN) and small enough that the activations stay in range
+    (checkpoint.check_activation_bounds), before any engine runs."""
+    maxabs = {}
+    for name, f in p.meta["formats"].items():
+        if f["format"] == L.SCHEME:
+            codes, bsc, g = p.matrix(name)
+            if not math.isfinite(g):
+                raise MonolithError(f"{where}: {name} has a non-finite tensor scale {g}: the pack is corrupt")
+            at = e4m3_nan_at(bsc)
+            if at is not None:
+                raise MonolithError(f"{where}: {name} holds the E4M3 NaN code 0x{int(bsc[at]):02X} in its block "
+                                    f"scales at row {at[0]}, block {at[1]}: the pack is corrupt")
+            # |E4M3| grows with the code's low 7 bits, so the largest of those gives the largest scale
+            top = int((bsc & 0x7F).max()) if bsc.numel() else 0
+            maxabs[name] = L.E2M1_MAX * float(_E4M3[top]) * abs(g)
+        elif f["format"] == P8.L.SCHEME:
+            maxabs[name] = check_fp8_rows(name, *p.fp8_matrix(name), where)
+        else:
+            maxabs[name] = check_stored(name, p.stored(f), where)
+    check_activation_bounds(maxabs, ModelShape(num_layers=p.num_layers), where=str(where))
 
 
 # ---- the nvfp4 oracle's weights ---------------------------------------------------------------
@@ -563,6 +599,8 @@ def summarize_stats(stats: dict, num_layers: int) -> dict:
             for k, v in x["offsets"].items():
                 offs[int(k)] = offs.get(int(k), 0) + v
         total = sum(offs.values())
-        out[t] = {"rel_mse_max": em / r, "rel_mse_search": e / r, "gain": em / e if e else float("inf"),
+        # an exact search (e == 0) has no finite gain: null, never Infinity (JSON has none)
+        out[t] = {"rel_mse_max": em / r if r else 0.0, "rel_mse_search": e / r if r else 0.0,
+                  "gain": em / e if e else (1.0 if em == 0 else None),
                   "offsets": {str(k): v / total for k, v in sorted(offs.items())}}
     return out

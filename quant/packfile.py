@@ -29,8 +29,10 @@ def sha256_file(path: Path) -> str:
 
 
 def read_meta(file: Path, key: str) -> dict:
-    """The JSON a packer wrote under `key` in the safetensors header; one clear line otherwise."""
+    """The JSON object a packer wrote under `key` in the safetensors header; one clear line otherwise."""
     from safetensors import safe_open
+
+    from monolith import jsonio
 
     try:
         with safe_open(str(file), framework="pt") as f:
@@ -39,10 +41,11 @@ def read_meta(file: Path, key: str) -> dict:
         raise MonolithError(f"{file}: not a valid safetensors file ({e})") from e
     if raw is None:
         raise MonolithError(f"{file}: no '{key}' metadata: not a monolith packed file")
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise MonolithError(f"{file}: '{key}' metadata is not JSON ({e})") from e
+    meta = jsonio.expect(jsonio.loads(raw, f"{file}: '{key}' metadata"), dict, f"{file}: '{key}' metadata")
+    for k, typ in (("source", dict), ("config", dict), ("formats", dict)):
+        jsonio.field(meta, k, typ, f"{file}: '{key}' metadata")
+    jsonio.field(meta["source"], "sha256", str, f"{file}: '{key}' metadata: source")
+    return meta
 
 
 def write_packed(out, layout, tensors: dict[str, torch.Tensor], meta: dict) -> None:
@@ -50,7 +53,10 @@ def write_packed(out, layout, tensors: dict[str, torch.Tensor], meta: dict) -> N
     from safetensors.torch import save_file
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise MonolithError(f"--out {out}: cannot be created ({e.strerror or e})") from None
     tmp = out / (layout.FILE + ".tmp")
     save_file(tensors, str(tmp), metadata={layout.META_KEY: json.dumps(meta)})
     os.chmod(tmp, 0o644)
@@ -98,6 +104,48 @@ def open_packed(path, layout, *, fmt: str, check_meta: Callable[[dict, str], Non
             raise MonolithError(f"{file}: tensor {k} is {str(t.dtype).removeprefix('torch.')} {list(t.shape)}, "
                                 f"layout {layout.LAYOUT} needs {dtype} {shape}")
     return file, meta, tensors
+
+
+E4M3_NAN_LOW7 = 0x7F  # E4M3 (fn) has no inf; S.1111.111 (0x7F, 0xFF) is NaN
+
+
+def e4m3_nan_at(codes: torch.Tensor) -> tuple[int, ...] | None:
+    """Index of the first E4M3 NaN code (0x7F or 0xFF) in a uint8 tensor, or None."""
+    bad = (codes & 0x7F) == E4M3_NAN_LOW7
+    if not bool(bad.any()):
+        return None
+    return tuple(int(i) for i in bad.nonzero()[0])
+
+
+def first_non_finite(t: torch.Tensor) -> tuple[tuple[int, ...], float] | None:
+    """(index, value) of the first NaN/Inf in a float tensor, or None."""
+    bad = ~torch.isfinite(t)
+    if not bool(bad.any()):
+        return None
+    idx = tuple(int(i) for i in bad.nonzero()[0])
+    return idx, float(t[idx])
+
+
+def check_fp8_rows(name: str, codes: torch.Tensor, scales: torch.Tensor, where) -> float:
+    """An E4M3 matrix with one fp32 scale per row: refuses NaN codes and non-finite scales
+    (naming matrix, row and column); returns the largest |dequantized value| it can hold."""
+    bad = first_non_finite(scales)
+    if bad is not None:
+        raise MonolithError(f"{where}: {name} has a non-finite row scale {bad[1]} at row {bad[0][0]}: the pack is corrupt")
+    at = e4m3_nan_at(codes)
+    if at is not None:
+        raise MonolithError(f"{where}: {name} holds the E4M3 NaN code 0x{int(codes[at]):02X} at row {at[0]}, "
+                            f"column {at[1]}: the pack is corrupt")
+    return 448.0 * float(scales.abs().max()) if scales.numel() else 0.0
+
+
+def check_stored(name: str, t: torch.Tensor, where) -> float:
+    """A tensor stored as is (bf16 norms, a bf16 head): finite; returns its largest magnitude."""
+    bad = first_non_finite(t)
+    if bad is not None:
+        raise MonolithError(f"{where}: {name} has a non-finite value {bad[1]} at index {list(bad[0])}: "
+                            "the pack is corrupt")
+    return float(t.abs().max()) if t.numel() else 0.0
 
 
 @dataclass

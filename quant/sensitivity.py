@@ -357,34 +357,39 @@ def load_map(path, ckpt: Checkpoint) -> tuple[tuple[str, ...], dict]:
     `map.formats`; refused if partial or measured on other weights) or a plain {"formats": {HF
     name: fp8 | nvfp4}} (names left out are nvfp4). Refuses an unknown format, a name that is no
     projection of `ckpt`, and the LM head as anything but fp8 (one line each)."""
+    from monolith import jsonio
     from monolith.quant.pack_nvfp4 import check_fp8_names
 
     path = Path(path)
-    if not path.is_file():
+    what = f"--map {path}"
+    if not path.exists() and not path.is_symlink():
         raise MonolithError(f"--map {path}: file not found (write one with `monolith pack --sensitivity`)")
-    raw = path.read_bytes()
-    try:
-        doc = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise MonolithError(f"--map {path}: not JSON ({e})") from e
+    raw = jsonio.read_bytes(path, what)
+    doc = jsonio.loads(raw, what)
     src = {"path": str(path), "sha256": hashlib.sha256(raw).hexdigest()}
     if not isinstance(doc, dict):
         raise MonolithError(f"--map {path}: a JSON object with 'formats' or a {SCHEMA} file")
     if doc.get("schema") == SCHEMA:
         if doc.get("status") != "complete":
             raise MonolithError(f"--map {path}: the sweep is {doc.get('status')!r}, not complete: no map to read")
-        have = (doc.get("weights") or {}).get("sha256")
+        weights = jsonio.expect(doc.get("weights") or {}, dict, f"{what}: 'weights'")
+        have = weights.get("sha256")
         if have != ckpt.sha256():
             raise MonolithError(f"--map {path} was measured on other weights (sha256 {str(have)[:12]}…, --model has "
                                 f"{ckpt.sha256()[:12]}…); run the sweep on these weights")
-        m = doc.get("map") or {}
+        m = jsonio.expect(doc.get("map") or {}, dict, f"{what}: 'map'")
         formats = m.get("formats")
+        ends = jsonio.expect(doc.get("endpoints") or {}, dict, f"{what}: 'endpoints'")
+        mixed = jsonio.expect(ends.get("mixed") or {}, dict, f"{what}: 'endpoints.mixed'")
+        proto = jsonio.expect(doc.get("protocol") or {}, dict, f"{what}: 'protocol'")
+        units = {}
+        for i, u in enumerate(jsonio.expect(doc.get("units") or [], list, f"{what}: 'units'")):
+            u = jsonio.expect(u, dict, f"{what}: units[{i}]")
+            units[jsonio.field(u, "name", str, f"{what}: units[{i}]")] = {"kl": u.get("kl"), "agreement": u.get("agreement")}
         src.update(schema=SCHEMA, rule=m.get("rule"), fp8_units=m.get("fp8_units"), stopped_by=m.get("stopped_by"),
                    fp8_fraction=m.get("fp8_fraction"), kl_budget=m.get("kl_budget"),
-                   predicted_kl=m.get("predicted_kl"),
-                   measured_kl=((doc.get("endpoints") or {}).get("mixed") or {}).get("kl"),
-                   unit_kind=(doc.get("protocol") or {}).get("unit"),
-                   units={u["name"]: {"kl": u["kl"], "agreement": u.get("agreement")} for u in doc.get("units", [])})
+                   predicted_kl=m.get("predicted_kl"), measured_kl=mixed.get("kl"), unit_kind=proto.get("unit"),
+                   units=units)
     elif doc.get("schema") is not None:
         raise MonolithError(f"--map {path}: schema {doc.get('schema')!r} is not known (this monolith reads {SCHEMA})")
     else:

@@ -8,6 +8,7 @@ from harness_fakes import FakeEngine, swap_top2_when
 from monolith import results
 from monolith.bench import bytemodel, decode, suite
 from monolith.bench.baselines import registry
+from monolith.errors import MonolithError
 from monolith.eval import correctness
 
 
@@ -77,10 +78,13 @@ def test_results_json_and_markdown(tmp_path):
     bad.update(status="failed", reason="correctness gate failed: x", gate={"passed": False, "divergences": 9})
     doc["rows"] = [ok, bad, results.base_row("vllm", "vLLM")]
     doc["rows"][2]["reason"] = "vllm not importable"
-    doc["rows"][0]["nan"] = float("nan")
+    doc["rows"][0]["nan"] = float("nan")  # JSON has no NaN: the writer refuses it (a null could hide a failure)
+    with pytest.raises(MonolithError, match=r"rows\[0\]\.nan is nan"):
+        results.write(doc, tmp_path / "m1.json")
+    del doc["rows"][0]["nan"]
     j, md = results.write(doc, tmp_path / "m1.json")
     back = json.loads(j.read_text())
-    assert back["schema"] == results.SCHEMA and back["rows"][0]["nan"] is None
+    assert back["schema"] == results.SCHEMA
     text = md.read_text()
     assert "Not headline" in text and "| graph | ok | pass (2 div, 20×256) | 500.0 | 490.0–510.0 |" in text
     assert "| vLLM | not run | – | – | – |" in text

@@ -111,28 +111,27 @@ def _gunzip_capped(data: bytes, where: str) -> bytes:
     return out
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def parse_page_bytes(data: bytes, where: str = "trace") -> dict:
     """Rules 1-2: gzip (by its magic bytes) or plain UTF-8 JSON text, at most MAX_TRACE_BYTES."""
     if data[:2] == b"\x1f\x8b":
         data = _gunzip_capped(data, where)
     elif len(data) > MAX_TRACE_BYTES:
         raise MonolithError(f"{where}: trace is {TOO_BIG}")
-    try:  # NaN / Infinity are not JSON (Python's parser would take them; the browser's does not)
-        obj = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise MonolithError(f"{where}: not JSON: {e}") from None
+    # NaN / Infinity are not JSON (Python's parser would take them; the browser's does not);
+    # the shared reader also bounds the depth and the integers' digits
+    from monolith import jsonio
+
+    obj = jsonio.loads(bytes(data), where, max_bytes=MAX_TRACE_BYTES)
     return validate_page_trace(obj, where)
 
 
 def read_page(path) -> dict:
+    from monolith import jsonio
+
     p = Path(path)
-    if not p.is_file():
+    if not p.exists() and not p.is_symlink():
         raise MonolithError(f"page trace not found: {p}")
-    return parse_page_bytes(p.read_bytes(), str(p))
+    return parse_page_bytes(jsonio.read_bytes(p, f"page trace {p}", max_bytes=MAX_TRACE_BYTES), str(p))
 
 
 def _is_int(x) -> bool:
