@@ -3,6 +3,8 @@
 #   installed with apt-get when missing (Debian/Ubuntu package names):
 #     chromium     the page's browser tests (playwright-core drives it; CHROMIUM=path overrides)
 #     nginx        the deploy config's test on loopback (NGINX=path overrides)
+#     webkit2gtk-driver  WebKitWebDriver + MiniBrowser: the page's smoke test in WebKit (Selenium drives it)
+#     xvfb         a virtual display for MiniBrowser (xvfb-run) where there is none
 #     the shellcheck linter, for the shell scripts (a test fails without it)
 #     patch        scripts/gpu.sh abpatch applies a diff to a copy of the tree (its test runs it)
 #     python3-venv `make install`'s virtual environment (only when the interpreter lacks ensurepip)
@@ -14,6 +16,7 @@ set -uo pipefail
 
 CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
 NGINX=${NGINX:-/usr/sbin/nginx}
+WEBKIT_DRIVER=${WEBKIT_DRIVER:-/usr/bin/WebKitWebDriver}
 NVCC=${NVCC:-nvcc}
 PYTHON=${PYTHON:-python3}
 
@@ -21,6 +24,8 @@ apt_missing() {  # the apt packages whose tool is absent
   local out=()
   [ -x "$CHROMIUM" ] || out+=(chromium)
   [ -x "$NGINX" ] || out+=(nginx)
+  [ -x "$WEBKIT_DRIVER" ] || out+=(webkit2gtk-driver)
+  command -v xvfb-run >/dev/null 2>&1 || out+=(xvfb)
   command -v shellcheck >/dev/null 2>&1 || out+=(shellcheck)
   command -v patch >/dev/null 2>&1 || out+=(patch)
   "$PYTHON" -c "import ensurepip" >/dev/null 2>&1 || out+=(python3-venv)
@@ -49,7 +54,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     || { echo "deps: apt-get install ${missing[*]} failed" >&2; exit 1; }
   read -r -a still <<<"$(apt_missing)"
   if [ ${#still[@]} -gt 0 ]; then
-    echo "deps: still missing after apt-get: ${still[*]} (expected $CHROMIUM, $NGINX, shellcheck on PATH)" >&2
+    echo "deps: still missing after apt-get: ${still[*]} (expected $CHROMIUM, $NGINX, $WEBKIT_DRIVER, xvfb-run, shellcheck on PATH)" >&2
     exit 1
   fi
 fi
@@ -66,5 +71,5 @@ if ! command -v "$NVCC" >/dev/null 2>&1; then
   echo "deps: $NVCC not found: the kernel compile test needs the CUDA 13.0 toolkit (no GPU needed); set NVCC=/path/to/nvcc" >&2
   bad=1
 fi
-[ "$bad" = 0 ] && echo "deps: chromium, nginx, shellcheck, node $(node --version), npm, $NVCC present"
+[ "$bad" = 0 ] && echo "deps: chromium, nginx, WebKitWebDriver, xvfb-run, shellcheck, node $(node --version), npm, $NVCC present"
 exit "$bad"

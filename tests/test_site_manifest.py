@@ -72,13 +72,12 @@ def test_manifest_from_fixture_tree(tmp_path):
     assert m["versions"][0]["bytes_per_token"] == bytes_per_token("bf16-upstream", 128)[0]  # model at the trace position
     assert m["versions"][2]["bytes_per_token"] is None  # unknown scheme: no roofline, no guess
     assert m["bandwidth"]["tbs"] > 0 and m["bandwidth"]["source"]
-    # race: fastest first, files copied, stale ones removed
-    assert [r["engine"] for r in m["race"]] == ["fast", "slow"]
-    assert sorted(p.name for p in (out / "timelines").iterdir()) == ["fast.json", "slow.json"]
-    assert all(r["synthetic_weights"] for r in m["race"])
-    # results: only monolith-results/1 files; not-run rows keep their reason
-    assert [f["file"] for f in m["results"]] == ["results/m1_bench.json"]
-    assert m["results"][0]["rows"][2]["reason"] == "offline"
+    # race: the plan's lanes only (engines outside the matrix's families get none); stale files removed
+    assert m["race"] == [] and sorted(p.name for p in (out / "timelines").iterdir()) == []
+    # the one table (no final.json): only the matrix's engines, each naming its run; vLLM's reason for visitors
+    assert [r["engine"] for r in m["table"]["rows"]] == ["vllm"] and m["table"]["source"] == "latest"
+    assert m["table"]["rows"][0]["source"]["file"] == "results/m1_bench.json"
+    assert m["table"]["rows"][0]["reason"] == "offline"
     assert m["created"] >= CREATED
     # tour: present markers cut and dedented, required missing ones say so, unknown ones appended
     tour = {t["id"]: t for t in m["tour"]}
@@ -97,7 +96,7 @@ def test_bad_timeline_is_a_clear_error(tmp_path):
 
 def test_empty_repo_builds_an_empty_manifest(tmp_path):
     m = build_site_data(tmp_path, out_dir=tmp_path / "o")
-    assert m["versions"] == [] and m["race"] == [] and m["results"] == []
+    assert m["versions"] == [] and m["race"] == [] and m["table"] is None and m["headline"] is None
     assert all(t["missing"] for t in m["tour"])
     assert any("No benchmark results" in n for n in m["notes"])
 
@@ -166,7 +165,7 @@ def test_chain_models_reach_the_manifest_and_bad_ones_are_clear_errors(tmp_path)
     for v, c in want.items():
         (d / f"{v}.json").write_text(json.dumps(c))
     got = load_chains(d, tmp_path)
-    assert [c["variant"] for c in got] == ["bf16-stream", "fp8-stream", "nvfp4-stream"]  # the page's version order
+    assert [c["variant"] for c in got] == ["fp8-stream", "nvfp4-stream", "bf16-stream"]  # the page's version order
     for c in got:
         src = want[c["variant"]]
         assert c["file"] == f"chain/{c['variant']}.json"
@@ -177,8 +176,103 @@ def test_chain_models_reach_the_manifest_and_bad_ones_are_clear_errors(tmp_path)
     bad = _chain_json("bf16-stream", rng)
     bad["floor"]["phases"][1]["hop_us"] = float("nan")
     (d / "bf16-stream.json").write_text(json.dumps(bad))
-    with pytest.raises(MonolithError, match="bf16-stream.json: not a chain model"):
+    with pytest.raises(MonolithError, match=r"bf16-stream.json(: not a chain model| is not acceptable JSON)"):
         load_chains(d, tmp_path)
     (d / "bf16-stream.json").write_text(json.dumps(_chain_json("bf16-stream", rng, measured={"phases": []})))
     with pytest.raises(MonolithError, match="not a chain model"):
         load_chains(d, tmp_path)
+
+
+def _final_tree(tmp_path):
+    """results/final.json (the fixture of notes/CONTRACTS.md) and two of its race timelines."""
+    from pathlib import Path
+    res = tmp_path / "results"
+    (res / "timelines").mkdir(parents=True)
+    doc = json.loads((Path(__file__).parent / "fixtures" / "final_example.json").read_text())
+    (res / "final.json").write_text(json.dumps(doc))
+    for eng, dt in (("megakernel-fp8-stream", 1e6 / 2410.0), ("reference-graph", 1e6 / 150.0)):
+        (res / "timelines" / f"{eng}.json").write_text(json.dumps({
+            "engine": eng, "label": eng, "gpu": "NVIDIA H200", "weights": {"kind": "synthetic", "seed": 0},
+            "tokens": [1] * 8, "pieces": ["a"] * 8, "t_us": [dt * (i + 1) for i in range(8)]}))
+    (res / "m1_old.json").write_text(json.dumps({"schema": "monolith-results/1", "created": "2026-11-30T00:00:00Z",
+                                                 "rows": [{"engine": "hf-eager", "status": "ok", "tok_s": {"median": 1.0}}]}))
+    return res, doc
+
+
+def test_final_json_is_the_one_table_headline_and_race(tmp_path):
+    res, doc = _final_tree(tmp_path)
+    m = build_site_data(tmp_path, out_dir=tmp_path / "out")
+    t = m["table"]
+    assert t["source"] == "final" and t["file"] == "results/final.json"
+    assert [r["engine"] for r in t["rows"]] == [r["engine"] for r in doc["rows"]]  # superseded files stay off the page
+    assert m["headline"]["tok_s"] == doc["final"]["headline"]["tok_s"] and m["headline"]["variant"] == "fp8-stream"
+    assert m["headline"]["best_baseline_label"] == "llama.cpp Q8_0 (llama-bench tg256)"
+    q = next(r for r in t["rows"] if r["engine"] == "megakernel-fp8-stream")["gates"]
+    assert q["implementation"]["passed"] is True and q["quality"]["passed"] is False
+    lanes = {r["lane"]: r for r in m["race"]}
+    # monolith: the recorded timeline; llama.cpp: no per-token times -> uniform at its median, no text;
+    # HF's plan lane has no timeline here -> absent; the reference: replay slower than the table -> both shown
+    assert set(lanes) == {"monolith", "llamacpp", "reference-graph"}
+    assert lanes["llamacpp"]["text"] is False and abs(lanes["llamacpp"]["race_tok_s"] - 760.0) < 0.5
+    assert abs(lanes["monolith"]["race_tok_s"] - lanes["monolith"]["table_tok_s"]) < 1
+    assert lanes["reference-graph"]["race_tok_s"] < lanes["reference-graph"]["table_tok_s"] and m["race_note"]
+    assert m["race_absent"][0]["engine"] == "vllm" and "cannot run on the GPU machine" in m["race_absent"][0]["why"]
+    tl = json.loads((tmp_path / "out" / "timelines" / "llamacpp-q8_0.json").read_text())
+    assert tl["tokens"] is None and len(tl["t_us"]) == 256
+
+
+def test_a_final_json_that_breaks_the_contract_is_a_clear_error(tmp_path):
+    res, doc = _final_tree(tmp_path)
+    del doc["final"]
+    (res / "final.json").write_text(json.dumps(doc))
+    with pytest.raises(MonolithError, match="final.json: not a final matrix"):
+        build_site_data(tmp_path, out_dir=tmp_path / "out")
+
+
+def test_without_final_json_the_newest_row_per_engine_and_both_gates(tmp_path):
+    res = tmp_path / "results"
+    res.mkdir()
+    def doc(created, rows):
+        return json.dumps({"schema": "monolith-results/1", "created": created, "env": {"gpu": "G"},
+                           "weights": {"kind": "synthetic", "seed": 0}, "rows": rows})
+    ok = lambda e, v: {"engine": e, "status": "ok", "gate": {"passed": True, "tolerance": 0.5}, "tok_s": {"median": v}}  # noqa: E731
+    (res / "a.json").write_text(doc("2026-11-01T00:00:00Z", [ok("megakernel-fp8-stream", 100.0), ok("llamacpp-q8_0", 50.0)]))
+    (res / "b.json").write_text(doc("2026-11-02T00:00:00Z", [ok("megakernel-fp8-stream", 200.0),
+                                                             {"engine": "llamacpp-q8_0", "status": "not run", "reason": "x"}]))
+    (res / "m3_fp8_quality.json").write_text(json.dumps({"roles": {"engine": "megakernel-fp8-upstream on fp8 weights"},
+        "engine": {"prompts": 100, "tokens_per_prompt": 64, "kl_positions": 10000},
+        "gates": {"fixed_gates_pass": False, "agreement": 0.41, "agreement_min": 0.9, "ppl_ratio": 0.99, "ppl_limit": 1.02, "kl": 1.4}}))
+    m = build_site_data(tmp_path, out_dir=tmp_path / "out")
+    rows = {r["engine"]: r for r in m["table"]["rows"]}
+    assert rows["megakernel-fp8-stream"]["tok_s"]["median"] == 200.0 and rows["megakernel-fp8-stream"]["source"]["file"] == "results/b.json"
+    assert rows["llamacpp-q8_0"]["status"] == "ok"  # an ok row is not replaced by a later not-run one
+    g = rows["megakernel-fp8-stream"]["gates"]
+    assert g["implementation"] == {"passed": True, "oracle": "fp32 reference on the fp8 weights dequantized",
+                                   "rule": "margin rule, tolerance 0.5 logits"}
+    assert g["quality"]["passed"] is False and g["quality"]["measured_on"] == "megakernel-fp8-upstream"
+    assert m["headline"]["speedup"] == 4.0 and "separate runs" in m["table"]["note"]
+    assert m["race"][0]["lane"] == "llamacpp"  # no monolith timeline recorded: only the rate-built lane
+
+
+@pytest.mark.parametrize("dev, visitor", [
+    ("vllm not importable (ModuleNotFoundError: No module named 'vllm'); not installable offline on the GPU machine (MISSION \u00a76)",
+     "vLLM cannot run on the GPU machine"),
+    ("/work/main/results/llamacpp.json not found: run bench/baselines/llamacpp.sh SDIST first", "not measured in this run"),
+    ("session time cap: -58 s left", "not measured: the run reached its time limit"),
+    ("bandwidth from MISSION \u00a71 (4.53 TB/s) in /work/main/results/m0.json", "bandwidth from (4.53 TB/s) in m0.json"),
+])
+def test_developer_text_is_rewritten_for_visitors(dev, visitor):
+    from monolith.xray.site import DEV_TEXT, visitor_text
+    out = visitor_text(dev)
+    assert out.startswith(visitor) and not DEV_TEXT.search(out), out
+
+
+def test_the_committed_page_data_has_no_developer_text():
+    from pathlib import Path
+
+    from monolith.xray.site import DEV_TEXT
+    data = Path(__file__).resolve().parent.parent / "web" / "public" / "data"
+    m = json.loads((data / "manifest.json").read_text())
+    shown = {k: m[k] for k in ("headline", "table", "race", "race_note", "race_absent", "notes", "versions")}
+    hit = DEV_TEXT.search(json.dumps(shown, ensure_ascii=False))
+    assert hit is None, f"developer text in web/public/data/manifest.json: {hit and hit.group()!r}"

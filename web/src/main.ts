@@ -3,20 +3,36 @@
 import "./style.css";
 import { mountBudget } from "./budgetview";
 import { mountChain } from "./chain";
-import { $, h } from "./dom";
+import { fmt, $, h } from "./dom";
 import { fetchJson, type Manifest } from "./manifest";
 import { mountRace } from "./race";
-import { mountTable } from "./table";
+import { fmt1, mountTable } from "./table";
 import { mountTour } from "./tour";
 import { mountXray } from "./xray";
 
-function protocolList(m: Manifest): HTMLElement | null {
-  const f = m.results.find((r) => r.protocol && Object.keys(r.protocol).length);
-  if (!f) return null;
-  const dl = h("dl", { class: "protocol" });
-  for (const [k, v] of Object.entries(f.protocol)) dl.append(h("dt", { text: k }), h("dd", { text: typeof v === "string" ? v : JSON.stringify(v) }));
-  // Collapsed: the harness records a few dozen keys; the prose above is the summary.
-  return h("details", { class: "protocol-wrap" }, h("summary", {}, "Protocol as recorded in ", h("code", { text: f.file })), dl);
+/** The headline as one line: tok/s, × the best baseline, on which GPU (all from the manifest). */
+export function headlineLine(m: Manifest): HTMLElement | null {
+  const hl = m.headline;
+  if (!hl) return null;
+  const p = h("p", { class: "headline", id: "headline" },
+    h("strong", { class: "hl-rate", text: `${fmt1(hl.tok_s)} tok/s` }), " ",
+    h("span", { class: "hl-what", text: `monolith ${hl.variant ?? hl.engine}` }));
+  if (hl.speedup != null && hl.best_baseline_tok_s != null)
+    p.append(" · ", h("strong", { class: "hl-x", text: `${fmt(hl.speedup, 3)}×` }), ` ${(hl.best_baseline_label ?? hl.best_baseline ?? "").replace(/\s*\([^)]*\)\s*$/, "")} (${fmt1(hl.best_baseline_tok_s)} tok/s)`);
+  if (hl.gpu) p.append(` · on one ${hl.gpu}`);
+  return p;
+}
+
+function headlineSub(m: Manifest): HTMLElement | null {
+  const t = m.table;
+  if (!t || !m.headline) return null;
+  const bits = ["batch 1, greedy decoding"];
+  if (t.synthetic_weights) bits.push("synthetic weights with Qwen3-0.6B's shapes");
+  const row = t.rows.find((r) => r.engine === m.headline?.engine);
+  const q = row?.gates?.quality;
+  if (q && q.passed === false) bits.push("its quality gate fails on these weights (see Results)");
+  bits.push(t.source === "final" ? `one run, ${String(t.created ?? "").slice(0, 10)}` : "from separate runs: the one-run final matrix is pending");
+  return h("p", { class: "headline-sub", text: bits.join(" · ") });
 }
 
 async function main() {
@@ -31,6 +47,8 @@ async function main() {
     return;
   }
   status.hidden = true;
+  const hl = headlineLine(m);
+  if (hl) $("#headline-slot").replaceWith(hl, headlineSub(m) ?? "");
   if (m.fixture) $("#banner").append(h("p", { class: "banner", text: "Test fixture data: these numbers were not measured." }));
   for (const n of m.notes) $("#banner").append(h("p", { class: "note", text: n }));
   $("#built").textContent = `data exported ${m.created}`;
@@ -40,8 +58,6 @@ async function main() {
   mountTable($("#results"), m);
   mountChain($("#chain"), m);
   mountTour($("#tour"), m);
-  const proto = protocolList(m);
-  if (proto) $("#method").append(proto);
   await mountRace($("#race"), m);
   document.body.dataset.ready = "1";
   performance.mark("monolith-ready");

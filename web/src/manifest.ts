@@ -17,15 +17,27 @@ export interface Version {
   token_time_us: number | null;
 }
 
+/** One lane of the race (xray/site.py build_race): a timeline file and the rates to show beside it. */
 export interface RaceEntry {
   engine: string;
-  label: string;
+  lane: "monolith" | "llamacpp" | "hf" | "reference-graph" | "variant";
+  title: string;              // the lane's family, e.g. "llama.cpp"
+  label: string;              // the engine as the table names it
   file: string;               // "data/timelines/<engine>.json"
   gpu: string | null;
   weights: string | null;
   synthetic_weights: boolean;
   fixture: boolean;           // test fixture, not a measurement
+  extra: boolean;             // another monolith variant: shown with the toggle
+  experimental: boolean;
+  speed_label: string | null; // e.g. "ungated: not bitwise deterministic"
+  race_tok_s: number | null;  // tokens / last timestamp of the replayed timeline
+  table_tok_s: number | null; // the results table's median for this engine
+  text: boolean;              // the timeline has token text (llama-bench reports none)
+  method?: string | null;
 }
+
+export interface RaceAbsent { engine: string; label: string; why: string }
 
 export interface Stat { median: number; min: number; max: number; runs?: number[] }
 
@@ -46,6 +58,17 @@ export interface Gate {
 export interface SweepPoint { status: string; reason?: string | null; tok_s?: Stat | null; us_per_token?: number | null; [k: string]: unknown }
 export type Sweep = Record<string, SweepPoint>;
 
+/** Both gates of a quantized row (notes/CONTRACTS.md, the final matrix). */
+export interface Gates {
+  implementation: { passed: boolean | null; oracle?: string; rule?: string };
+  quality: {
+    passed: boolean | null; reason?: string; reference?: string; ppl_ratio?: number | null; ppl_limit?: number | null;
+    agreement?: number | null; agreement_min?: number | null; kl?: number | null; prompts?: number | null;
+    agree_tokens?: number | null; positions?: number | null; measured_on?: string | null; file?: string;
+    floor?: { engine?: string; agreement?: number | null; ppl_ratio?: number | null; kl?: number | null } | null;
+  };
+}
+
 export interface ResultRow {
   engine: string;
   label: string;
@@ -64,7 +87,37 @@ export interface ResultRow {
   bytes_per_token?: number | null;
   eff_bw_tbs?: number | null;
   tok_per_joule?: number | null;
-  quality?: { ppl?: number | null; agreement?: number | null; kl?: number | null } | null;
+  quality?: { ppl?: number | null; ppl_ratio?: number | null; agreement?: number | null; kl?: number | null } | null;
+  kind?: "monolith" | "baseline";
+  variant?: string | null;
+  gates?: Gates | null;
+  speed_label?: string | null;
+  runs_note?: string | null;
+  source?: { file: string; created: string | null; gpu: string | null };  // without final.json: the row's run
+}
+
+/** The headline: the fastest gated monolith row against the fastest baseline, on one GPU. */
+export interface Headline {
+  engine: string; label: string | null; variant: string | null; tok_s: number; gpu: string | null;
+  best_baseline: string | null; best_baseline_label: string | null; best_baseline_tok_s: number | null; speedup: number | null;
+}
+
+/** The page's one results table: results/final.json, or each engine's newest row until it exists. */
+export interface Table {
+  source: "final" | "latest";
+  file: string | null;
+  created: string | null;
+  gpu: string | null;
+  env: Record<string, unknown>;
+  weights: string | null;
+  synthetic_weights: boolean;
+  fixture: boolean;
+  quick: boolean;
+  window: { start: string; end: string; span_s: number } | null;
+  protocol: Record<string, unknown>;
+  rows: ResultRow[];
+  headline: Headline | null;
+  note: string | null;        // why the rows come from separate runs (no final.json yet)
 }
 
 export interface ResultFile {
@@ -111,8 +164,12 @@ export interface Manifest {
   fixture: boolean;
   bandwidth: Bandwidth | null;
   versions: Version[];
+  default_version: string | null;  // the headline's variant: the X-ray opens on it
+  headline: Headline | null;
+  table: Table | null;
   race: RaceEntry[];
-  results: ResultFile[];
+  race_note: string | null;        // why replayed rates differ from the table's, when they do
+  race_absent: RaceAbsent[];       // engines that cannot run on the GPU machine, with the reason
   tour: TourEntry[];
   notes: string[];
   chains?: Chain[];           // absent in manifests written before the twenty-eighth session
@@ -126,8 +183,8 @@ export interface Timeline {
   prompt?: string;
   prompt_tokens?: number;
   method?: string;            // how t_us was timed (per-call events: not the headline numbers)
-  tokens: number[];
-  pieces: string[];
+  tokens: number[] | null;    // null: the engine reports no per-token output (llama-bench)
+  pieces: string[] | null;
   t_us: number[];
 }
 

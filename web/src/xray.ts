@@ -1,4 +1,4 @@
-// The X-ray panel: version switcher (manifest order, bf16-upstream first), layer zoom, zoom
+// The X-ray panel: version switcher (manifest order, bf16-upstream first; opens on the headline's variant), layer zoom, zoom
 // buttons, the Gantt, legend, and "open your own trace" (drop, file picker, ?trace=URL).
 import { fmt, h } from "./dom";
 import { Gantt } from "./gantt";
@@ -73,7 +73,9 @@ export function mountXray(root: HTMLElement, m: Manifest, onTrace: (t: Trace, v:
       `traced span ${fmt((t.t1 - t.t0) / 1e3, 4)} µs`, t.tokenTimeUs != null ? ` · token ${fmt(t.tokenTimeUs, 4)} µs (CUDA events)` : "",
       ` · position ${String(t.meta.position)}`);
     if (t.synthetic) info.append(" ", h("span", { class: "tag bad", text: "synthetic trace, not measured" }));
-    legend.replaceChildren(...t.phases.map((p) => h("span", { class: `key ${p.kind}`, title: `${p.kind}, once per ${p.scope}` },
+    // the legend lists the phases this trace records, not the whole phase table
+    const used = new Set(t.phase);
+    legend.replaceChildren(...t.phases.filter((p) => used.has(p.id)).map((p) => h("span", { class: `key ${p.kind}`, title: `${p.kind}, once per ${p.scope}` },
       h("i", { style: `--c:${p.color}` }), p.name)), h("span", { class: "key idle", title: "an SM that hosts no block" }, h("i", {}), "idle SM"));
     onTrace(t, e.version, e.label);
   };
@@ -129,7 +131,8 @@ export function mountXray(root: HTMLElement, m: Manifest, onTrace: (t: Trace, v:
   // whose file is refused leaves the committed trace on screen, with the reason in the error box.
   // (The deployed page's Content-Security-Policy, connect-src 'self', only lets it fetch from its own origin.)
   const url = new URLSearchParams(location.search).get("trace");
-  const first = entries.length ? pick(0) : Promise.resolve();
+  // opens on the headline's variant (manifest default_version), else the first
+  const first = entries.length ? pick(Math.max(0, entries.findIndex((e) => e.id === m.default_version))) : Promise.resolve();
   if (url) {
     void first.then(() => fetchBytes(url, url)).then((b) => load(url, b))  // a refused file: load() says why
       .catch((err) => { error.textContent = `Could not open ?trace=${url}: ${String((err as Error).message ?? err)}`; error.hidden = false; });

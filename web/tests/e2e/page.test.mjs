@@ -75,7 +75,7 @@ test("the chain panel says so when its data has no chain model", async () => {
 
 test("the race plays and its counters move", async () => {
   const { ctx, page, errors } = await openFixture();
-  assert.match(await page.locator("#race .note").innerText(), /meaningless/);
+  assert.match(await page.locator("#race .note").first().innerText(), /meaningless/);
   const lanes = page.locator("#race .lane");
   assert.ok((await lanes.count()) >= 2);
   await page.selectOption("#race-speed", "0.1"); // slow enough that no lane ends mid-test
@@ -115,6 +115,7 @@ test("switching X-ray versions redraws the Gantt", async () => {
 });
 
 async function hoverSomething(page) {
+  await page.locator("#gantt").scrollIntoViewIfNeeded();
   const box = await page.locator("#gantt").boundingBox();
   for (let fy = 0.1; fy < 0.95; fy += 0.037) {
     await page.mouse.move(box.x + box.width * 0.4, box.y + 22 + (box.height - 22) * fy);
@@ -209,7 +210,9 @@ test("?trace= with a refused file leaves the committed trace on screen", async (
   await page.waitForSelector("body[data-ready='1']", { timeout: 10_000 });
   await page.waitForFunction((want) => document.querySelector("#trace-error")?.textContent.includes(want), bad.error, { timeout: 10_000 });
   await page.waitForFunction(() => Number(document.querySelector("#gantt").dataset.draws) > 0);
-  assert.equal(await page.locator("#xray-version").inputValue(), "0", "the committed trace is shown");
+  const manifest = JSON.parse(readFileSync(join(WEB, "public/data/manifest.json"), "utf8"));
+  const want = String(Math.max(0, manifest.versions.findIndex((v) => v.id === manifest.default_version)));
+  assert.equal(await page.locator("#xray-version").inputValue(), want, "the committed trace is shown");
   assert.deepEqual(errors, []);
   await ctx.close();
 });
@@ -347,5 +350,139 @@ test("first meaningful paint is under 2 s from the local nginx", { skip: SERVER 
   mkdirSync(join(WEB, "test-results"), { recursive: true });
   writeFileSync(join(WEB, "test-results/paint.json"), JSON.stringify({ meaningful_ms: ms, fcp_ms: fcp, server: SERVER }) + "\n");
   assert.ok(ms < 2000, `${ms} ms`);
+  await ctx.close();
+});
+
+// ---------------------------------------------------------------- as a visitor sees it (committed data)
+
+// Developer text that must never reach a visitor: the same list as xray/site.py DEV_TEXT.
+const DEV_TEXT = /\/work\/|\/tmp\/|\/home\/|MISSION|§\s*\d|time cap|\bs left\b|not found: run|SDIST|\.sh\b|Traceback|ModuleNotFoundError|ImportError|not importable|\bsession\b|`/;
+const MANIFEST = () => JSON.parse(readFileSync(join(WEB, "public/data/manifest.json"), "utf8"));
+
+async function openReal(viewport, extra = {}) {
+  const ctx = await browser.newContext({ viewport, ...extra });
+  const page = await ctx.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  await page.goto(BASE);
+  await page.waitForSelector("body[data-ready='1']", { timeout: 10_000 });
+  await page.waitForFunction(() => Number(document.querySelector("#gantt")?.dataset.draws ?? 0) > 0);
+  return { ctx, page, errors };
+}
+
+const PHONE = [{ width: 390, height: 844 }, { isMobile: true, hasTouch: true }];
+const DESKTOP = [{ width: 1280, height: 900 }, {}];
+
+for (const [name, [vp, extra]] of [["desktop", DESKTOP], ["phone", PHONE]]) {
+  test(`${name}: the headline (tok/s, × the best baseline, GPU) is above the fold and the page is no wider than the screen`, { skip: SERVER !== "preview" }, async () => {
+    const { ctx, page, errors } = await openReal(vp, extra);
+    const m = MANIFEST();
+    const hl = page.locator("#headline");
+    const text = await hl.innerText();
+    assert.match(text, /^[\d,.]+ tok\/s .+ · [\d.]+× .+ \([\d,.]+ tok\/s\) · on one .+$/, text);
+    assert.ok(text.includes(m.headline.tok_s.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 })), "the manifest's number");
+    assert.ok(text.includes(m.headline.gpu), "the GPU");
+    const box = await hl.boundingBox();
+    assert.ok(box.y + box.height <= vp.height, `headline bottom ${box.y + box.height} within the first ${vp.height} px`);
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth) <= vp.width, "no sideways scroll");
+    assert.deepEqual(errors, []);
+    await ctx.close();
+  });
+}
+
+test("no developer text reaches the page", { skip: SERVER !== "preview" }, async () => {
+  const { ctx, page } = await openReal(...DESKTOP);
+  await page.check("#race-variants");
+  for (const d of await page.locator("details").all()) await d.evaluate((e) => { e.open = true; });
+  const text = await page.evaluate(() => document.body.innerText + [...document.querySelectorAll("[title]")].map((e) => e.title).join("\n"));
+  const hit = text.match(DEV_TEXT);
+  assert.equal(hit, null, `developer text on the page: ${hit && text.slice(Math.max(0, hit.index - 80), hit.index + 80)}`);
+  await ctx.close();
+});
+
+test("phone: engine and tok/s stay visible when the results table scrolls sideways", { skip: SERVER !== "preview" }, async () => {
+  const { ctx, page } = await openReal(...PHONE);
+  const wrap = page.locator("#results .table-wrap").first();
+  await wrap.scrollIntoViewIfNeeded();
+  await wrap.evaluate((e) => { e.scrollLeft = e.scrollWidth; });
+  await page.waitForTimeout(100);
+  const row = page.locator("#results table.results:not(.sweep) tbody tr").first();
+  for (const sel of ["td.engine", "td.speed"]) {
+    const b = await row.locator(sel).boundingBox();
+    assert.ok(b.x >= 0 && b.x + b.width <= 390, `${sel} on screen after scrolling: x ${b.x}, width ${b.width}`);
+  }
+  const e = await row.locator("td.engine").boundingBox(), s = await row.locator("td.speed").boundingBox();
+  assert.ok(s.x >= e.x + e.width - 1, "tok/s beside the engine, not under it");
+  assert.match(await row.locator("td.speed").innerText(), /[\d,]+\.\d/);
+  await ctx.close();
+});
+
+test("the X-ray opens on the headline's variant; its legend lists the trace's phases, each its own colour", { skip: SERVER !== "preview" }, async () => {
+  const { ctx, page } = await openReal(...DESKTOP);
+  const m = MANIFEST();
+  assert.ok(m.headline.variant, "the committed data has a headline variant");
+  assert.equal(m.default_version, m.headline.variant);
+  assert.match(await page.locator("#xray-version").evaluate((s) => s.selectedOptions[0].textContent), new RegExp(`\\(${m.headline.variant}\\)$`));
+  assert.match(await page.locator("#xray-info").innerText(), new RegExp(`^${m.headline.variant} `));
+  const keys = await page.locator("#xray-legend .key:not(.idle)").evaluateAll((els) => els.map((e) => ({ name: e.textContent, c: e.querySelector("i").style.getPropertyValue("--c") })));
+  // the trace's phases: the same file, read here with Node's gunzip
+  const v = m.versions.find((x) => x.id === m.default_version);
+  const tr = JSON.parse((await import("node:zlib")).gunzipSync(readFileSync(join(WEB, "public", v.trace))).toString());
+  const used = new Set(tr.events.phase);
+  assert.deepEqual(keys.map((k) => k.name), tr.phases.filter((p) => used.has(p.id)).map((p) => p.name));
+  assert.ok(keys.length < tr.phases.length, "fewer keys than the phase table");
+  assert.equal(new Set(keys.map((k) => k.c)).size, keys.length, `colours repeat: ${JSON.stringify(keys)}`);
+  await ctx.close();
+});
+
+test("the code tour's lines are not cut off at the right", { skip: SERVER !== "preview" }, async () => {
+  for (const [vp, extra] of [DESKTOP, PHONE]) {
+    const { ctx, page } = await openReal(vp, extra);
+    const cut = await page.locator("#tour pre.code").evaluateAll((els) => els.filter((e) => e.scrollWidth > e.clientWidth + 1).length);
+    assert.ok((await page.locator("#tour pre.code").count()) > 0);
+    assert.equal(cut, 0, `${vp.width} px: ${cut} excerpt(s) wider than their box`);
+    await ctx.close();
+  }
+});
+
+test("the race defaults to a labelled slowed speed where the lanes visibly race; the variants toggle", { skip: SERVER !== "preview" }, async () => {
+  const { ctx, page } = await openReal(...DESKTOP);
+  const m = MANIFEST();
+  assert.match(await page.locator("#race-speed").evaluate((s) => s.selectedOptions[0].textContent), /^slowed \d+×$/);
+  assert.deepEqual(await page.locator("#race .lane[data-lane]:not([hidden])").evaluateAll((els) => els.map((e) => e.dataset.lane)),
+    m.race.filter((r) => !r.extra).map((r) => r.lane));
+  assert.match(await page.locator("#race .lane.absent").innerText(), /vLLM[\s\S]*cannot run on the GPU machine/);
+  await page.click("#race-play");
+  await page.waitForTimeout(1000);
+  await page.click("#race-play");
+  const counts = await page.locator("#race .lane[data-lane]:not([hidden]) .count").evaluateAll((els) => els.map((e) => (e.textContent.match(/\d+/g) ?? []).map(Number)));
+  const [mono, ...others] = counts;
+  assert.ok(mono[0] > 0 && mono[0] < mono[1], `after 1 s monolith's lane is mid-race: ${mono}`);
+  assert.ok(others.every(([n]) => n < mono[0]), `the others trail: ${JSON.stringify(counts)}`);
+  // a lane whose replayed rate differs from the table's shows both, and the page says why
+  for (const r of m.race.filter((x) => !x.extra && x.race_tok_s && x.table_tok_s && Math.abs(x.race_tok_s / x.table_tok_s - 1) > 0.02)) {
+    assert.match(await page.locator(`#race .lane[data-engine="${r.engine}"] .lane-rates`).innerText(), /replay [\d,]+ tok\/s, table [\d,]+ tok\/s/);
+    assert.match(await page.locator("#race .race-note").innerText(), /table times whole decode loops/);
+  }
+  const extras = m.race.filter((r) => r.extra).length;
+  if (extras) {
+    await page.check("#race-variants");
+    assert.equal(await page.locator("#race .lane.extra:not([hidden])").count(), extras);
+  }
+  await ctx.close();
+});
+
+test("one results table: quantized rows name both gates, experimental rows are marked", { skip: SERVER !== "preview" }, async () => {
+  const { ctx, page } = await openReal(...DESKTOP);
+  const m = MANIFEST();
+  assert.equal(await page.locator("#results table.results:not(.sweep)").count(), 1);
+  assert.equal(await page.locator("#results table.results:not(.sweep) tbody tr").count(), m.table.rows.length);
+  for (const r of m.table.rows.filter((x) => x.gates)) {
+    const cell = await page.locator(`#results tr[data-engine="${r.engine}"] td.gates`).innerText();
+    assert.match(cell, new RegExp(`implementation ${r.gates.implementation.passed ? "pass" : "FAIL"}`));
+    assert.match(cell, new RegExp(`quality ${r.gates.quality.passed === true ? "pass" : r.gates.quality.passed === false ? "FAIL" : "not measured"}`));
+  }
+  for (const r of m.table.rows.filter((x) => x.experimental))
+    assert.match(await page.locator(`#results tr[data-engine="${r.engine}"] td.engine`).innerText(), /experimental/);
   await ctx.close();
 });

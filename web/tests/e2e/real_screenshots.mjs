@@ -68,14 +68,14 @@ async function main() {
   mkdirSync(SHOTS, { recursive: true });
   const port = await freePort();
   const base = `http://127.0.0.1:${port}/`;
-  const server = spawn(join(WEB, "node_modules/.bin/vite"), ["preview", "--host", "127.0.0.1", "--port", String(port), "--strictPort"], { cwd: WEB, stdio: "ignore" });
+  const server = spawn(join(WEB, "node_modules/.bin/vite"), ["preview", "--host", "127.0.0.1", "--port", String(port), "--strictPort", "--bypass-lock"], { cwd: WEB, stdio: "ignore" });
   let browser, failed = false;
   try {
     await waitUp(base, server);
     browser = await chromium.launch({ executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
       args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
     const shots = [
-      await shoot(browser, base, "desktop", { width: 1440, height: 900 }, true),
+      await shoot(browser, base, "desktop", { width: 1280, height: 900 }, true),
       await shoot(browser, base, "mobile", { width: 390, height: 844 }, true, { deviceScaleFactor: 1, isMobile: true, hasTouch: true }),
     ];
     for (const s of shots) {

@@ -49,7 +49,7 @@ async function main() {
   // 1. vite preview
   {
     const port = await freePort();
-    const p = spawn(join(WEB, "node_modules/.bin/vite"), ["preview", "--host", "127.0.0.1", "--port", String(port), "--strictPort"], { cwd: WEB, stdio: "ignore" });
+    const p = spawn(join(WEB, "node_modules/.bin/vite"), ["preview", "--host", "127.0.0.1", "--port", String(port), "--strictPort", "--bypass-lock"], { cwd: WEB, stdio: "ignore" });
     try { await waitUp(`http://127.0.0.1:${port}/`, p, "vite preview"); ok = suite(`http://127.0.0.1:${port}/`, "preview") && ok; }
     finally { p.kill(); }
   }
