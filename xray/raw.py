@@ -28,6 +28,13 @@ COL = {name: i for i, name in enumerate(COLUMNS)}
 MAX_SM_COUNT = 1024   # H200 132, RTX 5090 170
 MAX_BLOCKS = 65536    # block ids are u16 in the kernel's record
 MAX_ID = 65535        # phase and layer ids: u16 in the kernel's record
+# A raw trace's arrays are sized from their .npz member headers before any is read: a few MB of
+# zip can declare gigabytes. A real token has ~50k events (132 blocks x ~400); 4 Mi is 80x that.
+MAX_EVENTS = 1 << 22
+MAX_META_CHARS = 1 << 20
+# %globaltimer's update period: 32 ns on the GPUs this project runs on, about 1 us on older
+# parts. A tick outside [1 ns, 10 us] is a corrupt file, and would move every clock fit.
+TICK_NS_RANGE = (1, 10_000)
 REQUIRED_META = {
     "variant": str, "gpu": str, "sm_count": int, "blocks": int, "threads": int, "position": int,
     "sm_clock_mhz": (int, float, type(None)), "token_time_us": (int, float),
@@ -78,6 +85,13 @@ def check_meta(meta, where: str = "meta") -> dict:
     clk = meta["sm_clock_mhz"]
     if clk is not None and not (math.isfinite(clk) and clk > 0):
         raise MonolithError(f"{where}: sm_clock_mhz must be a finite number > 0 or null, got {clk}")
+    tick = meta.get("globaltimer_tick_ns")
+    lo, hi = TICK_NS_RANGE
+    if tick is not None and (isinstance(tick, bool) or not isinstance(tick, int) or not lo <= tick <= hi):
+        raise MonolithError(f"{where}: globaltimer_tick_ns must be an integer in [{lo}, {hi}] ns, got {tick!r}")
+    cap = meta.get("xray_max_events")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_EVENTS):
+        raise MonolithError(f"{where}: xray_max_events must be an integer in [1, {MAX_EVENTS}], got {cap!r}")
     return meta
 
 
@@ -123,28 +137,68 @@ def save_raw(path, meta: dict, events) -> Path:
     return p
 
 
-def load_raw(path) -> tuple[dict, np.ndarray]:
-    """Return (meta, events int64 [N, 8]); raise MonolithError naming what is wrong."""
-    p = Path(path)
-    if not p.is_file():
-        raise MonolithError(f"raw trace not found: {p}")
-    try:
-        z = np.load(p, allow_pickle=False)
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
-        raise MonolithError(f"{p}: not a raw trace (.npz) or truncated: {e}") from None
-    with z:
-        need = ("meta_json", "block", "smid", "phase", "layer", "g0_delta", "g_dur", "c0_delta", "c_dur")
-        missing = [k for k in need if k not in z.files]
-        if missing:
-            raise MonolithError(f"{p}: missing arrays {missing} (has {z.files})")
+_NEED = ("meta_json", "block", "smid", "phase", "layer", "g0_delta", "g_dur", "c0_delta", "c_dur")
+
+
+def _member_sizes(zf: zipfile.ZipFile, p: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Shape and dtype of each needed array, read from its .npy header inside the zip (a few
+    hundred bytes each) so that nothing is inflated before its size is known to be sane."""
+    out = {}
+    for k in _NEED:
         try:
-            cols = {k: z[k] for k in need}
+            with zf.open(k + ".npy") as f:
+                version = np.lib.format.read_magic(f)
+                read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+                if version not in read:
+                    raise ValueError(f"npy format version {version} is not known")
+                shape, _, dtype = read[version](f, max_header_size=10_000)
+        except KeyError:
+            continue
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+            raise MonolithError(f"{p}: array {k} has a corrupt header: {e}") from None
+        if dtype.hasobject:
+            raise MonolithError(f"{p}: array {k} holds Python objects: not a raw trace")
+        out[k] = (shape, dtype)
+    return out
+
+
+def _check_sizes(sizes: dict, p: Path) -> None:
+    for k, (shape, dtype) in sizes.items():
+        if k == "meta_json":
+            if shape != () or dtype.kind != "U" or dtype.itemsize // 4 > MAX_META_CHARS:
+                raise MonolithError(f"{p}: meta_json must be one string of at most {MAX_META_CHARS:,} characters, "
+                                    f"got {dtype} {list(shape)}")
+        elif len(shape) != 1 or shape[0] > MAX_EVENTS or dtype.kind not in "iu" or dtype.itemsize > 8:
+            raise MonolithError(f"{p}: column {k} must be at most {MAX_EVENTS:,} integers, got {dtype} {list(shape)}")
+
+
+def load_raw(path) -> tuple[dict, np.ndarray]:
+    """Return (meta, events int64 [N, 8]); raise MonolithError naming what is wrong. Array sizes
+    are checked from the members' headers before anything is inflated."""
+    from monolith import jsonio
+
+    p = Path(path)
+    if not p.exists() and not p.is_symlink():
+        raise MonolithError(f"raw trace not found: {p}")
+    head = jsonio.read_bytes(p, f"raw trace {p}", max_bytes=4, head=True)
+    if head != b"PK\x03\x04":
+        raise MonolithError(f"{p}: not a raw trace (.npz): the file is not a zip archive")
+    try:
+        zf = zipfile.ZipFile(p)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+        raise MonolithError(f"{p}: not a raw trace (.npz) or truncated: {e}") from None
+    with zf:
+        sizes = _member_sizes(zf, p)
+        missing = [k for k in _NEED if k not in sizes]
+        if missing:
+            raise MonolithError(f"{p}: missing arrays {missing} (has {[n.removesuffix('.npy') for n in zf.namelist()]})")
+        _check_sizes(sizes, p)
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                cols = {k: z[k] for k in _NEED}
         except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
             raise MonolithError(f"{p}: corrupt array data: {e}") from None
-    try:
-        meta = json.loads(str(cols["meta_json"]))
-    except json.JSONDecodeError as e:
-        raise MonolithError(f"{p}: meta_json is not valid JSON: {e}") from None
+    meta = jsonio.loads(str(cols["meta_json"]), f"{p}: meta_json")
     if not isinstance(meta, dict) or meta.get("format") != RAW_FORMAT:
         raise MonolithError(f"{p}: meta.format is {meta.get('format') if isinstance(meta, dict) else None!r}, expected {RAW_FORMAT!r}")
     if meta.get("version") != RAW_VERSION:
