@@ -24,8 +24,12 @@ from monolith.errors import MonolithError
 
 SCHEMA = "monolith-site/1"
 RESULTS_SCHEMA = "monolith-results/1"
-# Switcher order: the upstream design first, then the optimisation path (NOTES.md, Facts: FP8, fewer barriers, NVFP4).
-VARIANT_ORDER = ("bf16-upstream", "fp8", "fp8-sync", "nvfp4")
+# Switcher order: the upstream design first, then the optimisation path (NOTES.md, Facts: FP8, fewer
+# barriers, NVFP4), then bf16 with fewer barriers beside them. Titles are the switcher's words.
+VARIANT_ORDER = ("bf16-upstream", "fp8-upstream", "fp8-stream", "nvfp4-stream", "bf16-stream")
+VARIANT_TITLES = {"bf16-upstream": "1 · bf16, upstream design", "fp8-upstream": "2 · FP8 weights",
+                  "fp8-stream": "3 · FP8, fewer barriers", "nvfp4-stream": "4 · NVFP4 weights",
+                  "bf16-stream": "beside: bf16, fewer barriers"}
 # Tour entries in page order: (marker name, title, why it matters, required). A required entry
 # whose markers are missing is still listed, saying so (NOTES.md, Facts: the page's tour names the dequant inner
 # loop and the counter wait); the others appear only when the kernel has their markers.
@@ -139,8 +143,11 @@ def load_timelines(tl_dir: Path) -> list[dict]:
         for k in ("engine", "tokens", "pieces", "t_us"):
             if k not in t:
                 raise MonolithError(f"{p}: timeline needs {k!r}")
-        n = len(t["tokens"])
-        if len(t["pieces"]) != n or len(t["t_us"]) != n:
+        if not isinstance(t["t_us"], list) or not all(isinstance(x, int | float) and math.isfinite(x) for x in t["t_us"]):
+            raise MonolithError(f"{p}: t_us must be a list of finite numbers")
+        # tokens and pieces are null where the engine reports no per-token output (llama-bench)
+        n = len(t["t_us"])
+        if (t["tokens"] is None) != (t["pieces"] is None) or (t["tokens"] is not None and (len(t["tokens"]) != n or len(t["pieces"]) != n)):
             raise MonolithError(f"{p}: tokens, pieces and t_us differ in length")
         if any(b < a for a, b in zip(t["t_us"], t["t_us"][1:], strict=False)):
             raise MonolithError(f"{p}: t_us must be cumulative (non-decreasing)")
@@ -179,6 +186,215 @@ def load_traces(traces_dir: Path) -> list[tuple[Path, dict]]:
     from monolith.xray.export import read_page  # the xray area's validator: FORMAT.md's rules
 
     return [(p, read_page(p)) for p in sorted(traces_dir.glob("*.json.gz"))]
+
+
+# ---------------------------------------------------------------- visitor text
+
+
+# Strings written for developers (paths, shell instructions, the spec's section numbers, harness
+# time caps, Python exception names) never reach the page: every free-text field the manifest
+# carries goes through visitor_text(), and tests/test_site_manifest.py + the browser tests check
+# the built page for DEV_TEXT.
+DEV_TEXT = re.compile(r"/work/|/tmp/|/home/|MISSION|§\s*\d|time cap|\bs left\b|not found: run|SDIST|\.sh\b|"
+                      r"Traceback|ModuleNotFoundError|ImportError|not importable|\bsession\b|`")
+VLLM_WHY = ("vLLM cannot run on the GPU machine: it is not installable there (no network access for its wheels "
+            "and their pinned PyTorch), so the PyTorch reference in a CUDA graph runs in its lane.")
+_REWRITES = (
+    # whole reasons the harness writes for engines that did not run, as a visitor should read them
+    (re.compile(r"^vllm not importable.*", re.I | re.S), VLLM_WHY),
+    (re.compile(r".*time cap.*", re.I | re.S), "not measured: the run reached its time limit before this engine"),
+    (re.compile(r".*\.json not found: run .*", re.I | re.S), "not measured in this run"),
+)
+
+
+def visitor_text(s):
+    """A harness string as a visitor reads it: known developer reasons rewritten whole; otherwise
+    references to the spec dropped, paths cut to their file name, shell instructions and code quotes removed."""
+    if not isinstance(s, str):
+        return s
+    for pat, rep in _REWRITES:
+        if pat.match(s.strip()):
+            return rep
+    s = re.sub(r"\s*\(?MISSION(\.md)?\s*(§\s*[\d.]+)?\)?", "", s)
+    s = re.sub(r"\s*\(?§\s*[\d.]+\)?", "", s)
+    s = re.sub(r"(?:/[\w.+-]+){2,}/([\w.+-]+)", r"\1", s)              # absolute paths -> file name
+    s = re.sub(r"[;:,]?\s*run [^;.]*(first|then)[^;.]*", "", s)       # "…: run X first"
+    s = re.sub(r"\((ModuleNotFoundError|ImportError)[^)]*\)\s*", "", s)
+    s = s.replace("`", "")
+    s = re.sub(r"\bsession\b", "run", s)
+    return re.sub(r"\s{2,}", " ", s).strip(" ;,")
+
+
+def _visitor(obj):
+    if isinstance(obj, str):
+        return visitor_text(obj)
+    if isinstance(obj, list):
+        return [_visitor(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _visitor(v) for k, v in obj.items()}
+    return obj
+
+
+# ---------------------------------------------------------------- the results table
+
+
+FINAL_FILE = "final.json"
+# The matrix's engines (bench/final.py: the five variants, then the baselines), plus the engines
+# that could not run here. Without results/final.json, the table takes each of these engines'
+# newest row from the results files: the rows come from separate runs and the page says so.
+TABLE_ENGINES = ("megakernel-bf16-upstream", "megakernel-fp8-upstream", "megakernel-fp8-stream",
+                 "megakernel-nvfp4-stream", "megakernel-bf16-stream", "llamacpp-bf16", "llamacpp-q8_0",
+                 "hf-eager", "hf-static", "hf-compile", "reference-graph", "vllm")
+QUANT_FORMATS = ("fp8", "nvfp4")
+QUALITY_KEYS = ("ppl", "ref_ppl", "ppl_ratio", "agreement", "kl", "positions", "kl_positions", "prompts", "agreement_tokens")
+# quality files (eval area) for the fallback: which engine they measured is in their "roles"
+QUALITY_FILES = {"fp8": "m3_fp8_quality.json", "nvfp4": "m5_nvfp4_quality.json"}
+# Row fields the page shows (the rest of a results row, e.g. per-run lists, stays in results/).
+ROW_KEYS = ("engine", "label", "status", "reason", "experimental", "kind", "variant", "gate", "gates", "tok_s",
+            "us_per_token", "predicted_us_per_token", "bytes_per_token", "eff_bw_tbs", "tok_per_joule", "energy",
+            "sweep", "runs_note", "speed_label", "quality", "timeline")
+
+
+def _median(r: dict) -> float | None:
+    m = (r.get("tok_s") or {}).get("median") if r.get("status") == "ok" else None
+    return float(m) if isinstance(m, int | float) and math.isfinite(m) and m > 0 else None
+
+
+def _kind(engine: str) -> str:
+    return "monolith" if engine.startswith(("megakernel-", "monolith-")) else "baseline"
+
+
+def _variant_of(engine: str) -> str | None:
+    return engine.split("-", 1)[1] if _kind(engine) == "monolith" else None
+
+
+def _format_of(r: dict) -> str | None:
+    v = r.get("variant") or _variant_of(r["engine"]) or ""
+    return next((f for f in QUANT_FORMATS if v.startswith(f)), None)
+
+
+def _quality_gates(results_dir: Path, fmt: str, engine: str, impl: dict) -> dict:
+    """Both gates of a quantized row without final.json: the row's own gate is the implementation
+    gate; the quality gate is the eval area's measurement for the format (its engine named when it
+    measured another variant on the same packed weights)."""
+    gates = {"implementation": impl}
+    p = results_dir / QUALITY_FILES[fmt]
+    q = _load_json(p) if p.is_file() else {}
+    g, eng = q.get("gates") or {}, q.get("engine") or {}
+    if not g:
+        gates["quality"] = {"passed": None, "reason": "not measured"}
+        return gates
+    measured = str((q.get("roles") or {}).get("engine", "")).split(" ")[0]
+    fl = g.get("floor") or {}
+    gates["quality"] = {
+        "passed": g.get("fixed_gates_pass"), "reference": "fp32 on the original bf16 weights",
+        "ppl_ratio": g.get("ppl_ratio"), "ppl_limit": g.get("ppl_limit"), "agreement": g.get("agreement"),
+        "agreement_min": g.get("agreement_min"), "kl": g.get("kl"), "positions": eng.get("kl_positions"),
+        "prompts": eng.get("prompts"), "agree_tokens": eng.get("tokens_per_prompt"),
+        "floor": {k: fl.get(k) for k in ("engine", "agreement", "ppl_ratio", "kl")} if fl else None,
+        "measured_on": measured if measured and measured != engine else None,
+        "file": _rel(p, results_dir.parent)}
+    return gates
+
+
+def _page_row(r: dict, source: dict | None = None) -> dict:
+    out = {k: r[k] for k in ROW_KEYS if k in r}
+    if isinstance(out.get("quality"), dict):  # the numbers only: a quality record's prose is for developers
+        out["quality"] = {k: v for k, v in out["quality"].items() if k in QUALITY_KEYS}
+    out.setdefault("kind", _kind(r["engine"]))
+    out.setdefault("variant", _variant_of(r["engine"]))
+    if source:
+        out["source"] = source
+    return out
+
+
+def _headline(rows: list[dict], gpu: str | None) -> dict | None:
+    """bench/final.py's rule: the fastest gated monolith row (not experimental) against the fastest
+    baseline with a speed."""
+    mono = [r for r in rows if r.get("kind") == "monolith" and _median(r) and not r.get("experimental")
+            and (r.get("gate") or {}).get("passed") is True]
+    base = [r for r in rows if r.get("kind") == "baseline" and _median(r)]
+    if not mono:
+        return None
+    best = max(mono, key=_median)
+    out = {"engine": best["engine"], "label": best.get("label"), "tok_s": _median(best), "gpu": gpu,
+           "best_baseline": None, "best_baseline_tok_s": None, "speedup": None}
+    if base:
+        b = max(base, key=_median)
+        out.update(best_baseline=b["engine"], best_baseline_tok_s=_median(b), speedup=_median(best) / _median(b))
+    return out
+
+
+def _race_plan(rows: list[dict]) -> list[dict]:
+    """bench/final.py's lanes: per family the fastest row with a speed."""
+    lanes = []
+    for lane, prefix in (("monolith", ("megakernel-", "monolith-")), ("llamacpp", ("llamacpp-",)), ("hf", ("hf-",)),
+                         ("reference-graph", ("reference-graph",))):
+        cands = [r for r in rows if r["engine"].startswith(prefix) and _median(r)
+                 and not (lane == "monolith" and r.get("experimental"))]
+        if cands:
+            b = max(cands, key=_median)
+            lanes.append({"lane": lane, "engine": b["engine"], "label": b.get("label"), "tok_s": _median(b),
+                          "speed_label": b.get("speed_label"), "timeline": b.get("timeline")})
+    return lanes
+
+
+def load_table(results_dir: Path, root: Path) -> dict | None:
+    """The page's one results table: results/final.json when it exists (one run, one GPU), else each
+    matrix engine's newest row from the results files, every row naming its file and date."""
+    final = results_dir / FINAL_FILE
+    if final.is_file():
+        doc = _load_json(final)
+        f = doc.get("final")
+        if doc.get("schema") != RESULTS_SCHEMA or not isinstance(f, dict) or not isinstance(doc.get("rows"), list):
+            raise MonolithError(f"{final}: not a final matrix ({RESULTS_SCHEMA} with a 'final' object and rows)")
+        try:
+            from monolith.bench.final import validate_final
+        except ImportError:
+            validate_final = None
+        # a test fixture (flagged, shown as not measured) carries only what the page needs
+        if validate_final and not doc.get("fixture") and (problems := validate_final(doc)):
+            raise MonolithError(f"{final}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        rows = [_page_row(r) for r in doc["rows"] if isinstance(r, dict) and "engine" in r]
+        return {"source": "final", "file": _rel(final, root), "created": doc.get("created"), "gpu": f.get("gpu"),
+                "env": doc.get("env") or {}, "weights": _weights_text(doc.get("weights")),
+                "synthetic_weights": _is_synthetic_weights(doc.get("weights")), "fixture": bool(doc.get("fixture")),
+                "quick": bool(f.get("quick")), "window": f.get("window"), "protocol": doc.get("protocol") or {},
+                "rows": rows, "headline": f.get("headline"), "race_plan": f.get("race") or [], "note": None}
+    files = sorted(load_results(results_dir, root), key=lambda f: (str(f.get("created") or ""), f["file"]))
+    if not files:
+        return None
+    newest: dict[str, tuple[dict, dict]] = {}
+    for f in files:  # oldest first: a newer file's row replaces an older one, an ok row beats any other
+        for r in f["rows"]:
+            e = r["engine"]
+            if e in TABLE_ENGINES and (r.get("status") == "ok" or e not in newest or newest[e][0].get("status") != "ok"):
+                newest[e] = (r, f)
+    rows = []
+    for e in TABLE_ENGINES:
+        if e not in newest:
+            continue
+        r, f = newest[e]
+        row = _page_row(r, {"file": f["file"], "created": f.get("created"), "gpu": (f.get("env") or {}).get("gpu")})
+        if (fmt := _format_of(row)) and row["status"] == "ok":
+            g = r.get("gate") or {}
+            impl = {"passed": g.get("passed"), "oracle": f"fp32 reference on the {fmt} weights dequantized",
+                    "rule": f"margin rule, tolerance {g['tolerance']} logits" if isinstance(g.get("tolerance"), int | float)
+                    else "margin rule"}
+            row["gates"] = _quality_gates(results_dir, fmt, e, impl)
+        rows.append(row)
+    gpus = sorted({str(r["source"]["gpu"]) for r in rows if r["source"].get("gpu")})
+    dates = sorted({str(r["source"]["created"])[:10] for r in rows if r["source"].get("created")})
+    src = files[-1]
+    span = f"{dates[0]} to {dates[-1]}" if len(dates) > 1 else (dates[0] if dates else "unknown dates")
+    note = (f"The final matrix (every engine measured in one run on one GPU) is not recorded yet. Until it is, each "
+            f"row is that engine's newest measurement, from separate runs ({span}) on {', '.join(gpus) or 'one GPU model'}; "
+            "each row names its run.")
+    return {"source": "latest", "file": None, "created": max(str(f.get("created") or "") for f in files) or None,
+            "gpu": gpus[0] if len(gpus) == 1 else None, "env": src.get("env") or {}, "weights": _weights_text(src.get("weights")),
+            "synthetic_weights": _is_synthetic_weights(src.get("weights")), "fixture": any(f["fixture"] for f in files),
+            "quick": False, "window": None, "protocol": {}, "rows": rows,
+            "headline": _headline(rows, gpus[0] if len(gpus) == 1 else None), "race_plan": _race_plan(rows), "note": note}
 
 
 # ---------------------------------------------------------------- tour
@@ -235,7 +451,7 @@ def trace_slug(variant: str, position: int) -> str:
 def _variant_rank(variant: str, position: int = TRACE_POSITION) -> tuple:
     base = variant.removeprefix("synthetic-")
     rank = VARIANT_ORDER.index(base) if base in VARIANT_ORDER else len(VARIANT_ORDER)
-    return (rank, variant.startswith("synthetic-"), variant, position)
+    return (variant.startswith("synthetic-"), rank, variant, position)  # generated samples after every recording
 
 
 def _row_for(variant: str, results: list[dict]) -> dict | None:
@@ -256,6 +472,65 @@ def _bandwidth(root: Path) -> dict:
     return {"tbs": float(tbs), "source": source}
 
 
+RACE_TOKENS = 256  # the protocol's tokens per prompt: a lane built from a rate alone gets this many
+LANE_TITLES = {"monolith": "monolith (fastest)", "llamacpp": "llama.cpp", "hf": "HF transformers",
+               "reference-graph": "PyTorch reference, CUDA graph"}
+
+
+def _uniform_timeline(plan: dict, table: dict) -> dict:
+    """A lane for an engine that reports totals only (llama-bench): tokens at its median rate."""
+    rate = float(plan["tok_s"])
+    return {"engine": plan["engine"], "label": plan.get("label") or plan["engine"], "gpu": table.get("gpu"),
+            "weights": None, "tokens": None, "pieces": None, "fixture": table["fixture"],
+            "t_us": [round((i + 1) * 1e6 / rate, 3) for i in range(RACE_TOKENS)],
+            "method": "uniform at the engine's median rate (llama-bench reports per-run totals, not per-token times)"}
+
+
+def build_race(table: dict | None, timelines: list[dict]) -> tuple[list[dict], list[dict], str | None]:
+    """The race's lanes (bench/final.py's plan: monolith's best, llama.cpp, HF, the CUDA-graph
+    reference), then the other monolith variants (`extra`: behind the page's toggle). Each lane
+    carries its replayed rate and the table's, so the page can say why they differ."""
+    if not table:
+        return [], [], None
+    by_engine = {t["engine"]: t for t in timelines}
+    rows = {r["engine"]: r for r in table["rows"]}
+    lanes, used = [], []
+
+    def add(engine: str, lane: str, tl: dict, plan: dict | None):
+        row = rows.get(engine, {})
+        n, end = len(tl["t_us"]), (tl["t_us"][-1] if tl["t_us"] else 0)
+        lanes.append({"engine": engine, "lane": lane, "title": LANE_TITLES.get(lane, "monolith variant"),
+                      "label": (plan or {}).get("label") or row.get("label") or tl.get("label") or engine,
+                      "file": f"data/timelines/{engine}.json", "gpu": tl.get("gpu") or table.get("gpu"),
+                      "weights": _weights_text(tl.get("weights")) or table.get("weights"),
+                      "synthetic_weights": _is_synthetic_weights(tl.get("weights")) or bool(table.get("synthetic_weights")),
+                      "fixture": bool(tl.get("fixture") or table["fixture"]), "extra": lane == "variant",
+                      "experimental": bool(row.get("experimental")), "speed_label": row.get("speed_label"),
+                      "race_tok_s": n / end * 1e6 if end > 0 else None, "table_tok_s": _median(row) if row else None,
+                      "text": tl.get("pieces") is not None, "method": tl.get("method")})
+        used.append({**tl, "engine": engine})
+
+    plan = table.get("race_plan") or []
+    for p in plan:
+        tl = by_engine.get(p["engine"])
+        if tl is None and p["lane"] == "llamacpp" and p.get("tok_s"):
+            tl = _uniform_timeline(p, table)
+        if tl is not None:
+            add(p["engine"], p["lane"], tl, p)
+    main = {p["engine"] for p in plan}
+    for r in table["rows"]:
+        if r.get("kind") == "monolith" and r["engine"] not in main and _median(r) and r["engine"] in by_engine:
+            add(r["engine"], "variant", by_engine[r["engine"]], None)
+    off = [x for x in lanes if x["race_tok_s"] and x["table_tok_s"] and abs(x["race_tok_s"] / x["table_tok_s"] - 1) > 0.02]
+    note = None
+    if off:  # the visitor's words; the timelines' own method strings stay in their files
+        note = ("The lanes replay per-token times recorded around single-token calls, and each call adds its launch "
+                "and synchronisation to its token; the results table times whole decode loops. So a lane replays "
+                "slower than its engine's table rate: each lane shows both, and the table's is the benchmark.")
+    return lanes, used, note
+
+
+
 def build_manifest(root: Path, results_dir: Path, traces_dir: Path, kernel_dir: Path, page_root: Path) -> tuple[dict, list[dict]]:
     results = load_results(results_dir, root)
     timelines = load_timelines(results_dir / "timelines")
@@ -272,7 +547,8 @@ def build_manifest(root: Path, results_dir: Path, traces_dir: Path, kernel_dir: 
             bpt, src = row["bytes_per_token"], "results row"
         if bpt is None and (model := bytes_per_token(variant, pos)):
             bpt, src = model
-        label = variant + ("" if pos == TRACE_POSITION else f" @ position {pos:,}")
+        title = VARIANT_TITLES.get(variant)
+        label = (f"{title} ({variant})" if title else variant) + ("" if pos == TRACE_POSITION else f" @ position {pos:,}")
         versions.append({
             "id": trace_slug(variant, pos), "label": label + (" (synthetic)" if synthetic and "synthetic" not in variant else ""),
             "trace": _rel(path, page_root), "trace_bytes": path.stat().st_size, "synthetic": synthetic,
@@ -281,34 +557,43 @@ def build_manifest(root: Path, results_dir: Path, traces_dir: Path, kernel_dir: 
             "token_time_us": meta.get("token_time_us"),
             "created": meta.get("created") if isinstance(meta.get("created"), str) else None,
         })
-    fixture = any(f["fixture"] for f in results) or any(t.get("fixture") for t in timelines)
-
-    def speed(t):
-        return len(t["t_us"]) / t["t_us"][-1] if t["t_us"] and t["t_us"][-1] > 0 else 0.0
-
-    race = [{"engine": t["engine"], "label": t.get("label") or t["engine"], "file": f"data/timelines/{t['engine']}.json",
-             "gpu": t.get("gpu"), "weights": _weights_text(t.get("weights")),
-             "synthetic_weights": _is_synthetic_weights(t.get("weights")), "fixture": bool(t.get("fixture"))}
-            for t in sorted(timelines, key=speed, reverse=True)]
+    table = load_table(results_dir, root)
+    race, race_timelines, race_note = build_race(table, timelines)
+    fixture = bool(table and table["fixture"]) or any(t.get("fixture") for t in race_timelines)
     notes = []
     if any(v["synthetic"] for v in versions):
         notes.append("Traces marked synthetic were generated by a model of the kernel's schedule, not recorded on a GPU.")
-    if not results and not timelines:
+    if not table and not race:
         notes.append("No benchmark results are recorded yet: the race and the results table are empty until GPU runs land.")
     # A synthetic sample's date is a placeholder, not a measurement: it counts only when nothing
     # measured carries a date (else it would stamp real data with a made-up, later date).
     stamps = [f["created"] for f in results if f.get("created")] + [v["created"] for v in versions
                                                                   if v.get("created") and not v["synthetic"]]
+    if table and table.get("created"):
+        stamps.append(table["created"])
     stamps = stamps or [v["created"] for v in versions if v.get("created")]
+    head = (table or {}).get("headline")
+    head_variant = _variant_of(head["engine"]) if head else None
+    default = next((v["id"] for v in versions if head_variant and v["id"] == trace_slug(head_variant, TRACE_POSITION)),
+                   versions[0]["id"] if versions else None)
+    if table:
+        table = {k: v for k, v in table.items() if k != "race_plan"}
+        if head:  # the baseline's label, for the headline's one line
+            b = next((r for r in table["rows"] if r["engine"] == head.get("best_baseline")), None)
+            table["headline"] = {**head, "best_baseline_label": (b or {}).get("label") or head.get("best_baseline"),
+                                 "variant": head_variant}
     manifest = {
         "schema": SCHEMA,
         # newest input's date, not now(): re-exporting unchanged inputs gives an unchanged file
         "created": max(stamps) if stamps else datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "fixture": fixture, "bandwidth": _bandwidth(root), "versions": versions, "race": race,
-        "results": results, "tour": extract_tour(kernel_dir, root), "notes": notes,
+        "fixture": fixture, "bandwidth": _bandwidth(root), "versions": versions, "default_version": default,
+        "headline": table["headline"] if table else None, "table": _visitor(table), "race": _visitor(race),
+        "race_note": race_note, "race_absent": [] if any(r["engine"] == "vllm" and _median(r) for r in (table or {}).get("rows", []))
+        else [{"engine": "vllm", "label": "vLLM", "why": VLLM_WHY}],
+        "tour": extract_tour(kernel_dir, root), "notes": notes,
         "chains": load_chains(results_dir / "chain", root),
     }
-    return manifest, timelines
+    return manifest, race_timelines
 
 
 def build_site_data(root: Path | str | None = None, *, results_dir: Path | str | None = None,
@@ -330,6 +615,7 @@ def build_site_data(root: Path | str | None = None, *, results_dir: Path | str |
         if not re.fullmatch(r"[\w.+-]+\.json", name):
             raise MonolithError(f"timeline engine name {t['engine']!r} is not a safe file name")
         keep.add(name)
+        t = {**t, **{k: visitor_text(t[k]) for k in ("label", "method") if k in t}}
         (tl_out / name).write_text(json.dumps(t, ensure_ascii=False, separators=(",", ":")) + "\n")
     for stale in tl_out.glob("*.json"):
         if stale.name not in keep:
@@ -352,7 +638,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     print(f"manifest: {len(m['versions'])} versions, {len(m['race'])} race streams, "
-          f"{sum(len(f['rows']) for f in m['results'])} result rows, "
+          f"{len((m['table'] or {}).get('rows', []))} result rows, "
           f"{sum(not e['missing'] for e in m['tour'])}/{len(m['tour'])} tour excerpts")
 
 
