@@ -142,7 +142,8 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"  {r}")
             del eng
         if out:
-            Path(out).write_text(json.dumps({"weights": ckpt.describe(), "verdicts": verdicts}, indent=1) + "\n")
+            from monolith import jsonio
+            jsonio.write(out, {"weights": ckpt.describe(), "verdicts": verdicts})
         if not all(v["passed"] for v in verdicts.values()):
             raise typer.Exit(1)
 
@@ -198,7 +199,8 @@ def register(app: typer.Typer) -> None:
                     {role: {k: p[role][k] for k in keys} for role in ("engine", "floor") if role in p}))
                 typer.echo(f"  {p['gates']['summary']}")
             if out:
-                Path(out).write_text(json.dumps(res, indent=1, default=str) + "\n")
+                from monolith import jsonio
+                jsonio.write(out, res, default=str)
             return
         ref = ref or ("reference-graph" if dev == "cuda" else "reference")
         ckpt, tok = load_inputs(model)
@@ -210,7 +212,8 @@ def register(app: typer.Typer) -> None:
         res.update(engine=engine, weights=ckpt.describe())
         typer.echo(json.dumps({k: res[k] for k in ("ppl", "ref_ppl", "ppl_ratio", "agreement", "kl", "positions")}))
         if out:
-            Path(out).write_text(json.dumps(res, indent=1, default=str) + "\n")
+            from monolith import jsonio
+            jsonio.write(out, res, default=str)
 
     def _m1(out_dir: Path, engines: str, model, device, quick, max_total, budget, llamacpp_json, merge, name,
             with_quality=True):

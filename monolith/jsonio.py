@@ -154,3 +154,30 @@ def field(obj: dict, key: str, typ, what: str):
     if key not in obj:
         raise MonolithError(f"{what}: field {key!r} is missing")
     return expect(obj[key], typ, f"{what}: field {key!r}")
+
+
+def non_finite(o, where: str = "") -> list[str]:
+    """Every NaN/Infinity in a JSON-bound object, by JSON path (JSON has no such numbers: a
+    writer that turned them into null would hide a failed measurement)."""
+    out, stack = [], [(o, where)]
+    while stack:
+        x, w = stack.pop()
+        if isinstance(x, float) and not math.isfinite(x):
+            out.append(f"{w or 'the document'} is {x}: JSON holds finite numbers only")
+        elif isinstance(x, dict):
+            stack.extend((v, f"{w}.{k}" if w else str(k)) for k, v in reversed(list(x.items())))
+        elif isinstance(x, list | tuple):
+            stack.extend((v, f"{w}[{i}]") for i, v in reversed(list(enumerate(x))))
+    return out
+
+
+def write(path: str | Path, obj, what: str | None = None, **dump_kw) -> Path:
+    """Write `obj` as JSON (indent 1), refusing NaN/Infinity by path instead of writing a bare
+    `NaN` (not JSON) or a silent null."""
+    path = Path(path)
+    bad = non_finite(obj)
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise MonolithError(f"{what or path}: not written: {bad[0]}{more}")
+    path.write_text(json.dumps(obj, indent=1, allow_nan=False, **dump_kw) + "\n")
+    return path

@@ -67,18 +67,10 @@ def _is_num(x) -> bool:
 
 
 def non_finite(o, where: str = "") -> list[str]:
-    """Every NaN/Infinity in a document, by JSON path (JSON has no such numbers: a writer that
-    turned them into null would hide a failed measurement)."""
-    out, stack = [], [(o, where)]
-    while stack:
-        x, w = stack.pop()
-        if isinstance(x, float) and not math.isfinite(x):
-            out.append(f"{w or 'the document'} is {x}: JSON holds finite numbers only")
-        elif isinstance(x, dict):
-            stack.extend((v, f"{w}.{k}" if w else str(k)) for k, v in reversed(list(x.items())))
-        elif isinstance(x, list | tuple):
-            stack.extend((v, f"{w}[{i}]") for i, v in reversed(list(enumerate(x))))
-    return out
+    """Every NaN/Infinity in a document, by JSON path (monolith.jsonio.non_finite)."""
+    from monolith.jsonio import non_finite as nf
+
+    return nf(o, where)
 
 
 def _stats_problems(st, what: str, hi_limit: float = MAX_TOK_S) -> list[str]:
