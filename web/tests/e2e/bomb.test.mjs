@@ -150,9 +150,14 @@ async function refused(query, trigger, name) {
   await cdp.send("Performance.enable");
   const cpu = async () => Object.fromEntries((await cdp.send("Performance.getMetrics")).metrics.map((m) => [m.name, m.value])).ThreadTime;
   try {
-    await page.goto(base + query);
-    await page.waitForSelector("body[data-ready='1']", { timeout: 10_000 });
-    await page.waitForFunction(() => Number(document.querySelector("#gantt").dataset.draws) > 0);
+    await page.goto(base + query, { timeout: 15_000 });
+    try {
+      await page.waitForSelector("body[data-ready='1']", { timeout: 15_000 });
+      await page.waitForFunction(() => Number(document.querySelector("#gantt").dataset.draws) > 0, null, { timeout: 15_000 });
+    } catch (e) {
+      const state = await page.evaluate(() => ["#status", "#xray-info", "#trace-error"].map((q) => `${q}: ${document.querySelector(q)?.textContent}`).join("; "));
+      assert.fail(`the page did not draw its committed trace before the test (${state}; page errors ${JSON.stringify(errors)}): ${e}`);
+    }
     await page.evaluate(() => { window.__gap = 0; });
     const shown = await page.locator("#xray-version").inputValue();
     const cpu0 = await cpu();
