@@ -93,12 +93,28 @@ def test_bf16_uploads_the_layouts_pack_and_no_codes(ckpt2, monkeypatch, variant)
     assert [p for p in POINTERS if getattr(eng, p) is None] == ["codes", "row_scales", "embed_codes", "embed_scales"]
 
 
+def _random_pack(cls, shapes, meta):
+    """A 2-layer pack of random bytes / values in the format's tensor shapes: the upload moves
+    them, so any reordering shows."""
+    g = torch.Generator().manual_seed(7)
+    t = {}
+    for name, (shape, dt) in shapes.items():
+        dtype = getattr(torch, dt)
+        t[name] = (torch.randint(0, 256, shape, generator=g, dtype=torch.uint8).view(dtype) if dtype.itemsize == 1
+                   else torch.rand(shape, generator=g).to(dtype))
+    return cls(path=None, meta=meta, tensors=t)
+
+
+META = {"scheme": "s", "layout": "l", "layout_version": 1, "head": "fp8", "search": {"enabled": False},
+        "source": {"sha256": "a" * 64}}
+
+
 @pytest.mark.parametrize("variant", ["fp8-upstream", "fp8-stream"])
-def test_fp8_uploads_codes_in_the_schedules_order(ckpt2, monkeypatch, variant):
+def test_fp8_uploads_codes_in_the_schedules_order(monkeypatch, variant):
     from monolith.quant import fp8_layout as F
     from monolith.quant import pack_fp8
 
-    pk = pack_fp8.pack_in_memory(ckpt2)
+    pk = _random_pack(pack_fp8.PackedFP8, pack_fp8._expected_shapes(2, "fp8"), META)
     monkeypatch.setattr(C, "NUM_LAYERS", 2)
     eng = _bare(mk.Fp8Engine, variant)
     eng._upload(None, pk, torch.device("cpu"))
@@ -107,20 +123,25 @@ def test_fp8_uploads_codes_in_the_schedules_order(ckpt2, monkeypatch, variant):
         codes, scales = mk.stream_order_(codes.clone().view(-1), 2), mk.stream_order_scales_(scales.clone())
         assert not torch.equal(eng.codes, pk.tensors[F.T_LAYER_CODES].view(-1))  # the rows did move
     assert torch.equal(eng.codes, codes.reshape(-1)) and torch.equal(eng.row_scales, scales.reshape(-1))
+    assert torch.equal(eng.embed_codes, pk.tensors[F.T_EMBED_CODES])
     assert [p for p in POINTERS if getattr(eng, p) is None] == ["w", "embed"]
     assert eng.weights["kind"] == "fp8-packed" and eng.weights["packed"] == "in memory"
 
 
-def test_nvfp4_uploads_codes_then_block_scales_in_the_streaming_order(ckpt2, monkeypatch):
+def test_nvfp4_uploads_codes_then_block_scales_in_the_streaming_order(monkeypatch):
     from monolith.quant import nvfp4_layout as NL
     from monolith.quant import pack_nvfp4
 
-    pk = pack_nvfp4.pack_in_memory(ckpt2, search=False)
+    pk = _random_pack(pack_nvfp4.PackedNVFP4, pack_nvfp4._expected_shapes(2), META)
     monkeypatch.setattr(C, "NUM_LAYERS", 2)
     eng = _bare(mk.Nvfp4Engine, "nvfp4-stream")
     eng._upload(None, pk, torch.device("cpu"))
-    want = mk.stream_order_nvfp4(pk.tensors[NL.T_LAYER_CODES], pk.tensors[NL.T_LAYER_BSCALES])
-    assert torch.equal(eng.codes, want) and eng.codes.numel() == 2 * (NL.LAYER_CODE_BYTES + NL.LAYER_BSCALE_BYTES)
+    codes, bscales = pk.tensors[NL.T_LAYER_CODES], pk.tensors[NL.T_LAYER_BSCALES]
+    assert torch.equal(eng.codes, mk.stream_order_nvfp4(codes, bscales))
+    assert eng.codes.numel() == 2 * (NL.LAYER_CODE_BYTES + NL.LAYER_BSCALE_BYTES)
+    assert not torch.equal(eng.codes[:codes.numel()], codes.reshape(-1))  # the qkv and O rows did move
+    assert torch.equal(eng.codes[codes.numel():].view(2, -1)[:, NL.BSCALE_OFFSETS["gateup"]:],
+                       bscales[:, NL.BSCALE_OFFSETS["gateup"]:])  # gate/up and down stay
     assert torch.equal(eng.row_scales, pk.tensors[NL.T_LAYER_TSCALES].reshape(-1))
     assert [p for p in POINTERS if getattr(eng, p) is None] == ["w", "embed"]
     assert eng.weights["kind"] == "nvfp4-packed" and eng.weights["search"] is False
