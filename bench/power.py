@@ -24,6 +24,7 @@ import time
 
 NVML_METHOD = "nvml-total-energy"
 POLL_S = 0.01
+SHORT_WINDOW_S = 2.0  # under this, the counter's update period is a visible share of the interval
 
 
 def nvml_module():
@@ -126,8 +127,12 @@ def energy_row(mj0: float, mj1: float, window_s: float, decode_s: float, tokens:
     if not joules > 0 or not window_s > 0 or not decode_s > 0:
         return not_measured(f"NVML counter gave {joules:.3f} J over {window_s:.3f} s: no usable reading")
     mean_w = joules / window_s
-    return {"method": NVML_METHOD, "joules": joules, "window_s": window_s, "decode_s": decode_s, "tokens": tokens,
-            "mean_w": mean_w, "tok_per_joule": tokens_per_joule(tokens, mean_w, decode_s)}
+    out = {"method": NVML_METHOD, "joules": joules, "window_s": window_s, "decode_s": decode_s, "tokens": tokens,
+           "mean_w": mean_w, "tok_per_joule": tokens_per_joule(tokens, mean_w, decode_s)}
+    if window_s < SHORT_WINDOW_S:
+        out["note"] = (f"a {window_s:.2f} s window: the counter's own update period makes this rough "
+                       f"(the full protocol's loops last {SHORT_WINDOW_S:.0f} s and more)")
+    return out
 
 
 def tokens_per_joule(tokens: int, watts: float | None, decode_seconds: float) -> float | None:

@@ -224,3 +224,35 @@ def test_gpu_sh_all_does_not_start_m6():
     text = (REPO_ROOT / "scripts" / "gpu.sh").read_text()
     for stage in ("m5", "m6", "m6merge", "m7", "m8"):
         assert f"only {stage} &&" in text or f"if only {stage};" in text
+
+
+def test_m3_and_m5_compose_their_steps_in_order(monkeypatch):
+    """The milestone wiring on a CPU: every step's function is replaced by a recorder (the GPU
+    refusal patched away); the order, the real checkpoint's suffix and the summary are checked."""
+    import torch
+
+    from monolith import cli_milestones as M
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(M, "_kernel_tests", lambda v: calls.append(("tests", v)) or "")
+    monkeypatch.setattr(M, "_pack", lambda fmt, model, out, map_file=None: calls.append(("pack", fmt, map_file)) or "")
+    monkeypatch.setattr(M, "_bench", lambda eng, model, out, quick, title, timelines=None:
+                        calls.append(("bench", eng, out.name)) or "")
+    monkeypatch.setattr(M, "_quality", lambda fmt, packed, model, engines, floors, out, quick:
+                        calls.append(("quality", fmt, tuple(engines), tuple(floors), out.name)) or "")
+    monkeypatch.setattr(M, "_xray", lambda model, v, real: calls.append(("xray", v, real)) or "")
+    monkeypatch.setattr(M, "_run", lambda cmd, env=None: calls.append(("run", cmd[3] if len(cmd) > 3 else cmd[0])) or "")
+    r = runner.invoke(app, ["m3", "--model", "/data/Qwen3-0.6B", "--steps", "xray,quality,bench"])
+    assert r.exit_code == 0, r.output
+    assert calls == [("pack", "fp8", None), ("bench", "megakernel-bf16-upstream,megakernel-fp8-upstream",
+                                             "m3_fp8_qwen3-0-6b.json"),
+                     ("quality", "fp8", ("megakernel-fp8-upstream", "megakernel-fp8-stream"),
+                      ("megakernel-bf16-upstream", "megakernel-bf16-stream"), "m3_fp8_quality_qwen3-0-6b.json"),
+                     ("xray", "fp8-upstream", True)]
+    assert "summary" in r.output
+    calls.clear()
+    monkeypatch.setattr(M, "_bench", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    r = runner.invoke(app, ["m5", "--steps", "bench,xray"])
+    assert r.exit_code == 1 and "boom" in r.output  # a failed step: the others still run, exit 1
+    assert calls == [("xray", "nvfp4-stream", False)]
