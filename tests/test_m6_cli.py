@@ -256,3 +256,23 @@ def test_m3_and_m5_compose_their_steps_in_order(monkeypatch):
     r = runner.invoke(app, ["m5", "--steps", "bench,xray"])
     assert r.exit_code == 1 and "boom" in r.output  # a failed step: the others still run, exit 1
     assert calls == [("xray", "nvfp4-stream", False)]
+
+
+def test_prebuild_starts_one_build_per_variant_at_once(monkeypatch):
+    from monolith.bench import m6
+
+    started, logs = [], []
+
+    class P:
+        def __init__(self, cmd, **kw):
+            started.append(cmd[-1])
+            self.returncode = 0 if cmd[-1] != "nvfp4-stream" else 1
+
+        def communicate(self):
+            assert len(started) == 2  # every build started before the first is waited on
+            return ("abc123\n" if self.returncode == 0 else "nvcc: error\n"), None
+
+    monkeypatch.setattr(m6.subprocess, "Popen", P)
+    m6.prebuild(["fp8-stream", "nvfp4-stream"], logs.append)
+    assert started == ["fp8-stream", "nvfp4-stream"]
+    assert any("fp8-stream: ok, tag abc123" in x for x in logs) and any("exit 1: nvcc: error" in x for x in logs)
