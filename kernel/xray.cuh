@@ -1,11 +1,32 @@
 // monolith X-ray: in-kernel phase tracer.
 //
-// Built only with -DMONOLITH_XRAY. Lane 0 of warp 0 of every block stamps the start and end of
-// each phase (%globaltimer for a clock shared by all SMs, clock64 for cycle resolution, %smid
-// for placement) and writes one 40-byte record per interval into a preallocated buffer:
-// events[block * kXrayMaxEvents + i]. Without the flag every macro expands to nothing, and the
-// plain build's SASS contains no %globaltimer read (tests/test_kernel_gpu.py checks it).
-// Phase ids come from kernel/xray_phases.def, the table the analyzer and the page also read.
+// Built only with -DMONOLITH_XRAY. Thread 0 of every block stamps the end of each phase; the
+// phases of a block tile its token (XRAY_BEGIN opens the first interval at kernel entry, every
+// XRAY_END(phase, layer) closes the current one, naming it, and opens the next). Without the flag
+// every macro expands to nothing, and the plain build's SASS contains no %globaltimer read
+// (tests/test_kernel_gpu.py checks it). Phase ids come from kernel/xray_phases.def, the table the
+// analyzer and the page also read.
+//
+// The buffer: kXrayMaxEvents 40-byte slots per block (events[block * kXrayMaxEvents + i]); the
+// host allocates and zeroes it before the traced launch. What a block writes there is one of two
+// record layouts, picked by kXrayRecord below (the host tells them apart by the first word; the
+// decoder is monolith/xray/raw.py decode_buffer):
+//
+// kCompact (the shipped X-ray): the block's region read as 64-bit words.
+//   w[0]      kXrayCompactMagic
+//   w[1]      block << 32 | %smid
+//   w[2..4]   begin anchor: %globaltimer just after one of its ticks, the clock64 of that tick
+//             (the midpoint of the two reads around it), and edge << 32 | the cycles between them
+//   w[5..7]   end anchor, the same, taken when the block closes its last token-scope phase
+//   w[8 + i]  record i: (phase + 1) << 48 | layer << 32 | low 32 bits of clock64 at its end
+//   A stamp on the hot path is one clock64 read (CS2R, fixed latency) and one 8-byte store; the
+//   recorder keeps 3 registers (pointer and count) live across the kernel. %globaltimer (a slow
+//   S2UR read, 32 ns ticks on the H200) is read only at the two anchors; the host maps each
+//   block's clock64 onto it linearly between them. A phase's start is the previous record's end
+//   (the begin anchor's clock for the first one).
+// kFull: the former layout, 40 bytes per interval (XrayEvent: %globaltimer and clock64 at start
+//   and end, phase, layer, block, %smid; a %globaltimer and %smid read at every stamp). Kept as
+//   the reference of the overhead A/B (scripts/xray_overhead.py builds it by editing this line).
 #pragma once
 #include <cstdint>
 
@@ -17,19 +38,33 @@ enum XrayPhase : uint16_t {
 #undef XRAY_PHASE
 };
 
-struct XrayEvent {     // 40 bytes; layout mirrored by monolith/megakernel.py (XRAY_EVENT_DTYPE)
+struct XrayEvent {     // 40 bytes: kFull's record and the buffer's slot (monolith/megakernel.py XRAY_EVENT_DTYPE)
   uint64_t g0, g1;     // %globaltimer at start / end (ns)
   uint64_t c0, c1;     // clock64 at start / end (SM cycles)
   uint16_t phase, layer, block, smid;
 };
 static_assert(sizeof(XrayEvent) == 40, "the host parses 40-byte records");
 
-// Per block per token: bf16-upstream 28 layers x at most 13 intervals (with the barrier
-// arrivals); bf16-stream 28 x 11 plus the ring stalls longer than kXrayRingStallCycles; with margin.
+// Slots per block per token (40 bytes each). kFull records one slot per interval: bf16-upstream
+// 28 layers x at most 13 intervals, the stream variants 28 x 14 plus the ring stalls longer than
+// kXrayRingStallCycles, with margin. kCompact packs five 8-byte records into a slot.
 constexpr int kXrayMaxEvents = 1024;
 // A consumer wait for a weight slot shorter than this stays inside its work interval (recording
 // every short wait would cost a record per 16 KB chunk); longer ones become a `ring` interval.
 constexpr long long kXrayRingStallCycles = 200;
+
+enum class XrayRecord : int { kCompact = 0, kFull = 1 };
+// The shipped record layout (see above). scripts/xray_overhead.py rewrites this line in a copy of
+// kernel/ to build the A/B's alternatives; keep it on one line.
+constexpr XrayRecord kXrayRecord = XrayRecord::kCompact;
+
+constexpr uint64_t kXrayCompactMagic = 0x32305241584e4d4dull;  // "MMNXAR02", little-endian bytes
+constexpr int kXrayCompactHeaderWords = 8;
+constexpr int kXrayCompactWords = kXrayMaxEvents * int(sizeof(XrayEvent) / sizeof(uint64_t));
+constexpr int kXrayCompactRecords = kXrayCompactWords - kXrayCompactHeaderWords;
+// An anchor waits for the next %globaltimer tick at most this many clock64 cycles (a 32 ns tick is
+// ~64 cycles at 1.98 GHz); on a GPU whose timer ticks slower it takes an unaligned stamp instead.
+constexpr long long kXrayAnchorSpinCycles = 256;
 
 #if defined(MONOLITH_XRAY) && defined(__CUDACC__)
 __device__ __forceinline__ uint64_t xray_globaltimer() {
@@ -42,20 +77,99 @@ __device__ __forceinline__ uint32_t xray_smid() {
   asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
   return s;
 }
+__device__ __forceinline__ uint64_t xray_clock() {
+  uint64_t c;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
+  return c;
+}
+__device__ __forceinline__ constexpr bool xray_token_end(uint16_t phase) {
+  return phase == kPhase_lmhead || phase == kPhase_argmax;
+}
 
-// Phases are contiguous: XRAY_BEGIN() opens the first interval at kernel entry and every
-// XRAY_END(phase, layer) closes the current one (naming it) and opens the next.
-struct XrayRecorder {
+template <XrayRecord kRec>
+struct XrayRecorderT;
+
+template <>
+struct XrayRecorderT<XrayRecord::kCompact> {
+  uint64_t* out;  // this block's words
+  int n;          // next word; kXrayCompactWords when this launch is not traced (one compare per stamp)
+  __device__ __forceinline__ explicit XrayRecorderT(XrayEvent* buf)
+      : out(buf != nullptr ? reinterpret_cast<uint64_t*>(buf + size_t(blockIdx.x) * kXrayMaxEvents) : nullptr),
+        n(buf != nullptr ? kXrayCompactHeaderWords : kXrayCompactWords) {}
+  __device__ __forceinline__ bool on() const { return threadIdx.x == 0 && n < kXrayCompactWords; }
+  // %globaltimer just after one of its ticks and the clock64 of that tick: w = {g, c, edge << 32 |
+  // the cycles between the two reads around the tick}. The tick fell between the read issued at
+  // `lo` (which still saw g_first) and the one issued at `c`; with no tick within the bound, an
+  // unaligned stamp (edge 0, the floor of a tick: the host corrects it by half a tick).
+  __device__ __forceinline__ void anchor(uint64_t* w) const {
+    const uint64_t c_start = xray_clock();
+    const uint64_t g_first = xray_globaltimer();
+    uint64_t lo = c_start, c = xray_clock(), g = xray_globaltimer();
+    while (g == g_first && (long long)(c - c_start) < kXrayAnchorSpinCycles) {
+      lo = c;
+      c = xray_clock();
+      g = xray_globaltimer();
+    }
+    const bool edge = g != g_first;
+    if (!edge) lo = c;
+    w[0] = g;
+    w[1] = lo + (c - lo) / 2;
+    w[2] = (uint64_t(edge) << 32) | uint32_t(c - lo);
+  }
+  __device__ __forceinline__ void begin() {
+    if (on()) {
+      out[0] = kXrayCompactMagic;
+      out[1] = (uint64_t(blockIdx.x) << 32) | xray_smid();
+      anchor(out + 2);
+    }
+  }
+  __device__ __forceinline__ void put(uint16_t phase, int layer, uint64_t c) {
+    out[n++] = (uint64_t(phase + 1u) << 48) | (uint64_t(uint16_t(layer)) << 32) | uint32_t(c);
+  }
+  template <uint16_t kPhase>
+  __device__ __forceinline__ void end(int layer) {
+    if (on()) {
+      put(kPhase, layer, xray_clock());
+      if constexpr (xray_token_end(kPhase)) anchor(out + 5);
+    }
+  }
+  __device__ __forceinline__ void stamp(uint64_t& g, uint64_t& c) const {
+    (void)g;
+    c = xray_clock();
+  }
+  // Close the current interval at an earlier cycle c of this SM, naming it (the host clamps c
+  // between the previous record and the next).
+  __device__ __forceinline__ void cut(uint16_t phase, int layer, uint64_t c) {
+    if (on()) put(phase, layer, c);
+  }
+  // A stall that began at cycle c: if it was long, close the work interval at its start and
+  // record the stall as its own interval.
+  __device__ __forceinline__ void stall(uint16_t work_phase, uint16_t stall_phase, int layer, uint64_t g, uint64_t c) {
+    (void)g;
+    if (on()) {
+      const uint64_t now = xray_clock();
+      if ((long long)(now - c) > kXrayRingStallCycles) {
+        put(work_phase, layer, c);
+        if (n < kXrayCompactWords) put(stall_phase, layer, now);
+      }
+    }
+  }
+};
+
+template <>
+struct XrayRecorderT<XrayRecord::kFull> {
   XrayEvent* out;  // this block's slots, or nullptr when this launch is not traced
   int n;
   uint64_t g0, c0;
+  __device__ __forceinline__ explicit XrayRecorderT(XrayEvent* buf)
+      : out(buf != nullptr ? buf + size_t(blockIdx.x) * kXrayMaxEvents : nullptr), n(0), g0(0), c0(0) {}
   __device__ __forceinline__ void begin() {
     if (out != nullptr && threadIdx.x == 0) {
       c0 = clock64();
       g0 = xray_globaltimer();
     }
   }
-  __device__ __forceinline__ void end(uint16_t phase, int layer) {
+  __device__ __forceinline__ void close(uint16_t phase, int layer) {
     if (out != nullptr && threadIdx.x == 0 && n < kXrayMaxEvents) {
       XrayEvent e;
       e.g1 = xray_globaltimer();
@@ -71,6 +185,10 @@ struct XrayRecorder {
       c0 = e.c1;
     }
   }
+  template <uint16_t kPhase>
+  __device__ __forceinline__ void end(int layer) {
+    close(kPhase, layer);
+  }
   __device__ __forceinline__ void stamp(uint64_t& g, uint64_t& c) const {
     if (out != nullptr && threadIdx.x == 0) {
       c = clock64();
@@ -78,8 +196,7 @@ struct XrayRecorder {
     }
   }
   // Close the current interval at an earlier cycle c of this SM (clamped to the interval), naming
-  // it; the next interval starts there. %globaltimer at c is interpolated between the interval's
-  // start and now (the analyzer fits globaltimer on clock64 per SM anyway).
+  // it; %globaltimer at c is interpolated between the interval's start and now.
   __device__ __forceinline__ void cut(uint16_t phase, int layer, uint64_t c) {
     if (out != nullptr && threadIdx.x == 0 && n < kXrayMaxEvents) {
       const uint64_t c1 = clock64(), g1 = xray_globaltimer();
@@ -91,8 +208,6 @@ struct XrayRecorder {
       c0 = c;
     }
   }
-  // A stall that began at (g, c): if it was long, close the work interval at its start and
-  // record the stall as its own interval.
   __device__ __forceinline__ void stall(uint16_t work_phase, uint16_t stall_phase, int layer, uint64_t g, uint64_t c) {
     if (out != nullptr && threadIdx.x == 0 && (long long)(clock64() - c) > kXrayRingStallCycles) {
       if (n < kXrayMaxEvents) {  // the work interval ends where the stall began
@@ -101,40 +216,41 @@ struct XrayRecorder {
       }
       g0 = g;
       c0 = c;
-      end(stall_phase, layer);  // [stall start, now]
+      close(stall_phase, layer);  // [stall start, now]
     }
   }
 };
-#define XRAY_INIT(buf) \
-  XrayRecorder xr{(buf) != nullptr ? (buf) + size_t(blockIdx.x) * kXrayMaxEvents : nullptr, 0, 0, 0}
+
+using XrayRecorder = XrayRecorderT<kXrayRecord>;
+
+#define XRAY_INIT(buf) XrayRecorder xr(buf)
 #define XRAY_BEGIN() xr.begin()
-#define XRAY_END(phase, layer) xr.end(kPhase_##phase, (layer))
+#define XRAY_END(phase, layer) xr.end<kPhase_##phase>((layer))
 #define XRAY_STAMP(g, c) \
   uint64_t g = 0, c = 0; \
   xr.stamp(g, c)
 #define XRAY_STALL(work_phase, stall_phase, layer, g, c) xr.stall((work_phase), (stall_phase), (layer), (g), (c))
 // MONOLITH_XRAY_SUB=1: the diagnostic sub-intervals of xray_phases.def (x_words, x_open, x_dot,
 // x_out), only in that X-ray build; =2: x_open, x_dot, x_out, x_prenorm, x_slots (and x_count where
-// the landed count is on); =3 (ninth session): only the attention's x_att_* (a block's first split;
-// the others would overflow the 1,024 events of a block that records level 1 or 2 as well).
+// the landed count is on); =3: only the attention's x_att_* (a block's first split).
 // XRAY_SUB closes the current interval like XRAY_END.
 // XRAY_WORDS_NOTE: once a warp's lanes have their words of a hop, its lane 0 raises the block's
 // latest cycle (a shared word); XRAY_WORDS_CUT: thread 0, after the barrier every thread passed,
 // records [thread 0's words, the last thread's words] as x_words and clears the word.
 #if defined(MONOLITH_XRAY_SUB) && (MONOLITH_XRAY_SUB == 1 || MONOLITH_XRAY_SUB == 2)
-#define XRAY_SUB(phase, layer) xr.end(kPhase_##phase, (layer))
+#define XRAY_SUB(phase, layer) xr.end<kPhase_##phase>((layer))
 #else
 #define XRAY_SUB(phase, layer) ((void)0)
 #endif
 #if defined(MONOLITH_XRAY_SUB) && MONOLITH_XRAY_SUB == 3
-#define XRAY_SUB3(phase, layer) xr.end(kPhase_##phase, (layer))
+#define XRAY_SUB3(phase, layer) xr.end<kPhase_##phase>((layer))
 #else
 #define XRAY_SUB3(phase, layer) ((void)0)
 #endif
 // Level 2 adds thread 0's x_prenorm and x_slots inside a hop's gather; they replace x_words (its
 // cut could only land after them, so level 2 does not record it).
 #if defined(MONOLITH_XRAY_SUB) && MONOLITH_XRAY_SUB == 2
-#define XRAY_SUB2(phase, layer) xr.end(kPhase_##phase, (layer))
+#define XRAY_SUB2(phase, layer) xr.end<kPhase_##phase>((layer))
 #else
 #define XRAY_SUB2(phase, layer) ((void)0)
 #endif

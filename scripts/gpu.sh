@@ -2,7 +2,8 @@
 # One call on the GPU machine: build, gate, benchmark, trace. Stages run in the order given
 # (default: all). Logs and results go under $OUT (results.tgz + log), a short table last.
 #   scripts/gpu.sh [env] [probes] [parity] [kernel] [sanitize] [sanitize-stream] [racecheck-first] [racecheck-stream] [sweep] [devbench] [m4dev] [xraydev] [abdev] [abpatch] [m4] [m3] [m3quality] [m5quality] [m5sens] [hop] [fold] [attn] [round] [actstore] [l2part] [tcclock] [xraylong] [mbar] [ncu] [m1] [quality] [llamacpp] [m1rest] [m1llama] [xray] [overhead] [all]
-#   explicit only (not in all): [m5] [m6] [m6merge] [m7] [m8]: the milestone commands `monolith m5` ... `m8`
+#   explicit only (not in all): [m5] [m6] [m6merge] [m7] [m8]: the milestone commands `monolith m5` ... `m8`;
+#   [xrayoverhead]: scripts/xray_overhead.py
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.." || exit 1
@@ -377,6 +378,10 @@ want xray && run xray python3 -m monolith m2
 # M2 overhead check through the harness: plain and X-ray builds gated and timed in one session
 want overhead && run overhead python3 -m monolith bench --engine megakernel-bf16-upstream,megakernel-bf16-upstream-xray \
   --out results/m2_xray_overhead_harness.json
+# The X-ray's overhead (issue 49): plain vs X-ray tok/s of every shipped variant at 16/128/1024/2048
+# and the A/B of kernel/xray.cuh's record layouts, one trace each (XO_ARGS: more arguments)
+# shellcheck disable=SC2086  # XO_ARGS is a list of flags
+only xrayoverhead && run xray-overhead python3 scripts/xray_overhead.py --out "$OUT/xray_overhead" ${XO_ARGS:-}
 # The milestone commands, explicit only. M5: NVFP4 end to end (M5_STEPS picks steps).
 only m5 && run m5 python3 -m monolith m5 --steps "${M5_STEPS:-sensitivity,pack,tests,bench,quality,xray}"
 # M6: the final matrix's rows for M6_ENGINES (default all; M6_QUICK=1: the trial) into M6_ROWS (default

@@ -224,3 +224,124 @@ def load_raw(path) -> tuple[dict, np.ndarray]:
     meta.pop("format")
     meta.pop("version")
     return validate_raw(meta, ev, str(p))
+
+
+# ---------------------------------------------------------------- the kernel's buffer
+# kernel/xray.cuh writes one of two record layouts into each block's kXrayMaxEvents 40-byte slots;
+# the first 64-bit word tells which (COMPACT_MAGIC, else the 40-byte layout or nothing at all).
+SLOT_BYTES = 40
+COMPACT_MAGIC = 0x32305241584E4D4D  # kXrayCompactMagic
+COMPACT_HEADER_WORDS = 8
+FULL_DTYPE = np.dtype([("g0", "<u8"), ("g1", "<u8"), ("c0", "<u8"), ("c1", "<u8"),
+                       ("phase", "<u2"), ("layer", "<u2"), ("block", "<u2"), ("smid", "<u2")])
+NOMINAL_SM_GHZ = 1.98  # H200 (NOTES.md, facts): only for a block without an end anchor
+
+
+def compact_capacity(slots_per_block: int) -> int:
+    """Records a block can hold in the compact layout (kXrayCompactRecords)."""
+    return slots_per_block * SLOT_BYTES // 8 - COMPACT_HEADER_WORDS
+
+
+def _decode_compact(words: np.ndarray, block: int, tick_ns: int, where: str) -> tuple[np.ndarray, dict]:
+    w = [int(x) for x in words[:COMPACT_HEADER_WORDS]]
+    smid, blk = w[1] & 0xFFFFFFFF, w[1] >> 32
+    if blk != block:
+        raise MonolithError(f"{where}: block {block}'s region says it is block {blk} (a torn or misplaced buffer)")
+    recs = words[COMPACT_HEADER_WORDS:]
+    zero = np.nonzero(recs == 0)[0]
+    recs = recs[: int(zero[0]) if len(zero) else len(recs)].astype(np.uint64)
+    if len(zero) and np.any(words[COMPACT_HEADER_WORDS + int(zero[0]):] != 0):
+        raise MonolithError(f"{where}: block {block} has records after an unwritten one (a torn buffer)")
+
+    def anchor(i):  # {g, c, cycles between the two reads around the tick, edge}
+        g, c, u = w[i], w[i + 1], w[i + 2]
+        edge = bool(u >> 32)
+        # g in the convention of an ordinary stamp (a tick's floor, which the analyzer corrects by
+        # half a tick): a tick edge is exact, so it is stored half a tick early
+        return {"g": g - tick_ns // 2 if edge else g, "c": c, "cycles": u & 0xFFFFFFFF, "edge": edge}
+
+    a0 = anchor(2)
+    a1 = anchor(5) if w[5] != 0 else None
+    if w[2] == 0:
+        raise MonolithError(f"{where}: block {block} has no begin anchor")
+    phase = (recs >> np.uint64(48)).astype(np.int64) - 1
+    layer = ((recs >> np.uint64(32)) & np.uint64(0xFFFF)).astype(np.int64)
+    lo = (recs & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    if np.any(phase < 0):
+        raise MonolithError(f"{where}: block {block} has a record with no phase (a torn buffer)")
+    # unwrap the low 32 bits against the previous stamp; a cut may name an earlier cycle than the
+    # record before it: clamp (the interval is then empty), as the 40-byte layout did in the kernel
+    c = np.empty(len(lo) + 1, np.int64)
+    c[0] = a0["c"]
+    for i, x in enumerate(lo.tolist()):
+        d = (x - (int(c[i]) & 0xFFFFFFFF)) & 0xFFFFFFFF
+        if d >= 1 << 31:
+            d -= 1 << 32
+        c[i + 1] = max(int(c[i]), int(c[i]) + d)
+    if a1 is not None and a1["c"] > a0["c"]:
+        rate = (a1["g"] - a0["g"]) / (a1["c"] - a0["c"])  # ns per cycle
+    else:
+        rate = 1.0 / NOMINAL_SM_GHZ
+    g = a0["g"] + np.rint((c - a0["c"]) * rate).astype(np.int64)
+    n = len(lo)
+    ev = np.stack([np.full(n, block), np.full(n, smid), phase, layer, g[:-1], g[1:], c[:-1], c[1:]], axis=1)
+    info = {"block": block, "smid": smid, "begin": a0, "end": a1, "ghz": (1.0 / rate) if rate > 0 else None}
+    return ev.astype(np.int64), info
+
+
+def decode_buffer(buf, blocks: int, slots_per_block: int, tick_ns: int = 32, where: str = "X-ray buffer") -> tuple[np.ndarray, dict]:
+    """The kernel's X-ray buffer (bytes: blocks x slots_per_block x 40) -> (events int64 [N, 8] as
+    the raw contract has them, meta additions).
+
+    Compact blocks (kernel/xray.cuh kCompact): c0/c1 are the clock64 stamps (unwrapped from their
+    low 32 bits); g0/g1 are derived: each block's clock64 mapped linearly onto its two %globaltimer
+    anchors (begin, end), so the analyzer's per-SM fit reproduces that map. The meta additions say
+    so (xray_record, clock_anchors) and give the layout's capacity (xray_max_events: records per
+    block). 40-byte blocks (kFull) are returned as the kernel wrote them."""
+    raw = np.frombuffer(bytes(buf) if not isinstance(buf, np.ndarray) else buf.tobytes(), dtype=np.uint8)
+    if len(raw) != blocks * slots_per_block * SLOT_BYTES:
+        raise MonolithError(f"{where}: {len(raw)} bytes, expected {blocks} blocks x {slots_per_block} slots x {SLOT_BYTES}")
+    region = slots_per_block * SLOT_BYTES
+    parts, kinds, anchors = [], set(), {}
+    for b in range(blocks):
+        words = raw[b * region:(b + 1) * region].view("<u8")
+        if words[0] == COMPACT_MAGIC:
+            ev, info = _decode_compact(words, b, tick_ns, where)
+            kinds.add("compact")
+            anchors[b] = info
+        elif not words.any():
+            continue
+        else:
+            rec = raw[b * region:(b + 1) * region].view(FULL_DTYPE)
+            rec = rec[(rec["g0"] != 0) | (rec["g1"] != 0)]
+            ev = np.stack([rec[f].astype(np.int64) for f in COLUMNS], axis=1) if len(rec) else np.zeros((0, 8), np.int64)
+            kinds.add("full")
+        parts.append(ev)
+    if len(kinds) > 1:
+        raise MonolithError(f"{where}: blocks wrote different record layouts {sorted(kinds)}")
+    events = np.concatenate(parts) if parts else np.zeros((0, 8), np.int64)
+    kind = kinds.pop() if kinds else "none"
+    add: dict = {"xray_record": kind}
+    if kind == "compact":
+        add["xray_max_events"] = compact_capacity(slots_per_block)
+        add["clock_anchors"] = anchor_summary(anchors)
+    elif kind == "full":
+        add["xray_max_events"] = slots_per_block
+    return events, add
+
+
+def anchor_summary(anchors: dict) -> dict:
+    """What the meta keeps of the per-block anchors: the mapping's facts, per block and overall."""
+    ends = [a for a in anchors.values() if a["end"] is not None]
+    cyc = [x["cycles"] for a in anchors.values() for x in (a["begin"], a["end"]) if x is not None and x["edge"]]
+    ghz = [a["ghz"] for a in ends if a["ghz"]]
+    return {
+        "method": "per block, clock64 mapped linearly onto two %globaltimer tick edges (kernel entry, last "
+                  "token-scope phase)",
+        "blocks": len(anchors), "blocks_without_end": len(anchors) - len(ends),
+        "edges": sum(1 for a in anchors.values() for x in (a["begin"], a["end"]) if x is not None and x["edge"]),
+        "edge_window_cycles_max": max(cyc) if cyc else None,
+        "sm_ghz": {"median": float(np.median(ghz)), "min": float(min(ghz)), "max": float(max(ghz))} if ghz else None,
+        "per_block": {str(b): [a["begin"]["g"], a["begin"]["c"], a["end"]["g"] if a["end"] else None,
+                               a["end"]["c"] if a["end"] else None] for b, a in sorted(anchors.items())},
+    }
