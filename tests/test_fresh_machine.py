@@ -28,14 +28,15 @@ def machine(tmp_path):
     b = tmp_path / "bin"
     b.mkdir()
     calls = tmp_path / "apt.calls"
-    for tool in ("shellcheck", "patch", "npm", "nvcc"):
+    for tool in ("shellcheck", "patch", "npm", "nvcc", "xvfb-run"):
         _stub(b, tool)
     _stub(b, "node", 'case "$1" in --version) echo v20.20.2;; esac; exit 0')
     _stub(b, "python3", "exit 0")
     _stub(b, "id", "echo 1000")
     _stub(b, "apt-get", f'echo "$*" >> {calls}')
     env = {"PATH": str(b), "HOME": str(tmp_path), "CHROMIUM": str(_stub(tmp_path, "chromium")),
-           "NGINX": str(_stub(tmp_path, "nginx")), "PYTHON": str(b / "python3")}
+           "NGINX": str(_stub(tmp_path, "nginx")), "WEBKIT_DRIVER": str(_stub(tmp_path, "WebKitWebDriver")),
+           "PYTHON": str(b / "python3")}
     return b, env, calls
 
 
@@ -146,3 +147,13 @@ def test_readme_tells_a_new_user_what_they_need():
     for term in ("*correctness gate*", "**implementation gate**", "*quality gate vs bf16*", "*eff. TB/s*", "*tok/J*",
                  "tol 0.5"):
         assert term in guide, term
+
+
+def test_deps_names_the_webkit_driver_and_xvfb_when_missing(machine):
+    """The page's WebKit smoke test needs WebKitWebDriver (webkit2gtk-driver) and xvfb-run (xvfb)."""
+    b, env, calls = machine
+    (b / "xvfb-run").unlink()
+    env["WEBKIT_DRIVER"] = "/nonexistent/WebKitWebDriver"
+    r = _deps(env)
+    assert r.returncode == 1
+    assert "sudo apt-get install -y --no-install-recommends webkit2gtk-driver xvfb" in r.stderr
