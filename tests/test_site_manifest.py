@@ -43,14 +43,14 @@ def _tree(tmp_path):
 
 
 def test_trace_at_another_position_is_its_own_version(tmp_path):
-    """A trace away from position 128 (the wide-attention kernel's at 2,060) sits beside its variant's
-    128 trace: its own id and label, after it in the switcher, and bytes from the model at its position
+    """A trace away from position 128 (the wide-attention kernel's at 2,060) is a version of its own:
+    its own id and label, after every position-128 step in the switcher, and bytes from the model at its position
     (the results row's bytes are for positions 1-256), even where a row exists."""
     res, tr, ker = _tree(tmp_path)
     _trace(tr, "fp8-p2060.json.gz", "fp8", position=2060)
     m = build_site_data(tmp_path, out_dir=tmp_path / "out")
-    assert [v["id"] for v in m["versions"]] == ["bf16-upstream", "fp8", "fp8-p2060", "my-kernel"]
-    long = m["versions"][2]
+    assert [v["id"] for v in m["versions"]] == ["bf16-upstream", "fp8", "my-kernel", "fp8-p2060"]
+    long = m["versions"][3]
     assert long["label"] == "fp8 @ position 2,060 (synthetic)" and long["trace"] == "traces/fp8-p2060.json.gz"
     assert long["bytes_per_token"] == bytes_per_token("fp8", 2060)[0] != m["versions"][1]["bytes_per_token"]
     assert trace_slug("bf16-stream", 128) == "bf16-stream" and trace_slug("a b", 2060) == "a_b-p2060"

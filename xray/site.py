@@ -451,7 +451,8 @@ def trace_slug(variant: str, position: int) -> str:
 def _variant_rank(variant: str, position: int = TRACE_POSITION) -> tuple:
     base = variant.removeprefix("synthetic-")
     rank = VARIANT_ORDER.index(base) if base in VARIANT_ORDER else len(VARIANT_ORDER)
-    return (variant.startswith("synthetic-"), rank, variant, position)  # generated samples after every recording
+    # the steps at the trace position first, then the same variants at other positions, generated samples last
+    return (variant.startswith("synthetic-"), position != TRACE_POSITION, rank, variant, position)
 
 
 def _row_for(variant: str, results: list[dict]) -> dict | None:
