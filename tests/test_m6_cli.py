@@ -276,3 +276,19 @@ def test_prebuild_starts_one_build_per_variant_at_once(monkeypatch):
     m6.prebuild(["fp8-stream", "nvfp4-stream"], logs.append)
     assert started == ["fp8-stream", "nvfp4-stream"]
     assert any("fp8-stream: ok, tag abc123" in x for x in logs) and any("exit 1: nvcc: error" in x for x in logs)
+
+
+def test_m6_one_engine_crashing_is_its_row_only(fake_m6, tmp_path, monkeypatch):
+    from monolith.bench import m6
+    from monolith.bench.baselines import registry
+
+    def boom(fmt, ck):
+        if fmt == "fp8":
+            raise RuntimeError("no fp8 pack")
+        return ck
+    monkeypatch.setattr(registry, "checkpoint_for", boom)
+    cfg = m6.M6Config(engines=["megakernel-fp8-stream", "reference-graph"], rows_dir=tmp_path, device="cpu",
+                      quick=True, xray=False, log=lambda m: None)
+    rows = [json.loads(f.read_text())["rows"][0] for f in m6.run(cfg)]
+    assert rows[0]["status"] == "failed" and "no fp8 pack" in rows[0]["reason"] and rows[0]["kind"] == "monolith"
+    assert rows[1]["status"] == "ok"
