@@ -24,6 +24,14 @@ class _Refused(ValueError):
     pass
 
 
+class NotJSON(MonolithError):
+    """The text is not plain, bounded JSON; `detail` says why without naming the file."""
+
+    def __init__(self, what: str, verb: str, detail: str):
+        super().__init__(f"{what} {verb}: {detail}")
+        self.detail = detail
+
+
 def _int(s: str) -> int:
     if len(s.lstrip("-")) > MAX_INT_DIGITS:
         raise _Refused(f"an integer of {len(s.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
@@ -63,30 +71,32 @@ def _depth(obj) -> int:
     return deepest
 
 
-def loads(text: str | bytes, what: str, *, max_bytes: int = MAX_BYTES):
-    """Parse JSON text; MonolithError '<what>: ...' on anything but plain, bounded JSON."""
+def loads(text: str | bytes, what: str, *, max_bytes: int = MAX_BYTES, finite: bool = True):
+    """Parse JSON text; MonolithError '<what> ...' on anything but plain, bounded JSON (NotJSON
+    for the text itself). finite=False lets a number beyond double range through as +-inf, as a
+    browser's JSON.parse does, for a validator that names the field."""
     if isinstance(text, bytes | bytearray):
         if len(text) > max_bytes:
             raise MonolithError(f"{what}: {len(text):,} bytes of JSON is more than the {max_bytes:,} allowed")
         try:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as e:
-            raise MonolithError(f"{what} is not valid JSON: not UTF-8 text ({e.reason} at byte {e.start})") from None
+            raise NotJSON(what, "is not valid JSON", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     if len(text) > max_bytes:
         raise MonolithError(f"{what}: {len(text):,} characters of JSON is more than the {max_bytes:,} allowed")
     try:
-        obj = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant,
+        obj = json.loads(text, parse_int=_int, parse_float=_float if finite else float, parse_constant=_constant,
                          object_pairs_hook=_pairs)
     except _Refused as e:
-        raise MonolithError(f"{what} is not acceptable JSON: {e}") from None
+        raise NotJSON(what, "is not acceptable JSON", str(e)) from None
     except json.JSONDecodeError as e:
-        raise MonolithError(f"{what} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        raise NotJSON(what, "is not valid JSON", f"{e.msg} at line {e.lineno}, column {e.colno}") from None
     except RecursionError:
-        raise MonolithError(f"{what}: JSON nested more than {MAX_DEPTH} levels deep") from None
+        raise NotJSON(what, "is not acceptable JSON", f"nested more than {MAX_DEPTH} levels deep") from None
     except ValueError as e:
-        raise MonolithError(f"{what} is not valid JSON ({str(e)[:120]})") from None
+        raise NotJSON(what, "is not valid JSON", str(e)[:120]) from None
     if _depth(obj) > MAX_DEPTH:
-        raise MonolithError(f"{what}: JSON nested more than {MAX_DEPTH} levels deep")
+        raise NotJSON(what, "is not acceptable JSON", f"nested more than {MAX_DEPTH} levels deep")
     return obj
 
 

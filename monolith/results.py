@@ -158,8 +158,9 @@ def _positive(r: dict, key: str, where: str, hi: float = math.inf, allow_zero: b
     x = r.get(key)
     if x is None:
         return []
-    if isinstance(x, dict):  # {median, min, max}
-        return _stats_problems(x, f"{where}: {key}", hi) if "median" in x else []
+    if isinstance(x, dict):  # {median, min, max}: each one present in range
+        bad = {k: x[k] for k in ("median", "min", "max") if k in x and not (_is_num(x[k]) and 0 < x[k] <= hi)}
+        return [f"{where}: {key} {bad} outside (0, {hi:g}]"] if bad else []
     if not _is_num(x) or not ((0 <= x if allow_zero else 0 < x) and x <= hi):
         return [f"{where}: {key} {x!r} is outside {'[0' if allow_zero else '(0'}, {hi:g}]"]
     return []
@@ -233,8 +234,10 @@ def validate(doc) -> list[str]:
             a, kl = q.get("agreement"), q.get("kl")
             if a is not None and not (_is_num(a) and 0.0 <= a <= 1.0):
                 errs.append(f"{where}: quality agreement {a!r} outside [0, 1]")
-            if kl is not None and not (_is_num(kl) and kl >= -1e-6):
-                errs.append(f"{where}: quality KL {kl!r} is not a number >= 0")
+            if kl is not None and not _is_num(kl):
+                errs.append(f"{where}: quality KL {kl!r} is not a number")
+            elif kl is not None and kl < -1e-6:
+                errs.append(f"{where}: quality KL {kl} is negative")
             for k in ("ppl", "ref_ppl"):
                 x = q.get(k)
                 if x is not None and not (_is_num(x) and x >= 1.0 - 1e-9):

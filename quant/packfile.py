@@ -41,11 +41,16 @@ def read_meta(file: Path, key: str) -> dict:
         raise MonolithError(f"{file}: not a valid safetensors file ({e})") from e
     if raw is None:
         raise MonolithError(f"{file}: no '{key}' metadata: not a monolith packed file")
-    meta = jsonio.expect(jsonio.loads(raw, f"{file}: '{key}' metadata"), dict, f"{file}: '{key}' metadata")
-    for k, typ in (("source", dict), ("config", dict), ("formats", dict)):
-        jsonio.field(meta, k, typ, f"{file}: '{key}' metadata")
-    jsonio.field(meta["source"], "sha256", str, f"{file}: '{key}' metadata: source")
-    return meta
+    return jsonio.expect(jsonio.loads(raw, f"{file}: '{key}' metadata"), dict, f"{file}: '{key}' metadata")
+
+
+def check_fields(meta: dict, where) -> None:
+    """The fields every packer writes and every reader indexes: objects, named when they are not."""
+    from monolith import jsonio
+
+    for k in ("source", "config", "formats"):
+        jsonio.field(meta, k, dict, f"{where}: metadata")
+    jsonio.field(meta["source"], "sha256", str, f"{where}: metadata: source")
 
 
 def write_packed(out, layout, tensors: dict[str, torch.Tensor], meta: dict) -> None:
@@ -79,6 +84,7 @@ def open_packed(path, layout, *, fmt: str, check_meta: Callable[[dict, str], Non
                             f"`monolith pack --format {fmt} --model DIR --out DIR`)")
     meta = read_meta(file, layout.META_KEY)
     check_meta(meta, str(file))
+    check_fields(meta, file)
     n = meta.get("num_layers")
     validate_config(meta.get("config") or {}, allow_reduced_depth=True)
     if not isinstance(n, int) or n != meta["config"].get("num_hidden_layers"):

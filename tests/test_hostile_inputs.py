@@ -276,9 +276,9 @@ def _doc(*rows):
     (_ok_row(gate=_gate(passed=False, reasons=[], free_running=[])), "passed: false with no reason"),
     (_ok_row(gate={"passed": None, "applicable": False, "reasons": ["x"]}), "only external baselines"),
     (_ok_row(quality={"kl": float("nan"), "agreement": 0.5}), "quality.kl is nan"),
-    (_ok_row(quality={"kl": -3.0}), "quality KL -3.0"),
+    (_ok_row(quality={"kl": -3.0}), "quality KL -3.0 is negative"),
     (_ok_row(eff_bw_tbs=-1.0), "eff_bw_tbs -1.0 is outside"),
-    (_ok_row(us_per_token={"median": -5.0, "min": -5.0, "max": -5.0}), "us_per_token"),
+    (_ok_row(us_per_token={"median": -5.0, "min": -5.0, "max": -5.0}), "us_per_token {'median': -5.0"),
 ])
 def test_item7_validator_refuses_impossible_rows(row, msg):
     errs = results.validate(_doc(row))

@@ -26,7 +26,7 @@ COLUMNS = ("block", "phase", "layer", "start_ns", "dur_ns")
 MAX_TRACE_BYTES = 32 * 1024 * 1024   # JSON text, after gzip: checked while inflating, before parsing
 MAX_SAFE_INT = 2**53 - 1             # JavaScript's exact integers: the page reads every number as a double
 _META_COPY = ("variant", "gpu", "sm_count", "blocks", "threads", "position", "sm_clock_mhz", "token_time_us",
-              "build", "weights", "created", "synthetic")
+              "build", "weights", "created", "synthetic", "xray_overhead")
 _COLOR = re.compile(r"^#[0-9a-fA-F]{6}$")
 
 # ---------------------------------------------------------------- page format
@@ -121,7 +121,10 @@ def parse_page_bytes(data: bytes, where: str = "trace") -> dict:
     # the shared reader also bounds the depth and the integers' digits
     from monolith import jsonio
 
-    obj = jsonio.loads(bytes(data), where, max_bytes=MAX_TRACE_BYTES)
+    try:  # numbers past double range stay +-inf, as in the browser: the validator names the field
+        obj = jsonio.loads(bytes(data), where, max_bytes=MAX_TRACE_BYTES, finite=False)
+    except jsonio.NotJSON as e:
+        raise MonolithError(f"{where}: not JSON: {e.detail}") from None
     return validate_page_trace(obj, where)
 
 
