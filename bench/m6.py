@@ -121,7 +121,9 @@ def run(cfg: M6Config) -> list[Path]:
                     log(f"  oracle: fp32 reference on the {fmt} weights{' dequantized' if fmt != 'bf16' else ''}, "
                         f"{scfg.gate_prompts} prompts x {scfg.gate_tokens} tokens")
                     orc = registry.oracle(ckpts[fmt], cfg.device)
-                    oracles[fmt] = correctness.oracle_runs(orc, bench_prompts[:scfg.gate_prompts], scfg.gate_tokens)
+                    oracles[fmt] = correctness.oracle_runs(
+                        orc, bench_prompts[:scfg.gate_prompts], scfg.gate_tokens,
+                        progress=suite._oracle_progress(scfg.gate_prompts, scfg.gate_tokens, time.perf_counter()))
                     del orc
                     suite._free()
                 row = suite.measure(name, spec, ckpts[fmt], tok, bench_prompts, seq, oracles[fmt], scfg, cfg.budget_s, bw,
