@@ -385,17 +385,23 @@ only xrayoverhead && run xray-overhead python3 scripts/xray_overhead.py --out "$
 # The milestone commands, explicit only. M5: NVFP4 end to end (M5_STEPS picks steps).
 only m5 && run m5 python3 -m monolith m5 --steps "${M5_STEPS:-sensitivity,pack,tests,bench,quality,xray}"
 # M6: the final matrix's rows for M6_ENGINES (default all; M6_QUICK=1: the trial) into M6_ROWS (default
-# $OUT/rows: a later call on the same warm machine adds its rows there), llama.cpp from M6_LLAMACPP (a
-# llama-bench pack dir or an sdist); m6merge writes results/final.json from M6_ROWS.
+# /tmp/m6rows: a later call on the same warm machine adds its rows there), llama.cpp from M6_LLAMACPP (a
+# llama-bench pack dir or an sdist), M6_QUALITY (file|measure|none). The rows come back as
+# $OUT/m6rows.tgz (a call returns at most 8 files); m6merge writes $OUT/final.json (+ .md) from them
+# (merge here with `monolith m6 --merge DIR` to publish results/final.json).
 if only m6; then
-  m6_args=(--rows-dir "${M6_ROWS:-$OUT/rows}")
+  m6_args=(--rows-dir "${M6_ROWS:-/tmp/m6rows}")
   [ -n "${M6_ENGINES:-}" ] && m6_args+=(--engines "$M6_ENGINES")
   [ "${M6_QUICK:-0}" = 1 ] && m6_args+=(--quick)
   [ -n "${M6_LLAMACPP:-}" ] && m6_args+=(--llamacpp "$M6_LLAMACPP")
   [ -n "${M6_QUALITY:-}" ] && m6_args+=(--quality "$M6_QUALITY")
   run m6 python3 -m monolith m6 "${m6_args[@]}"
 fi
-only m6merge && run m6-merge python3 -m monolith m6 --merge "${M6_ROWS:-$OUT/rows}"
+only m6merge && run m6-merge python3 -m monolith m6 --merge "${M6_ROWS:-/tmp/m6rows}" --out "$OUT/final.json"
+if only m6 || only m6merge; then
+  m6_rows=${M6_ROWS:-/tmp/m6rows}
+  [ -d "$m6_rows" ] && tar czf "$OUT/m6rows.tgz" -C "$(dirname "$m6_rows")" "$(basename "$m6_rows")"
+fi
 only m7 && run m7 python3 -m monolith m7
 only m8 && run m8 python3 -m monolith m8
 pack

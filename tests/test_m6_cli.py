@@ -204,7 +204,10 @@ def test_gpu_sh_calls_the_milestone_commands(tmp_path):
     (fake / "python3").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
     (fake / "python3").chmod(0o755)
     out = tmp_path / "out"
+    (tmp_path / "m6rows").mkdir()
+    (tmp_path / "m6rows" / "row-x.json").write_text("{}")
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "OUT": str(out), "M6_QUICK": "1",
+           "M6_ROWS": str(tmp_path / "m6rows"),
            "M6_ENGINES": "fp8-stream,hf-eager", "M6_LLAMACPP": ".llamacpp"}
     r = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "gpu.sh"), "m3", "m3quality", "m4", "m5", "m5quality",
                         "m5sens", "m6", "m6merge", "m7", "m8"], capture_output=True, text=True, env=env, timeout=60)
@@ -213,11 +216,14 @@ def test_gpu_sh_calls_the_milestone_commands(tmp_path):
     want = ["-m monolith m3 --steps tests,devbench,bench,xray", "-m monolith m3 --steps quality",
             "-m monolith m4 --steps bench,xray", "-m monolith m5 --steps sensitivity,pack,tests,bench,quality,xray",
             "-m monolith m5 --steps quality", "-m monolith m5 --steps sensitivity",
-            f"-m monolith m6 --rows-dir {out}/rows --engines fp8-stream,hf-eager --quick --llamacpp .llamacpp",
-            f"-m monolith m6 --merge {out}/rows", "-m monolith m7", "-m monolith m8"]
+            f"-m monolith m6 --rows-dir {tmp_path}/m6rows --engines fp8-stream,hf-eager --quick --llamacpp .llamacpp",
+            f"-m monolith m6 --merge {tmp_path}/m6rows --out {out}/final.json", "-m monolith m7", "-m monolith m8"]
     for w in want:
         assert any(c.startswith(w) for c in calls), (w, calls)
     assert not any("scripts/xray_raw.py" in c or "eval quality" in c for c in calls)  # no stage re-implemented
+    import tarfile
+    with tarfile.open(out / "m6rows.tgz") as t:  # the rows come back as one file (a call returns at most 8)
+        assert "m6rows/row-x.json" in t.getnames()
 
 
 def test_gpu_sh_all_does_not_start_m6():
