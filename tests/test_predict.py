@@ -1,0 +1,97 @@
+"""bench/predict.py: predictions for the sm_120 cards from the H200's measured pieces (CPU only)."""
+import dataclasses
+import json
+
+import pytest
+
+from monolith import REPO_ROOT
+from monolith.bench import predict as P
+
+
+def _chain(variant="fp8-stream"):
+    return json.loads((REPO_ROOT / "results" / "chain" / f"{variant}.json").read_text())
+
+
+def test_ring_budget_of_sm120():
+    assert P.ring_slots_that_fit(99) == 4          # 4 x 16 + 32 = 96 <= 99; 5 slots would need 112
+    assert P.ring_slots_that_fit(227) == 12
+    with pytest.raises(ValueError, match="do not fit 99 KB"):
+        P.predict("rtx5090", REPO_ROOT, ring_slots=5)
+
+
+def test_bandwidth_bound_layer_scales_with_bandwidth():
+    chain = _chain("bf16-stream")
+    slow = dataclasses.replace(P.GPUS["rtx5090"], bw_tbs=0.4)
+    slower = dataclasses.replace(slow, bw_tbs=0.2)
+    a = P.stream_model(chain, slow, 4, 128, 421.0)
+    b = P.stream_model(chain, slower, 4, 128, 421.0)
+    assert a["bound"] == b["bound"] == "bandwidth"
+    assert b["layer_us"] == pytest.approx(2 * a["layer_us"], rel=1e-9)
+    h = P.measured_h200(REPO_ROOT, "bf16-upstream")
+    x = P.barrier_model(h, h, slow, P.GPUS["h200"], 0.97)
+    y = P.barrier_model(h, h, slower, P.GPUS["h200"], 0.97)
+    assert x["bound"] == "bandwidth"
+    assert y["layer_us"] - y["syncs_us_per_layer"] == pytest.approx(2 * (x["layer_us"] - x["syncs_us_per_layer"]))
+
+
+def test_a_latency_bound_chain_does_not_get_faster_with_bandwidth():
+    chain = _chain("fp8-stream")
+    fast = dataclasses.replace(P.GPUS["rtx5090"], bw_tbs=50.0)
+    faster = dataclasses.replace(fast, bw_tbs=100.0)
+    a, b = (P.stream_model(chain, g, 4, 128, 421.0) for g in (fast, faster))
+    assert a["bound"] == "chain" and a["layer_us"] == pytest.approx(b["layer_us"])
+
+
+def test_a_ring_too_small_for_the_latency_caps_the_bandwidth():
+    chain = _chain("bf16-stream")
+    g = P.GPUS["rtx5090"]
+    ok = P.stream_model(chain, g, 4, 128, 421.0)
+    assert ok["effective_bw_tbs"] == g.bw_tbs     # 64 KB per SM >> 4 KB needed
+    capped = P.stream_model(chain, g, 1, 128, 100_000.0)
+    assert capped["effective_bw_tbs"] < g.bw_tbs and capped["layer_us"] > ok["layer_us"]
+
+
+def test_the_model_on_the_h200_reproduces_the_h200():
+    r = P.predict("h200", REPO_ROOT)
+    for row in r["rows"]:
+        assert row["us_per_token"] == pytest.approx(row["h200_measured"]["us"], rel=1e-9), row["variant"]
+        assert row["launches_today"] and row["status"] == "predicted"
+
+
+@pytest.mark.parametrize("built", [False, True])
+def test_streaming_rows_need_the_sm120_configuration_until_it_exists(built):
+    r = P.predict("rtx5090", REPO_ROOT, sm120_built=built)
+    assert [x["variant"] for x in r["rows"]] == list(P.VARIANTS)
+    for x in r["rows"]:
+        assert x["label"] == "predicted" and x["tok_s"] > 0
+        lo, hi = x["tok_s_range"]
+        assert lo <= x["tok_s"] <= hi
+        stream = x["variant"].endswith("-stream")
+        assert (P.STREAM_NEEDS in x["status"]) == (stream and not built)
+        assert x["launches_today"] == (not stream or built)
+    assert r["ring"]["slots"] == 4 and r["ring"]["bytes_in_flight_per_sm_needed"] < 64 * 1024
+
+
+def test_sm120_configuration_is_detected_from_config_cuh(tmp_path):
+    (tmp_path / "kernel").mkdir()
+    cfg = tmp_path / "kernel" / "config.cuh"
+    cfg.write_text('static_assert(kRingBytes + 32 * 1024 <= 227 * 1024, "sm_90");\n')
+    assert not P.sm120_config_built(tmp_path)
+    cfg.write_text(cfg.read_text() + 'static_assert(kRingBytes120 + 32 * 1024 <= 99 * 1024, "sm_120");\n')
+    assert P.sm120_config_built(tmp_path)
+
+
+def test_cli_writes_json_and_md(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    assert P.main(["--gpu", "rtx5090", "--out", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert set(d["gpus"]) == {"rtx5090"} and d["gpus"]["rtx5090"]["upstream_published_5090"]["tok_s"] == 1033.0
+    md = out.with_suffix(".md").read_text()
+    rows = [ln for ln in md.splitlines() if ln.startswith("| `")]
+    assert len(rows) == len(P.VARIANTS) and all(ln.split(" | ")[1] == "predicted" for ln in rows)
+    assert "1,033" in md
+    assert P.main(["--gpu", "rtx5090", "--ring-slots", "9", "--out", str(out)]) == 2
+    assert "do not fit" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        P.main(["--gpu", "mi300x"])
+    assert e.value.code == 2
