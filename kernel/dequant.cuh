@@ -25,8 +25,8 @@
 // - E2M1 on sm_100a/sm_120a: the native `cvt.rn.f16x2.e2m1x2` (compiled for sm_120a; our
 //   measurements are on the H200, where it does not exist). Same pairing and same API; the
 //   unbias factor differs per arch (e2m1_unbias()), so the kernel code is identical.
-// - NVFP4's FMAs are f16x2 on pre-scaled f16 inputs by default (MONOLITH_NV_HALF2, below: half the
-//   instructions); with MONOLITH_NV_HALF2=0 and for E4M3 they are fp32 (f16 -> f32 is exact).
+// - NVFP4's FMAs in the kernel are f16x2 on pre-scaled f16 inputs (the half2 path, below: half the
+//   instructions); dot16B keeps the fp32 form (f16 -> f32 is exact), as E4M3's dot16_e4m3.
 #pragma once
 #include <cstdint>
 #include <cuda_fp16.h>
@@ -127,7 +127,7 @@ __device__ __forceinline__ float dot16_e4m3(uint4 w, const float4 (&a)[4], float
   return dot8_e4m3(make_uint2(w.z, w.w), a[2], a[3], acc);
 }
 // tour:end dequant
-// The half2 form of dot16_e4m3 (MONOLITH_E4M3_HALF2, seventeenth session; probes/round_gemv.cu
+// The half2 form of dot16_e4m3 (Policy::kE4M3Half2Phases; probes/round_gemv.cu
 // shape 9 measured the E4M3 round at 1,794 cycles against dot16_e4m3's 2,283): the cvt's f16
 // pairs go straight into HFMA2 against inputs that are already f16 (x[u]: the half2 of elements
 // 2u, 2u + 1), so neither the widening adds nor the 16 fp32 FMAs remain. The inputs are lifted per
@@ -292,7 +292,7 @@ __device__ __forceinline__ float dot8_e2m1_biased(uint32_t w, float4 a0, float4 
   return acc;
 }
 
-// The half2 path (MONOLITH_NV_HALF2, default 1; 0 = the fp32 path above, for A/Bs): HFMA2 straight
+// The half2 path (the streaming kernel's NVFP4 rows; dot16B above is the fp32 form): HFMA2 straight
 // on the decoded pairs against inputs that are already f16, so no f16 -> f32 widening and one
 // fused op per two weights. Why it pays: NVFP4's rows were bound by their instruction stream at
 // ~3.6 instructions per weight (decode 1.5, widen 1, FMA 1; ncu, twelfth session); the M5 probe
@@ -303,10 +303,6 @@ __device__ __forceinline__ float dot8_e2m1_biased(uint32_t w, float4 a0, float4 
 // half sums < 96, far inside f16, and every input within 2^14 of the word's max stays a normal
 // f16. The word's factor f = 2^E returns the sum to scale; it multiplies the block scale (exact:
 // a power of two), so the row needs no unbias: row_scale(g) = g.
-#ifndef MONOLITH_NV_HALF2
-#define MONOLITH_NV_HALF2 1
-#endif
-constexpr bool kNvHalf2 = MONOLITH_NV_HALF2 != 0;
 // log2(e2m1_unbias()): the exponent the inputs are lifted to, so the biased decode needs no unbias
 constexpr int kE2M1UnbiasLog2 = MONOLITH_HAS_E2M1_CVT ? 0 : 14;
 static_assert(MONOLITH_HAS_E2M1_CVT || float(1 << kE2M1UnbiasLog2) == kE2M1F16Bias, "the lift is the decode's bias");
@@ -348,7 +344,7 @@ struct WeightsNvfp4 {
     const float b1 = dot8_e2m1_biased(w.w, a[6], a[7], dot8_e2m1_biased(w.z, a[4], a[5], 0.f));
     return fmaf(b1, s.y, acc);
   }
-  // The half2 path's dot16B (kNvHalf2): xh[u] = the lifted inputs of u32 u of w (hdot8_e2m1's
+  // The half2 path's dot16B: xh[u] = the lifted inputs of u32 u of w (hdot8_e2m1's
   // pairs), f = their word's factor 2^E. Per block a half2 from 0 over its two u32s, then
   // fmaf(lo + hi, e4m3(s_b) * f, acc): quant/nvfp4_kernel_model.py kernel_gemv(half2=True).
   static __device__ __forceinline__ float dot16B_h2(uint4 w, const uint4 (&xh)[4], float f, uint32_t bs2, float acc) {
@@ -360,9 +356,8 @@ struct WeightsNvfp4 {
     return fmaf(__low2float(h1) + __high2float(h1), s.y * f, acc);
   }
   // the factor a row's lane-reduced sum is multiplied by: the tensor scale, with the decode's
-  // unbias on the fp32 path (the half2 path's word factors already undo it); kH2: the phase's path
-  // (schedule_stream.cuh, MONOLITH_NV_HALF2_PHASES)
-  template <bool kH2 = kNvHalf2>
+  // unbias on the fp32 path (the half2 path's word factors already undo it); kH2: the half2 path
+  template <bool kH2>
   static __device__ __forceinline__ float row_scale(float g) { return kH2 ? g : g * e2m1_unbias(); }
 };
 static_assert(WeightsNvfp4::kPer16B == 2 * WeightsNvfp4::kBlock, "a 16-byte load of codes is two whole blocks");

@@ -37,7 +37,7 @@
 #include "dequant.cuh"
 #include "loads.cuh"
 #include "megakernel.cuh"
-#include "mma.cuh"
+#include "policy.cuh"
 #include "ring.cuh"
 #include "sync.cuh"
 #include "xray.cuh"
@@ -112,9 +112,8 @@ struct StreamCfg {
   using Weights = WeightsBf16;  // what the ring's slots hold (schedule_stream.cuh, StreamFmt)
   static constexpr int kBlockThreads = kStreamThreads;
   static constexpr int kDynamicSmem = kRingBytes;
-  // A second kernel for positions >= kLongKernelFrom (decode_step_long, schedule_stream.cuh's
-  // MONOLITH_MERGE_HALVES): measured faster at position 2,048 on every format (bf16 +3.6 %,
-  // E4M3 +5.8 %, NVFP4 +5.4 %), and 1-1.3 % slower at short positions in the same kernel.
+  // A second kernel for positions >= kLongKernelFrom (decode_step_long; policy.cuh's kMergeHalves):
+  // faster at long positions on every format, slower at short ones (docs/EXPERIMENTS.md).
   static constexpr bool kLongKernel = true;
 };
 template <>
@@ -940,48 +939,40 @@ __global__ void __launch_bounds__(VariantCfg<kVariant>::kBlockThreads, 1) decode
     upstream_step<Cfg>(p);
   }
 }
-// The same step compiled for long positions (a streaming variant with Cfg::kLongKernel): the
-// merge before O on both halves of the block (MONOLITH_MERGE_HALVES in schedule_stream.cuh). The
-// host launches it from position kLongKernelFrom on; below that both kernels compute the same
-// bits, so the choice only moves time: the merge halves are +3.6 % (bf16) / +5.8 % (E4M3) at
-// position 2,048 but cost 1.3 % (bf16, harness) / 1.1 % (E4M3, dev) at short positions, where the
-// same instructions run: a code-layout effect (NOTES.md, twelfth session).
+// The same step compiled for long positions (a streaming variant with Cfg::kLongKernel): what
+// differs is its Policy (policy.cuh: the merge before O on both halves of the block, ...). The host
+// launches it from position kLongKernelFrom on; below that both kernels compute the same bits, so
+// the choice only moves time (the merge halves gain at long positions and cost at short ones,
+// where the same instructions run: a code-layout effect; docs/EXPERIMENTS.md).
 template <int kVariant>
 __global__ void __launch_bounds__(VariantCfg<kVariant>::kBlockThreads, 1) decode_step_long(const StepParams p) {
   using Cfg = VariantCfg<kVariant>;
   static_assert(Cfg::kStream && Cfg::kLongKernel, "a long-position kernel exists for streaming variants only");
   stream_step<Cfg, true>(p);
 }
-// MONOLITH_ATTN_WIDE (schedule_stream.cuh; on by default for bf16 and E4M3 since the twenty-fifth session): the
+// The wide kernel (schedule_stream.cuh's kWideSlots note; bf16 and E4M3: Policy::kWideKernel): the
 // long kernel with wider attention splits, launched only where the rule widens them (wide_applies),
 // so that the short and long kernels keep their code. Correct at any position (elsewhere its splits
 // are the long kernel's 64), like the other two.
 template <int kVariant>
 __global__ void __launch_bounds__(VariantCfg<kVariant>::kBlockThreads, 1) decode_step_wide(const StepParams p) {
   using Cfg = VariantCfg<kVariant>;
-  static_assert(Cfg::kStream && Cfg::kLongKernel && kAttnWideFor<typename Cfg::Weights>,
-                "the wide kernel: a streaming variant's, with MONOLITH_ATTN_WIDE and its format in MONOLITH_ATTN_WIDE_FORMATS");
+  static_assert(Cfg::kStream && Cfg::kLongKernel && Policy<typename Cfg::Weights, KernelKind::kWide>::kWideKernel,
+                "the wide kernel: a streaming variant's, of a format whose Policy has it");
   stream_step<Cfg, true, true>(p);
 }
 // Whether the wide kernel's splits are wider than 64 at this position and grid: k of the rule for
 // the smallest group (blocks / kGroups; groups differ by at most one block) within [MIN, MAX].
-// (MONOLITH_ATTN_WIDE_FORCE: always, the A/B control.)
 static bool wide_applies(int blocks, int position) {
-  if constexpr (!kAttnWide) {
-    return false;
-  } else if constexpr (kWideForce) {
-    return true;
-  } else {
-    const int k = wide_k(position, blocks / kGroups);
-    return k >= kWideMinSlots && k <= kWideSlots;
-  }
+  const int k = wide_k(position, blocks / kGroups);
+  return k >= kWideMinSlots && k <= kWideSlots;
 }
 
 // ---- host side ----------------------------------------------------------------------------
 struct KernelInfo {
   const void* fn;
   const void* fn_long;  // positions >= kLongKernelFrom (decode_step_long), or nullptr: fn at every position
-  const void* fn_wide;  // where wide_applies (decode_step_wide, MONOLITH_ATTN_WIDE builds, MONOLITH_ATTN_WIDE_FORMATS), or nullptr
+  const void* fn_wide;  // where wide_applies (decode_step_wide, Policy::kWideKernel), or nullptr
   int threads;
   int dynamic_smem;
   bool row_scaled;  // reads StepParams::codes / row_scales / embed_codes / embed_scales
@@ -994,7 +985,7 @@ KernelInfo info_of() {
   const void* fn_long = nullptr;
   const void* fn_wide = nullptr;
   if constexpr (Cfg::kLongKernel) fn_long = reinterpret_cast<const void*>(&decode_step_long<kVariant>);
-  if constexpr (Cfg::kStream && Cfg::kLongKernel && kAttnWideFor<typename Cfg::Weights>)
+  if constexpr (Cfg::kStream && Cfg::kLongKernel && Policy<typename Cfg::Weights, KernelKind::kWide>::kWideKernel)
     fn_wide = reinterpret_cast<const void*>(&decode_step_wide<kVariant>);
   return {reinterpret_cast<const void*>(&decode_step<kVariant>), fn_long, fn_wide, Cfg::kBlockThreads, Cfg::kDynamicSmem,
           Cfg::Weights::kRowScale, Cfg::kStream};

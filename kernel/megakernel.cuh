@@ -54,16 +54,19 @@ struct StepParams {
   const float* embed_scales;   // [kVocab] fp32
 };
 
-#define MONOLITH_DECLARE_BUILD(ns)                                                                 \
-  namespace ns {                                                                                   \
-  /* position: the host's; streaming variants with a long kernel use it from kLongKernelFrom on */ \
-  cudaError_t launch_step(const StepParams& p, int variant, int blocks, int position, cudaStream_t stream); \
-  /* blocks of this variant that fit co-resident on the whole device (occupancy API x SMs) */      \
-  int max_coresident_blocks(int variant, int device, cudaError_t* err);                            \
-  cudaError_t kernel_attributes(int variant, cudaFuncAttributes* out);                             \
-  }
-
-MONOLITH_DECLARE_BUILD(plain_build)
-MONOLITH_DECLARE_BUILD(xray_build)
+// The same three functions in each build's namespace (megakernel.cu, compiled plain and X-ray).
+// position: the host's; streaming variants with a long kernel use it from kLongKernelFrom on.
+// max_coresident_blocks: blocks of this variant that fit co-resident on the whole device
+// (occupancy API x SMs).
+namespace plain_build {
+cudaError_t launch_step(const StepParams& p, int variant, int blocks, int position, cudaStream_t stream);
+int max_coresident_blocks(int variant, int device, cudaError_t* err);
+cudaError_t kernel_attributes(int variant, cudaFuncAttributes* out);
+}  // namespace plain_build
+namespace xray_build {
+cudaError_t launch_step(const StepParams& p, int variant, int blocks, int position, cudaStream_t stream);
+int max_coresident_blocks(int variant, int device, cudaError_t* err);
+cudaError_t kernel_attributes(int variant, cudaFuncAttributes* out);
+}  // namespace xray_build
 
 }  // namespace monolith

@@ -50,20 +50,6 @@ __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
   return ok != 0;
 }
 
-// try_wait with a suspend-time hint (PTX ISA 7.8, sm_90): the thread may sleep up to about `ns`
-// nanoseconds waiting for the phase, then answers (false if it has not completed). A waiting loop
-// that must also do other work now and then (the producer's landed count) sleeps between its tests
-// instead of spinning on the scheduler it shares with consumer warps.
-__device__ __forceinline__ bool mbar_try_wait_for(uint64_t* bar, uint32_t parity, uint32_t ns) {
-  uint32_t ok;
-  asm volatile(
-      "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3; selp.u32 %0, 1, 0, p; }"
-      : "=r"(ok)
-      : "r"(smem_addr(bar)), "r"(parity), "r"(ns)
-      : "memory");
-  return ok != 0;
-}
-
 // Non-blocking probe (try_wait may suspend the thread for a while before it answers; the X-ray
 // needs to know whether a wait is about to happen before it starts the clock).
 __device__ __forceinline__ bool mbar_test_wait(uint64_t* bar, uint32_t parity) {

@@ -59,8 +59,6 @@ __device__ __forceinline__ long long ld_relaxed_s64(const long long* p) {
   asm volatile("ld.relaxed.gpu.global.s64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
-// (MONOLITH_WORD_PAIRS, a thread's hop words side by side and polled with 16-byte loads, was measured
-// and removed in the twenty-first session: dev -0.5 to -10 %, NOTES.md.)
 constexpr int kActPer = kIntermediate / kStreamConsumerThreads;  // activation words per consumer thread
 static_assert(kHidden == 2 * kStreamConsumerThreads && kActPer * kStreamConsumerThreads == kIntermediate,
               "each consumer thread holds the same number of elements of each grid-hop vector");
@@ -132,22 +130,13 @@ __device__ __forceinline__ bool resid_poll(const long long* buf, uint32_t expect
 
 // sm_120a only: the stream kernels are capped at 96 registers on both archs (17 warps allocate as 20,
 // the warp allocation granularity being 4: 65,536 / 640 -> 102 -> 96). sm_90a fits in 94-95; on
-// sm_120a ptxas spilled a few values it had hoisted out of the layer loop (NOTES.md, eighteenth
-// session). Two of them are recomputed there: the QK-norm weights' offset, from a fresh read of
-// %tid.x that the compiler may neither hoist nor keep live (asm volatile; short kernels only: in
-// the long ones the allocator then spills the residual history instead), and the stress test's
-// per-launch hash term, taken from the layer's tag (jitter). sm_90a, the measured build, keeps the
-// plain code: its SASS is unchanged. With ptxas's register-usage level 0 on sm_120a
-// (monolith/kernel_spec.py ARCH_PTXAS_FLAGS; nineteenth session) what is left is 8 B in fp8's long
-// kernel (the QK-norm weights' 64-bit offset) and 4 B in bf16's: recomputing either here moved the
-// spill to the launch's token or the residual history (NOTES.md).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
-#define MONOLITH_REMAT_TID 1
-#else
-#define MONOLITH_REMAT_TID 0
-#endif
+// sm_120a ptxas spilled a few values it had hoisted out of the layer loop. Two of them are
+// recomputed there: the QK-norm weights' offset, from a fresh read of %tid.x that the compiler may
+// neither hoist nor keep live (asm volatile; short kernels only: in the long ones the allocator then
+// spills the residual history instead), and the stress test's per-launch hash term, taken from the
+// layer's tag (jitter). sm_90a keeps the plain code.
 __device__ __forceinline__ int remat_tid() {
-#if MONOLITH_REMAT_TID
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
   int t;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
   return t;
@@ -197,6 +186,10 @@ __device__ __forceinline__ void tagged_gather(Addr p, uint32_t tag, float out[N]
 }
 // This thread's kPer words of a grid hop's vector of tagged words at base: elements t + 512 j, in
 // order j (every gather of the residual and activation vectors goes through here).
+// Every caller of a poll (this, tagged_gather, resid_poll) converges its warp right after it
+// (__syncwarp): the lanes leave a polling loop one by one, and where the warp's next converging
+// instruction is a redux.sync (store_xh2 / store_xe), the warp would wait there for its slowest lane
+// with the stores of the others stalled behind it.
 template <int kPer>
 __device__ __forceinline__ void gather_vec(const long long* base, uint32_t tag, float out[kPer], SyncState* S,
                                            long long tmo, uint32_t info, bool& ok) {
@@ -214,25 +207,11 @@ struct Norm2 {
 };
 __device__ __forceinline__ Norm2 load_norm2(const uint16_t* weight) {
   Norm2 n;
-#if MONOLITH_DIAG_NORM_ONES
-  n.w[0] = n.w[1] = 1.f;
-  return n;
-#endif
 #pragma unroll
   for (int j = 0; j < 2; ++j) n.w[j] = bf16_as_float(__ldg(weight + threadIdx.x + j * kStreamConsumerThreads));
   return n;
 }
 
-// NVFP4's half2 inputs per phase (eighteenth session, for an A/B like fp8's MONOLITH_E4M3_HALF2):
-// with MONOLITH_NV_HALF2 on, a mask of the phases whose input vector is store_xh2's half2 words
-// (1 qkv, 2 O, 4 gate/up, 8 down); the others keep the fp32 path (swizzled fp32 inputs, dot16B, the
-// 2^-14 unbias in WeightsNvfp4::row_scale<false>). 15 = every phase: the measured default (same SASS as before).
-#ifndef MONOLITH_NV_HALF2_PHASES
-#define MONOLITH_NV_HALF2_PHASES 15
-#endif
-constexpr int kNvHalf2Phases = kNvHalf2 ? MONOLITH_NV_HALF2_PHASES : 0;
-static_assert(MONOLITH_NV_HALF2_PHASES >= 0 && MONOLITH_NV_HALF2_PHASES <= 15,
-              "MONOLITH_NV_HALF2_PHASES: a mask of 1 qkv, 2 O, 4 gate/up, 8 down");
 // One NVFP4 input word as a phase's rows read it: half2 (XH2) or fp32 (XFull), from a vector of kWords.
 template <bool kH2>
 using NvIn = std::conditional_t<kH2, XH2, XFull>;
@@ -241,17 +220,8 @@ __device__ __forceinline__ NvIn<kH2> load_nv_in(const float* buf, int i) {
   if constexpr (kH2) return load_xh2<kWords>(buf, i);
   else return load_x32(buf, i);
 }
-// fp8's half2 inputs (MONOLITH_E4M3_HALF2, seventeenth session; per phase in the eighteenth, NOTES.md):
-// the E4M3 layers' input vectors (s_x, sm.attn, sm.act) as store_xe's f16 words (xvec.cuh), read by
-// dequant.cuh's hdot16_e4m3.
-#ifndef MONOLITH_E4M3_HALF2
-#define MONOLITH_E4M3_HALF2 4
-#endif
-// A mask of phases (their input vector and their rounds): 1 qkv, 2 O, 4 gate/up, 8 down. Default 4:
-// gate/up alone, dev +1.1 % in two calls (its work -6 % in the X-ray); every phase (15) was -3.2 %,
-// down alone (8) -2.3 %, qkv (1) +-0, O (2) +0.8 %, O + gate/up (6) -1.1 %: not additive (NOTES.md).
-constexpr int kE4Half2 = MONOLITH_E4M3_HALF2;
-static_assert(kE4Half2 >= 0 && kE4Half2 <= 15, "MONOLITH_E4M3_HALF2: a mask of 1 qkv, 2 O, 4 gate/up, 8 down");
+// fp8's half2 inputs (Policy::kE4M3Half2Phases): the E4M3 layers' input vectors (s_x, sm.attn,
+// sm.act) as store_xe's f16 words (xvec.cuh), read by dequant.cuh's hdot16_e4m3.
 __device__ __forceinline__ float nv_dot(uint4 w, const XFull& x, uint32_t bs2) { return WeightsNvfp4::dot16B(w, x.v, bs2, 0.f); }
 __device__ __forceinline__ float nv_dot(uint4 w, const XH2& x, uint32_t bs2) { return WeightsNvfp4::dot16B_h2(w, x.c, x.f, bs2, 0.f); }
 
@@ -348,23 +318,16 @@ struct StreamFmt<WeightsNvfp4> {
 //   The input words a lane needs are contiguous (bf16: float4s 2 q, 2 q + 1 with q = 64 h + lane
 //   + 32 j; E4M3: float4s 4 m .. 4 m + 3 with m = 32 h + lane), so across a warp they are 32 or
 //   64 bytes apart: stored linearly, each LDS.128 uses only half (bf16) or a quarter (E4M3) of the
-//   32 banks, 8 or 16 wavefronts instead of 4. MONOLITH_X_SWIZZLE (eleventh session; on by
-//   default, 0 = the linear layout for A/Bs) stores every K-vector these loads read (s_x, sm.act,
-//   sm.attn) with nv_swz, as NVFP4 already did: float4 j of 128-byte line i at j ^ (i % 8), which
-//   spreads both patterns over all 8 bank groups (bf16: 2 lines per quarter-warp, E4M3: 4) and
-//   keeps the writers (a warp per line) conflict-free. Same values, same sums: bitwise the linear
-//   build's tokens. Measured (NOTES.md, eleventh session): dev at position 2 bf16 +2.8 %, fp8 +9.9 %;
-//   harness bf16 +3.2 %, fp8 +10.3 %.
-#ifndef MONOLITH_X_SWIZZLE
-#define MONOLITH_X_SWIZZLE 1
-#endif
-constexpr bool kXSwz = MONOLITH_X_SWIZZLE != 0;
-template <bool kSwz = kXSwz>
+//   32 banks, 8 or 16 wavefronts instead of 4. So every K-vector these loads read (s_x, sm.act,
+//   sm.attn) is stored with nv_swz: float4 j of 128-byte line i at j ^ (i % 8), which spreads both
+//   patterns over all 8 bank groups (bf16: 2 lines per quarter-warp, E4M3: 4) and keeps the writers
+//   (a warp per line) conflict-free. Same values, same sums as a linear layout.
+template <bool kSwz = true>
 __device__ __forceinline__ int x4_swz(int f) { return kSwz ? (f & ~7) | ((f & 7) ^ ((f >> 3) & 7)) : f; }
 struct XHalf {
   float4 v[4];
 };
-template <class W, bool kSwz = kXSwz>
+template <class W, bool kSwz = true>
 __device__ __forceinline__ XHalf load_xhalf(const float* s_x) {
   const int lane = threadIdx.x & 31, h = (threadIdx.x >> 5) & 1;
   const float4* x4 = reinterpret_cast<const float4*>(s_x);
@@ -395,7 +358,7 @@ __device__ __forceinline__ float half_row_lane(const uint4* slot, int row, const
     return dot16_e4m3(slot[row * (kHidden / 16) + 32 * h + lane], x.v, 0.f);
   }
 }
-// E4M3 with half2 inputs (kE4Half2): the same row split; the lane's 16 inputs from store_xe's
+// E4M3 with half2 inputs (Policy::kE4M3Half2Phases): the same row split; the lane's 16 inputs from store_xe's
 // vector of kWords words, starting at element e0 (down: its 1024-wide segment)
 template <int kWords>
 __device__ __forceinline__ XE16 load_xe_half(const float* buf, int e0 = 0) {
@@ -409,7 +372,7 @@ __device__ __forceinline__ float half_row_lane(const uint4* slot, int row, const
   return hdot16_e4m3(slot[row * (kHidden / 16) + 32 * h + lane], x.w, x.f);
 }
 
-// MONOLITH_HEAD_WARP: a whole K = 1024 row per warp. Lane l reads the row's 16-byte words l + 32 i
+// Policy::kHeadWarp: a whole K = 1024 row per warp. Lane l reads the row's 16-byte words l + 32 i
 // (consecutive lanes, consecutive words: conflict-free), i < 2 (E4M3, 1 KB rows) or 4 (bf16, 2 KB),
 // so it needs the 32 inputs of those words in registers (XRow), loaded once for the head.
 struct XRow {
@@ -514,151 +477,41 @@ struct StreamPlan {
   int v0, v1;     // LM-head rows
   int nsplit;     // attention splits at this position (same in every block)
 };
-// The wide kernel's plan (MONOLITH_ATTN_WIDE): its split width at this position, computed once per
-// token. Why (NOTES.md, twenty-fourth session): the wide kernel computing exactly the long kernel's
-// splits (MONOLITH_ATTN_WIDE_FORCE at 1,100) was 9-12 % slower in every format. Nsight Compute put
-// the extra time in many small places of its attention; one is split_width's division by the group's
-// block count, recomputed by all 16 warps for each split and slot count of every layer (~1,300 of
-// the ~3,900 extra warp instructions per block and layer), another the hand-backs' loops over a
-// runtime slot count. MONOLITH_ATTN_WIDE_LEAN=1 (the default where the wide kernel is built) takes
-// the width from the plan and unrolls the hand-backs to kSplitSlotsMax; =0 builds the twenty-third
-// session's form, for the A/B. The same splits and sums either way: the same tokens.
-#ifndef MONOLITH_ATTN_WIDE_LEAN
-#define MONOLITH_ATTN_WIDE_LEAN 1
-#endif
+// The wide kernel's plan: its split width at this position, computed once per token (split_width's
+// division by the group's block count, recomputed by every warp for each split, was a measurable part
+// of the wide kernel's extra instructions), and its hand-backs unrolled to kSplitSlotsMax.
 struct WidePlan : StreamPlan {
   int w;  // cached positions per split (split_width<true>(pos, ng))
 };
 template <bool kWide>
 using PlanT = std::conditional_t<kWide, WidePlan, StreamPlan>;
 
-// MONOLITH_ATTN_BALANCED=1 (fifth session; dev at position 2: sixth session -1.0 % bf16, -1.4 % fp8,
-// twelfth session -11.1 % bf16, -11.9 % fp8; slower, off): the pos + 1 entries of the
-// attention (cached positions and this one) are cut into nsplit nearly equal splits instead of
-// 64, 64, ..., rest, and at short context into at least min(kMinBalancedSplits, blocks of the
-// group, pos + 1) splits (one merge batch of 4). Why: the slowest split sets the group's chain, and
-// a split costs ~1.5 us fixed + ~1.3 us per 64 positions (X-ray at position 128, where the splits
-// hold 64, 64 and 0 + this one: 2.75 against 1.48 us; NOTES.md fifth session). No split is ever
-// empty (nsplit <= pos + 1) and none holds more than kSplitPositions entries (nsplit >= pos / 64 + 1).
-#ifndef MONOLITH_ATTN_BALANCED
-#define MONOLITH_ATTN_BALANCED 0
-#endif
-constexpr bool kAttnBalanced = MONOLITH_ATTN_BALANCED != 0;
-constexpr int kMinBalancedSplits = 4;
-// MONOLITH_ATTN_WIDE=N (0 = off; 2 or 3, the default 3) and MONOLITH_ATTN_WIDE_MIN=M (default 2): wider
-// attention splits at long positions, in a THIRD kernel of the variant (megakernel.cu
-// decode_step_wide) that the host launches only where they apply. Let k = ceil((pos / 64 + 1) / ng),
-// the 64-position slots each of the group's ng blocks holds when every block runs one split. With
-// fixed 64-position splits a block runs k of them (merged locally, MONOLITH_ATTN_LOCAL_MERGE); where
-// M <= k <= N the wide kernel's splits are k x 64 positions wide (k K slots, then k V slots, in the
-// ring), so a block runs one split: one softmax, one output, one set of barriers. At 128 blocks
-// (ng = 16) and N = M = 3: positions 2,048-3,071, where the 64-position splits give one block of each
-// group a third split (33 splits over 16 blocks from 2,048: the harness's 2,048 sweep point).
-// History (NOTES.md, tenth to eleventh sessions): as a knob of the one kernel, N = 3 measured +2.9 %
-// bf16 / +5.1 % fp8 (dev, positions 2,040-2,072; N = 2, one 128-wide split instead of two merged
-// 64-wide ones, -2.3 %). On by default with both paths in one kernel it cost -4 to -8 % at short
-// positions, where the wide paths never run (code layout; +18 % SASS), and built as the only path
-// -5.6 % (its runtime-n acquires and slot loops at every position): so the knob was removed.
-// Re-added in the twenty-second session (measured from the twenty-third on), in the form the twelfth
-// session's long kernel made possible: its own kernel, so that the short and long kernels stay
-// byte-identical and the wide code runs only at positions that gain. Another summation order where
-// it widens (deterministic, not bitwise the long kernel's).
-// The default since the twenty-fifth session: WIDE=3, MIN=2, EVEN=1, FLAT=4, FORMATS=3 (bf16 and E4M3).
-// Measured against the plain build in one call (NOTES.md, twenty-fifth session; dev, 128 blocks):
-// bf16 +0.2 % / fp8 +3.0 % at 1,024 (splits of 2 slots), bf16 +5.8 % / fp8 +8.0 % at 2,048 (3 slots);
-// MIN=3 (no wide kernel at 1,024) gained the same at 2,048 and nothing at 1,024. The short and long
-// kernels' SASS is unchanged by it (sm_90a hashes in NOTES.md).
-#ifndef MONOLITH_ATTN_WIDE
-#define MONOLITH_ATTN_WIDE 3
-#endif
-#ifndef MONOLITH_ATTN_WIDE_MIN
-#define MONOLITH_ATTN_WIDE_MIN 2
-#endif
-// MONOLITH_ATTN_WIDE_EVEN=1 (twenty-third session; needs MONOLITH_ATTN_WIDE): where the rule widens,
-// the splits are ceil((pos + 1) / ng) positions wide instead of k x 64, so every block of the group
-// holds about the same number of positions (at 2,060 and ng = 16: 16 splits of 129 instead of 11 of
-// 192 and 5 idle blocks). The guess behind it: the most positions any block holds sets the group's
-// chain. Measured (NOTES.md, twenty-third session): no better than k x 64 (fp8 +5.4 % at 2,048
-// against +5.6 %), because a wide split costs the same ~5 us at 129 positions as at 192: its time
-// goes with its passes over slots, not its positions. Kept, off, for the A/Bs that shorten the passes.
-// The slots of a split start at t0 (any position: a K or V row is 256 bytes), the last one partial;
-// ceil((pos + 1) / ng) <= k x 64 where k is in range (the tiling test checks it).
-#ifndef MONOLITH_ATTN_WIDE_EVEN
-#define MONOLITH_ATTN_WIDE_EVEN 1
-#endif
-// MONOLITH_ATTN_WIDE_FLAT=4 (the default; 0 = off; needs MONOLITH_ATTN_WIDE): the wide kernel's softmax
-// statistics (up to 193 entries per head, by 2 warps in two passes while 14 wait) by all 16 warps, one
-// entry per lane, behind one more barrier; its sum has its own order, so it changes the bits
-// (deterministic). Measured (NOTES.md, twenty-fourth session, dev at 2,048 with WIDE=3, MIN=2, EVEN=1):
-// the softmax 0.7 -> 0.44 us per split, bf16 +2.8 %, fp8 +1.4 %.
-// Why a mask with one bit: bits 1 and 2 (twenty-third session) issued a batch of rows' shared-memory
-// loads ahead of their arithmetic in the score and V loops, on the guess that the passes' load-to-use
-// latencies add up. They measured +0.5 % bf16 / +1.3 % fp8 (twenty-fourth session), and once their
-// loops were bounded to the split's slots, 4 beat 7 by +1.1..+2.1 % at 1,024 and 2,048 (twenty-fifth
-// session): the passes are not load-latency-bound. Their code was removed then (in git history:
-// commit 279cf30, schedule_stream.cuh, the score and V loops' batched branches).
-#ifndef MONOLITH_ATTN_WIDE_FLAT
-#define MONOLITH_ATTN_WIDE_FLAT 4
-#endif
-// MONOLITH_ATTN_WIDE_FORCE=1 (twenty-third session, a control for A/Bs; needs MONOLITH_ATTN_WIDE): the
-// host launches the wide kernel at every position from kLongKernelFrom on, also where its rule does
-// not widen (there its splits are the long kernel's 64 and, the softmax's two passes summing in the
-// same order, its tokens should be the long kernel's). Why: NVFP4 lost 10.9 % at 1,100 in the wide
-// kernel while its trace showed no longer attention; timing the wide kernel where it computes what the
-// long one does separates its code (size, layout, runtime slot counts) from its wider splits.
-// Measured (NOTES.md, twenty-fourth session, at 1,100): tokens bitwise the long kernel's, and bf16
-// -8.9 %, fp8 -8.9 %, NVFP4 -11.6 %: the wide kernel's code costs every format, not NVFP4 alone.
-#ifndef MONOLITH_ATTN_WIDE_FORCE
-#define MONOLITH_ATTN_WIDE_FORCE 0
-#endif
-// (MONOLITH_ATTN_WIDE_PAD, twenty-fifth session: every wide split took kSplitSlotsMax K and V ring slots,
-// the producer padding with 16-byte copies, so that the acquires and hand-backs had a constant count.
-// Measured in the twenty-sixth (dev, 128 blocks, against two base runs): +0.8 / +0.8 % at 2,048, +0.4 /
-// +1.9 % at 1,024, inside the call's noise; removed. Its code is in commit 0312575.)
-constexpr int kWideSlots = MONOLITH_ATTN_WIDE;
-constexpr int kWideMinSlots = MONOLITH_ATTN_WIDE_MIN;
-constexpr bool kWideEven = MONOLITH_ATTN_WIDE_EVEN != 0;
-constexpr int kWideFlat = MONOLITH_ATTN_WIDE_FLAT;  // 4: the softmax by all warps (bits 1 and 2 removed)
-constexpr bool kWideForce = MONOLITH_ATTN_WIDE_FORCE != 0;
-static_assert(kWideFlat == 0 || kWideFlat == 4, "MONOLITH_ATTN_WIDE_FLAT: 0 or 4 (the softmax by all warps; bits 1 and 2 were removed, twenty-fifth session)");
-constexpr bool kAttnWide = kWideSlots > 1;  // the build has wide kernels (megakernel.cu), for kAttnWideFor's formats
-static_assert(kWideSlots == 0 || kWideSlots == 2 || kWideSlots == 3, "MONOLITH_ATTN_WIDE: 0 (off), 2 or 3 slots per split");
-static_assert(!kAttnWide || (kWideMinSlots >= 2 && kWideMinSlots <= kWideSlots),
-              "MONOLITH_ATTN_WIDE_MIN: the smallest widened split, 2 .. MONOLITH_ATTN_WIDE slots");
-static_assert(!(kAttnWide && kAttnBalanced), "MONOLITH_ATTN_WIDE widens the fixed 64-position splits");
-static_assert(kAttnWide || !kWideEven, "MONOLITH_ATTN_WIDE_EVEN evens out the wide kernel's splits: set MONOLITH_ATTN_WIDE too");
-static_assert(kAttnWide || !kWideFlat, "MONOLITH_ATTN_WIDE_FLAT spreads the wide kernel's softmax: set MONOLITH_ATTN_WIDE too");
-static_assert(kAttnWide || !kWideForce, "MONOLITH_ATTN_WIDE_FORCE launches the wide kernel: set MONOLITH_ATTN_WIDE too");
-// MONOLITH_ATTN_WIDE_FORMATS (twenty-fourth session; a mask, default 3 since the twenty-fifth): the weight formats
-// whose streaming variants get the wide kernel in a MONOLITH_ATTN_WIDE build: 1 bf16, 2 E4M3 (fp8),
-// 4 NVFP4. Why: at 2,048 (NOTES.md, twenty-fourth session, call 6) WIDE=3, MIN=2, EVEN=1, FLAT=7 gained
-// bf16 +8.4 % and fp8 +8.7 % but NVFP4 0.0 %. A variant of another format builds and launches only
-// its short and long kernels (megakernel.cu info_of), so its code is the plain build's. The default
-// (twenty-fifth session) is 3: NVFP4 keeps the plain build's kernels.
-#ifndef MONOLITH_ATTN_WIDE_FORMATS
-#define MONOLITH_ATTN_WIDE_FORMATS 3
-#endif
-static_assert(MONOLITH_ATTN_WIDE_FORMATS >= 1 && MONOLITH_ATTN_WIDE_FORMATS <= 7,
-              "MONOLITH_ATTN_WIDE_FORMATS: a mask of 1 (bf16), 2 (E4M3) and 4 (NVFP4)");
-template <class W>
-constexpr int kWeightFormatBit = W::kBlockScaled ? 4 : W::kRowScale ? 2 : 1;
-template <class W>
-constexpr bool kAttnWideFor = kAttnWide && (MONOLITH_ATTN_WIDE_FORMATS & kWeightFormatBit<W>) != 0;
-constexpr int kSplitSlotsMax = kAttnWide ? kWideSlots : 1;  // K (and V) slots of one split
+// The wide kernel (megakernel.cu decode_step_wide; bf16 and E4M3: Policy::kWideKernel): wider
+// attention splits at long positions, in a third kernel of the variant that the host launches only
+// where they apply, so that the short and long kernels keep their code. Let k = ceil((pos / 64 + 1) /
+// ng), the 64-position slots each of the group's ng blocks holds when every block runs one split.
+// With fixed 64-position splits a block runs k of them (merged locally); where kWideMinSlots <= k <=
+// kWideSlots the wide kernel's splits are ceil((pos + 1) / ng) positions wide (<= k x 64: K slots,
+// then V slots, in the ring), so every block of the group runs one split of about the same length:
+// one softmax, one output, one set of barriers. At 128 blocks (ng = 16): positions 1,024-3,071.
+// Another summation order where it widens (deterministic, not bitwise the long kernel's).
+constexpr int kWideSlots = 3;     // K (and V) slots of the widest split
+constexpr int kWideMinSlots = 2;  // the narrowest widened split
+constexpr int kSplitSlotsMax = kWideSlots;                   // K (and V) slots of one split
 constexpr int kSplitEntriesMax = kSplitPositions;            // sm.sc per head (the short and long kernels)
 // The wide kernel's scores, up to kSplitSlotsMax x 64 per head, live in sm.x instead (the qkv input,
-// free from the qkv -> attention hop until the MLP's RMSNorm writes it): StreamSmem, and with it every
-// address in the short and long kernels, stays the same whether the knob is on or not.
+// free from the qkv -> attention hop until the MLP's RMSNorm writes it), so StreamSmem, and with it
+// every address in the short and long kernels, does not depend on the wide kernel.
 constexpr int kWideEntriesMax = kSplitSlotsMax * kSplitPositions;
 // k of the rule above (host and device use the same expression: megakernel.cu wide_applies)
 __host__ __device__ __forceinline__ int wide_k(int pos, int ng) { return (pos / kSplitPositions + ng) / ng; }
 // cached positions per split at this position for a group of ng blocks: 64, or in the wide kernel
-// (kWide) k x 64 where the rule widens, or with MONOLITH_ATTN_WIDE_EVEN ceil((pos + 1) / ng)
+// (kWide) ceil((pos + 1) / ng) where the rule widens
 template <bool kWide>
 __device__ __forceinline__ int split_width(int pos, int ng) {
   if constexpr (kWide) {
     const int k = wide_k(pos, ng);
-    if (k >= kWideMinSlots && k <= kWideSlots) return kWideEven ? (pos + ng) / ng : k * kSplitPositions;
+    if (k >= kWideMinSlots && k <= kWideSlots) return (pos + ng) / ng;
   }
   return kSplitPositions;
 }
@@ -667,33 +520,6 @@ __device__ __forceinline__ int split_width(int pos, int ng) {
 __device__ __forceinline__ int split_slots(int nh) {
   return min((nh + kSplitPositions - 1) / kSplitPositions, kSplitSlotsMax);
 }
-// MONOLITH_POLL_SYNCWARP (a mask; default 15, all four, since the twenty-first session): a __syncwarp
-// after the polls of a hop, before its input stores: 1 the hop into qkv (tagged_gather of the
-// residual), 2 the hop into the MLP (resid_poll), 4 the activations' hop (tagged_gather). Why: the
-// lanes leave a polling loop one by one, and where the stores are store_xh2 / store_xe (NVFP4 always;
-// fp8 where MONOLITH_E4M3_HALF2 has the phase's bit: the default's gate/up), their redux.sync is the
-// warp's first convergence point after it, so the warp waits there for its slowest lane with the
-// stores of the others stalled behind it. Found in fp8's f16 down inputs (MONOLITH_E4M3_HALF2=8: the
-// act hop's "every thread's words in" +1 us; nineteenth session). Measured (dev, 128 blocks, one call
-// each): bit 4 alone on fp8 mask 8 2,219 -> 2,276 tok/s, on the default 2,296 -> 2,294; twentieth
-// session, base / 2 / 7: fp8-stream 2,293 / 2,307 / 2,318, nvfp4-stream 2,203 / 2,232 / 2,285
-// (its X-ray's MLP hop, every thread's words in: 3.19 -> 1.80 us). 0 turns them off (A/B only).
-// Bit 8 (twentieth session; on since the twenty-first): the same after the other gathers, where
-// less code follows the poll: qkv -> attention (before the q/k norm's warp_sum), the attention
-// partials' merge loop (before its exp/merge arithmetic) and the final norm's residual gather. Dev,
-// one call, 7 -> 15: bf16-stream 2,105 -> 2,138 (+1.6 %; X-ray: the attention -> O hop 1.18 -> 0.85
-// us), fp8 and nvfp4 +0.2 %; the harness run that made it the default is in NOTES.md, twenty-first
-// session. With it the sm_120a build spills nothing (=7 spilled up to 12 bytes there; the make
-// test-cuda budget is now sm_120a=0).
-#ifndef MONOLITH_POLL_SYNCWARP
-#define MONOLITH_POLL_SYNCWARP 15
-#endif
-constexpr int kPollSyncwarp = MONOLITH_POLL_SYNCWARP;
-static_assert(kPollSyncwarp >= 0 && kPollSyncwarp <= 15,
-              "MONOLITH_POLL_SYNCWARP: a mask of 1 (qkv hop), 2 (MLP hop), 4 (activations' hop), 8 (the others)");
-// (MONOLITH_BLOCK_ROLES, roles from a host table so that each KV group sits on one L2 side, was
-// measured and removed in the nineteenth session: NOTES.md. The launch does not place block i on the
-// same SM from one launch to the next, and SM-to-SM round trips are not slower across the two sides.)
 template <bool kWide>
 __device__ __forceinline__ PlanT<kWide> make_plan(int b, int G, int pos) {
   PlanT<kWide> s;
@@ -708,36 +534,21 @@ __device__ __forceinline__ PlanT<kWide> make_plan(int b, int G, int pos) {
   s.h0 = int(part_begin(kHidden, G, b)), s.h1 = int(part_begin(kHidden, G, b + 1));
   s.v0 = int(part_begin(kVocab, G, b)), s.v1 = int(part_begin(kVocab, G, b + 1));
   s.nsplit = pos / split_width<kWide>(pos, s.ng) + 1;
-  if constexpr (kAttnBalanced) s.nsplit = max(s.nsplit, min(min(kMinBalancedSplits, s.ng), pos + 1));
   if constexpr (kWide) s.w = split_width<kWide>(pos, s.ng);
   return s;
 }
 
 // Split sp of the attention at this position: its cached positions [t0, t1) (t1 <= pos; this
-// position itself belongs to the last split). Fixed 64-position splits (the wide kernel: wider
-// where MONOLITH_ATTN_WIDE's rule says), or MONOLITH_ATTN_BALANCED. ng: the group's blocks.
-template <bool kWide>
-__device__ __forceinline__ void split_range(int sp, int nsplit, int pos, int ng, int& t0, int& t1) {
-  if constexpr (kAttnBalanced) {
-    const int e = pos + 1;  // entries: cached positions and this one
-    t0 = int((int64_t(sp) * e) / nsplit);
-    t1 = min(int((int64_t(sp + 1) * e) / nsplit), pos);
-  } else {
-    const int w = split_width<kWide>(pos, ng);
-    t0 = sp * w;
-    t1 = min(t0 + w, pos);
-  }
-}
-
-constexpr bool kWideLean = MONOLITH_ATTN_WIDE_LEAN != 0;
-// split sp from the plan: the wide kernel reads its width there (WidePlan), the others compute it
+// position itself belongs to the last split): the plan's width in the wide kernel, else 64.
 template <bool kWide>
 __device__ __forceinline__ void split_of(const PlanT<kWide>& s, int sp, int pos, int& t0, int& t1) {
-  if constexpr (kWide && kWideLean) {
+  if constexpr (kWide) {
     t0 = sp * s.w;
     t1 = min(t0 + s.w, pos);
   } else {
-    split_range<kWide>(sp, s.nsplit, pos, s.ng, t0, t1);
+    const int w = split_width<kWide>(pos, s.ng);
+    t0 = sp * w;
+    t1 = min(t0 + w, pos);
   }
 }
 
@@ -748,10 +559,9 @@ __device__ __forceinline__ uint16_t* kv_base(uint16_t* kv, int L, int kind, int 
 // Who returns a consumed slot to the producer (the `empty` mbarrier's arrival count). 16: lane 0
 // of every consumer warp after __syncwarp, so each warp's slot reads are ordered before its own
 // arrive (CUTLASS's consumer-release shape); 1: thread 0 alone after the block barrier (the reads
-// reach its arrive only through bar.sync's cumulativity: the suspected source of racecheck's WAR
-// reports on the ring); 512: every consumer thread (the racecheck reference). Measured in NOTES.md
-// (fourth session); -DMONOLITH_RING_RELEASE=N builds the others.
-// (Here, not in config.cuh: a build knob, which the header's Python parser does not evaluate.)
+// reach its arrive only through bar.sync's cumulativity); 512: every consumer thread, racecheck's
+// reference build (scripts/gpu.sh stage racecheck-stream: -DMONOLITH_RING_RELEASE=512).
+// (Here, not in config.cuh: a build switch, which the header's Python parser does not evaluate.)
 #ifndef MONOLITH_RING_RELEASE
 #define MONOLITH_RING_RELEASE 16
 #endif
@@ -759,505 +569,87 @@ constexpr int kEmptyArrivals = MONOLITH_RING_RELEASE;
 static_assert(kEmptyArrivals == 1 || kEmptyArrivals == kStreamConsumerWarps || kEmptyArrivals == kStreamConsumerThreads,
               "a slot is released by thread 0, by lane 0 of every consumer warp, or by every consumer thread");
 
-// Two knobs on what the ring has in flight when a grid hop happens (fifth session). Why: probes/hop_latency.cu measured one
-// grid hop at 0.5 / 0.8 us (first / last block ready after the last store) with an idle memory
-// system and 6.1 / 12.5 us with every SM keeping 12 x 16 KB of bulk copies in flight: the polls'
-// responses queue behind the copies (Little's law: 132 x 192 KB at 4.7 TB/s is 5.4 us). In the
-// kernel the ring is mostly full at a hop, except the refill of the slots the phase just handed
-// back, a grid-wide burst of up to 132 x 96 KB right when every block starts to poll.
-// MONOLITH_HOP_HOLD_CYCLES=C: the consumers mark "in a hop" from a phase's last hand-back to the
-//   next phase's opening barrier; the producer issues no copy while the mark is up, for at most C
-//   cycles per mark (a bound, not a handshake: no wait of the producer can depend on the
-//   consumers' progress, so the hold can never deadlock). 2000 (~1 us at 1.98 GHz): measured
-//   +14.7 % bf16-stream, +13.0 % fp8-stream against 0 in the same call; 8000 starved bf16's ring
-//   (NOTES.md, fifth session). 0 compiles it out. Unset, the hold depends on the weights' format
-//   (kHopHold<W> below): bf16 1500, E4M3 and NVFP4 2000. Why: a bf16 phase hands back twice the
-//   bytes of an fp8 one, so its refill needs more of the time after a hop; the seventh session's
-//   sweep (NOTES.md) gave bf16 1,956-1,959 tok/s at 1250-1500 against 1,923 at 2000, and fp8
-//   1,961 at 1500 against 1,965 at 2000 (flat from 2000 to 8000 in the fifth session).
-// MONOLITH_RING_INFLIGHT=N: at most N copies in flight (the producer waits for copy k - N to land
-//   before it issues copy k); the ring keeps its 12 slots of run-ahead. 0 (off) by default.
-#ifndef MONOLITH_HOP_HOLD_CYCLES
-#define MONOLITH_HOP_HOLD_CYCLES -1
-#endif
-#ifndef MONOLITH_RING_INFLIGHT
-#define MONOLITH_RING_INFLIGHT 0
-#endif
-// MONOLITH_PRODUCER_CALM=1 (sixth session, a diagnostic knob, off): the producer's two spin loops
-//   read their shared words with a volatile load instead of a shared atomic each turn (the wait
-//   for a free slot checks `quit` every 64 turns, with the error word), and the hold loop sleeps
-//   ~64 ns per turn. Why ask: while the ring is full (most of a layer) the producer lane spins on
-//   `empty` with an atomic on `quit` per turn, beside 16 consumer warps whose work phases run
-//   2-3x slower per byte than a dot product over shared memory should (down: 48 KB in 2.1 us).
-#ifndef MONOLITH_PRODUCER_CALM
-#define MONOLITH_PRODUCER_CALM 0
-#endif
-constexpr bool kProducerCalm = MONOLITH_PRODUCER_CALM != 0;
-// MONOLITH_SCR_GUARD=1 (sixth session, off until measured): the phase diff's scratch stores (scr[],
-//   ~64 per block and layer: the qkv rows, the activations, block 0's norms) only in a launch that
-//   stops after a phase (StepParams::stop_layer < kNumLayers), not in every decode step. Why: in the
-//   X-ray a phase's first round ends 0.35-0.45 us after its dot products when it stores to global
-//   memory and 0.11 us when it does not (NOTES.md, sixth session).
-// MONOLITH_DIAG_NORM_ONES=1 (diagnostic only, wrong output): RMSNorm weights read as 1.0 instead of
-//   loaded, to time what the norm vectors' loads cost at the hops.
-#ifndef MONOLITH_SCR_GUARD
-#define MONOLITH_SCR_GUARD 0
-#endif
-#ifndef MONOLITH_DIAG_NORM_ONES
-#define MONOLITH_DIAG_NORM_ONES 0
-#endif
-constexpr bool kScrGuard = MONOLITH_SCR_GUARD != 0;
-// MONOLITH_DIAG_CODE_PAD=N (tenth session; diagnostic): N FFMA instructions that never execute
-//   (a branch on pos < 0), inlined at the end of the attention splits, where the (since removed)
-//   MONOLITH_ATTN_WIDE's paths sat. Why: with those paths in the build but never taken (position
-//   128), the X-ray put qkv work +0.52 us and attention work +1.05 us per layer, and the headline
-//   fell 4-8 % (NOTES.md, tenth session); ncu already counts 5 % of all warp samples as `no_inst`
-//   (instruction fetch). If instruction fetch is the mechanism, the slowdown grows with N
-//   (the wide paths were ~1,700 instructions): the lever is then less code on the hot path.
-//   Confound (ptxas -v, sm_90a): any N > 0 changes the register allocation elsewhere (bf16-stream
-//   93 -> 79 registers, fp8 92 -> 82, NVFP4 spills 36-44 B), so compare pads with each other
-//   (256 as the control, then 1,024 and 4,096), not with the default build.
-//   Measured (eleventh session, dev at position 2): 4,096 against 256 -1.5 % bf16, -2.1 % fp8.
-//   Never-run code costs something, far less than the widened default lost.
-#ifndef MONOLITH_DIAG_CODE_PAD
-#define MONOLITH_DIAG_CODE_PAD 0
-#endif
-constexpr int kDiagCodePad = MONOLITH_DIAG_CODE_PAD;
-static_assert(kDiagCodePad >= 0 && kDiagCodePad % 2 == 0, "MONOLITH_DIAG_CODE_PAD: an even number of instructions");
-// never executed (when < 0 is false: positions are >= 0); a dependent FFMA chain the compiler keeps
-__device__ __forceinline__ void diag_code_pad(int when, float* sink) {
-  if constexpr (kDiagCodePad > 0) {
-    if (when < 0) {
-      float a = __int_as_float(when), b = 1.f;
-#pragma unroll
-      for (int i = 0; i < kDiagCodePad / 2; ++i) {
-        a = fmaf(a, b, 1.f);
-        b = fmaf(b, a, 2.f);
-      }
-      *sink = a + b;
-    }
-  }
-}
-// MONOLITH_SLOT_TEST_LANES=1 (sixth session): a round's opening slot test by lanes 0..n-1 of warp 0
-//   at once (one mbarrier.test_wait instruction, n probes in flight; then a ballot) instead of
-//   thread 0 testing the n slots one after another. Why: the X-ray (MONOLITH_XRAY_SUB=2) timed
-//   thread 0's tests of a phase's first round at 0.53-0.83 us for 3-6 slots, ~0.15 us per test
-//   under the ring's load, each waited on before the next is issued. A lane whose slot has
-//   landed acquires it (test_wait's acquire), and the opening barrier passes that on to every
-//   consumer thread (bar.sync is cumulative), as it does for thread 0 today. A slot not landed:
-//   thread 0 waits for it as before (bounded, the X-ray's `ring` interval).
-// MONOLITH_PRODUCER_BACKOFF_NS=N (sixth session, 0 = off): the producer sleeps N ns between two
-//   tests of a slot it waits to refill; the mbarrier unit also serves the consumers' tests.
-// MONOLITH_SLOT_TEST_BATCH (seventh session; measured and made a per-format default in the eighth):
-//   thread 0 issues the tests of a round's n <= 8 slots back to back, the slot index and parity
-//   stepped instead of divided by kStages per slot, and branches only on the combined result. Why:
-//   the ncu samples of one decode step put ~1.1 us per layer of thread 0's time in the serial test
-//   loop (a 12-modulo, a test, a branch on its long-scoreboard result, per slot), while the other
-//   warps wait at the opening barrier (NOTES.md, seventh session). Dev timings (eighth session,
-//   128 blocks, tokens bitwise equal): bf16 1,965 -> 2,051 tok/s (+4.4 %), E4M3 2,032 -> 2,023,
-//   NVFP4 2,001 -> 1,887 (the X-ray: NVFP4's hops and gathers got slower, NOTES.md). So the default
-//   is on for bf16 only (kSlotTestBatch<W>); 1 / 0 force it for every format.
-#ifndef MONOLITH_SLOT_TEST_LANES
-#define MONOLITH_SLOT_TEST_LANES 0
-#endif
-#ifndef MONOLITH_SLOT_TEST_BATCH
-#define MONOLITH_SLOT_TEST_BATCH -1
-#endif
-static_assert(MONOLITH_SLOT_TEST_BATCH >= -1 && MONOLITH_SLOT_TEST_BATCH <= 1, "-1 (the format's default), 0 or 1");
-template <class W>
-constexpr bool kSlotTestBatch = MONOLITH_SLOT_TEST_BATCH >= 0 ? MONOLITH_SLOT_TEST_BATCH != 0 : !W::kRowScale;
-// MONOLITH_SLOT_PRETEST=1 (eighth session, A/B): thread 0 tests the next phase's first-round slots
-//   (batched as above) before it polls that phase's input words, i.e. in the hop's shadow, and the
-//   phase's opening acquire tests again only the slots that had not landed. Where the input wait
-//   ends in a barrier of its own (O after the merge, down after the activations), the opening
-//   barrier is skipped when every slot had landed: that barrier already orders thread 0's acquire
-//   before every thread's reads (bar.sync is cumulative). Why: with the ring full, a phase's slots
-//   have landed long before its inputs arrive, yet their tests ran after the inputs, on the
-//   critical path (NOTES.md, seventh session: ~1.1 us of thread 0's time per layer). Measured
-//   (eighth session, dev, tokens bitwise equal): bf16 2,052 vs 2,051 batched, E4M3 -1.5 %, NVFP4
-//   -8.5 %: off, kept as an A/B handle.
-#ifndef MONOLITH_SLOT_PRETEST
-#define MONOLITH_SLOT_PRETEST 0
-#endif
-constexpr bool kSlotPretest = MONOLITH_SLOT_PRETEST != 0;
-// MONOLITH_SLOT_PRETEST_O (twenty-eighth session; the default -1 is at the end of this note): the pretest
-//   above for O's first round alone, with O's opening barrier skipped when every slot had landed.
-//   Why: the chain model (bench/chainmodel.py) puts O's work on the critical path at 1.49 us against
-//   a 0.29 us floor (bf16, 128), and a SUB=2 X-ray cuts 0.62 us of it (fp8: 0.56, with the landed
-//   count) between the merge's last barrier and the end of O's opening acquire: thread 0's slot tests
-//   and the barrier after them, every layer. O is the phase whose input wait is long (the attention
-//   chain, ~3 us for the blocks without a split), so thread 0's tests before it cost nothing there;
-//   the pretest of every phase (above) lost because the other hops are short and the tests delayed
-//   thread 0's own polls. The skip's ordering argument is the pretest's (the merge ends in barriers).
-//   Measured (twenty-eighth session, dev at 128 blocks, tokens bitwise equal; NOTES.md): bf16 +1.7 %
-//   and +1.85 % at prompt 2 (two calls), 0.0 % at 2,048 (the long kernel); fp8 +0.3 / -0.3 %, NVFP4
-//   +0.2 / +1.0 % (prompt 2 / 2,048).
-//   -1 (the default since the twenty-eighth session): on in bf16's short kernel (positions below
-//   kLongKernelFrom, the headline's 1-256) alone, the only kernel where it gains; 0: off; 1: on in
-//   every kernel. Every other kernel's SASS is the same as with 0.
-#ifndef MONOLITH_SLOT_PRETEST_O
-#define MONOLITH_SLOT_PRETEST_O -1
-#endif
-static_assert(MONOLITH_SLOT_PRETEST_O >= -1 && MONOLITH_SLOT_PRETEST_O <= 1, "-1 (bf16's short kernel), 0 or 1");
-template <class W, bool kLong, bool kWide>
-constexpr bool kSlotPretestO =
-    MONOLITH_SLOT_PRETEST_O > 0 || (MONOLITH_SLOT_PRETEST_O < 0 && !W::kRowScale && !kLong && !kWide);
-// MONOLITH_DOWN_X_REUSE (bf16's down rounds dealt by third, one x load per third) and
-// MONOLITH_SLOT_PRETEST_DOWN (O's pretest for down's opening): prepared in the twenty-eighth
-// session, measured in the twenty-ninth and removed (dev at 128 blocks, tokens bitwise equal: bf16
-// -5.2 % / -2.5 % at prompt 2; NOTES.md).
-// some pretest is built into this kernel: sm.pre_* is kept (initialized, written, read)
-template <class W, bool kLong, bool kWide>
-constexpr bool kSlotPretestAny = kSlotPretest || kSlotPretestO<W, kLong, kWide>;
-// this compilation pass is sm_120a's (the register-tight choices above and below differ per arch)
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
-constexpr bool kArchSm120 = true;
-#else
-constexpr bool kArchSm120 = false;
-#endif
-// MONOLITH_SLOT_LANDED=1 (ninth session; measured in the tenth: OFF, see the end of this note):
-// the producer keeps a shared count of the copies that have landed, in ring order, and thread 0's
-// acquire skips the mbarrier tests of every slot below it (one shared load instead of up to 8
-// tests). The producer learns landings where it waits anyway: in its loop for an empty slot, in
-// the hop hold, and in its final drain; a slot it is about to refill had landed
-// (its consumers handed it back), so the count never waits behind a lap it missed. Thread 0 falls
-// back to its own tests for slots above the count: the count only ever saves work. Why: the
-// slot tests are thread 0's serial path before every phase's opening barrier (seventh and eighth
-// sessions: ~1.1-1.3 us of thread 0's time per layer, 65 % of its samples `no_inst`, i.e. the
-// 8x-unrolled test code fetched cold in each inlined copy); the pretest (above) moved the tests
-// but still ran them. Ordering: the producer's test_wait (acquire) observed the copy, a CTA fence,
-// a shared atomic; thread 0's shared atomic read, a CTA fence, then the opening barrier (the same
-// chain as today's thread-0 test plus one release/acquire link). Prediction: +0-3 % bf16 (its
-// tests are batched already), +1-4 % E4M3 / NVFP4 (serial tests); tokens bitwise equal.
-// Measured (tenth session, dev at position 2, 128 blocks, same call): bf16 2,046 -> 1,982 (-3.1 %),
-// fp8 2,024 -> 2,050 (+1.3 %), NVFP4 2,025 -> 1,727 (-14.7 %; the knob build spills at the
-// 96-register cap); tokens bitwise equal. Not worth a per-format default at +1.3 %.
-// Measured again (twenty-first session, dev, one call, on the POLL_SYNCWARP=15 default): fp8 2,335 ->
-// 2,378 (+1.8 %), NVFP4 2,282 -> 2,072 (-9.2 %), bf16 2,147 -> 2,099 (-2.2 %). Twice positive for
-// fp8 alone, but that build spilled on sm_90a around the call to the out-of-line producer_land
-// (short / long kernel: fp8 8 / 20 B, NVFP4 88 / 104 B, bf16 0 / 12 B); inlined (now), nothing spills.
-// -1 (default since the twenty-second session): on for E4M3 alone (row-scaled, not block-scaled;
-// off with MONOLITH_SLOT_PRETEST=1). Dev fp8 2,332 -> 2,381 (+2.1 %, twenty-first session) and
-// 2,335 -> 2,387 (+2.2 %, twenty-second); harness 2,341.0 -> 2,368.4 tok/s (+1.2 %), gate and
-// determinism pass, GPU tests and memcheck / synccheck / racecheck clean (NOTES.md, s22).
-// 0 / 1: off / on for every format; with 1, bf16 keeps its batched tests for the slots above the
-// count. Measured in the twenty-second session's dev A/B with 0 spills: NVFP4 2,276 -> 2,231
-// (-2.0 %), bf16 2,145 -> 2,100 (-2.1 %), so only E4M3 uses it. Why those lose is not measured;
-// a guess: their consumer rounds are longer, so the tests were already hidden, and the producer's
-// extra landing work delays its refills.
-#ifndef MONOLITH_SLOT_LANDED
-#define MONOLITH_SLOT_LANDED -1
-#endif
-static_assert(MONOLITH_SLOT_LANDED >= -1 && MONOLITH_SLOT_LANDED <= 1, "-1 (the format's default), 0 or 1");
-template <class W>
-constexpr bool kSlotLanded =
-    MONOLITH_SLOT_LANDED >= 0 ? MONOLITH_SLOT_LANDED != 0 : (!kSlotPretest && W::kRowScale && !W::kBlockScaled);
-static_assert(!(MONOLITH_SLOT_LANDED == 1 && kSlotPretest), "MONOLITH_SLOT_LANDED replaces the pretest's purpose");
-// MONOLITH_LANDED_SUSPEND_NS=N (twenty-second session; measured in the twenty-third: rejected, off): where the landed
-// count is on, the producer's wait for an empty slot tests it with try_wait and a suspend hint of N
-// ns (mbar_try_wait_for) instead of test_wait, publishing landings between two tests as now. Why:
-// the landed count lost 2.0 % (NVFP4) and 2.1 % (bf16) without spills (twenty-second session, dev)
-// while fp8 gained 2.2 %. Without the count the producer waits in try_wait, which suspends it; with
-// it, it spins (test_wait, a shared atomic, more test_waits) on a scheduler it shares with four
-// consumer warps, and bf16's and NVFP4's rounds are the ones with the most instructions to issue
-// (longer rounds, NVFP4's decode). A guess, not measured. If it holds, =1 with a hint gains back the
-// 2 % on bf16 / NVFP4 (and fp8 keeps its gain); a hint delays a landing's publication by up to N ns,
-// which thread 0 then covers with its own tests (correct either way: the count only saves work).
-// Measured (NOTES.md, twenty-third session; dev at position 2, N = 200): fp8 +0.2 %; with
-// MONOLITH_SLOT_LANDED=1 bf16 -2.3 % and NVFP4 -2.2 %, the landed count's own loss. So the guess was
-// wrong (a spinning producer does not cost those formats the 2 %); kept off, as the record.
-#ifndef MONOLITH_LANDED_SUSPEND_NS
-#define MONOLITH_LANDED_SUSPEND_NS 0
-#endif
-constexpr uint32_t kLandedSuspendNs = MONOLITH_LANDED_SUSPEND_NS;
-static_assert(kLandedSuspendNs <= 10000, "a suspend hint of at most 10 us");
-// MONOLITH_SEED_RANGE (twenty-second session; default on): which of its residual elements a block
-// seeds into the O stage without an integer division. Block b seeds the contiguous elements i with
-// (i G) >> log2(kHidden) == b, ~kHidden / G of them; =0 restores i % G == b (G the runtime block
-// count: ~20 dependent SASS instructions, an I2F / MUFU.RCP / F2I chain, for both of a thread's
-// elements, on every thread's path between its residual words and the qkv opening's barrier).
-// Every element still gets exactly one seed (i G / kHidden runs over 0 .. G-1, each value hit at
-// least once as G <= kHidden), and the residual words are integer sums, so the words, and the
-// tokens, are bitwise the same. A side effect: at 128 blocks a block's 8 seeds are 8 adjacent lanes
-// of one warp (one 64-byte RED) instead of one lane in each of 4 warps x 2.
-// How it was found: MONOLITH_SEED_BITS=1 (twenty-first session; removed in the twenty-second)
-// worked `i % G` out once per launch into a per-thread bit pair held across the layer loop (it
-// spilled 4 B on sm_120a then). Its SUB=2 X-ray at position 128 (twenty-second session, one call):
-// the qkv opening's x_prenorm 0.36 -> 0.24 us (fp8), 0.37 -> 0.24 (bf16), the MLP and down openings
-// unchanged: the division was the cost. The range rule gets the same saving with nothing held.
-// Measured (twenty-second session, harness, one run of all four engines against the same session's
-// row before it): fp8 2,368.4 -> 2,400.4 tok/s (+1.4 %), NVFP4 2,269.3 -> 2,299.8 (+1.3 %), bf16
-// 2,134.9 -> 2,134.5 (bf16-upstream's unchanged code +0.05 %); same gate divergences; the SUB=2
-// X-ray's qkv x_prenorm 0.25 / 0.26 us (fp8 / bf16).
-#ifndef MONOLITH_SEED_RANGE
-#define MONOLITH_SEED_RANGE 1
-#endif
-constexpr bool kSeedRange = MONOLITH_SEED_RANGE != 0;
-// (MONOLITH_SEED_LATE_W0, the seeds of warp 0's elements moved after the qkv rounds so that thread 0's
-// warp issues no atomic before its slot tests: measured and removed in the twenty-ninth session; the
-// X-ray build gained 1.4 %, the plain build nothing, NOTES.md.)
+// The hop hold (Policy::kHopHoldCycles). probes/hop_latency.cu measured one grid hop at 0.5 / 0.8 us
+// (first / last block ready after the last store) with an idle memory system and 6.1 / 12.5 us with
+// every SM keeping 12 x 16 KB of bulk copies in flight: the polls' responses queue behind the copies.
+// In the kernel the ring is mostly full at a hop, except the refill of the slots the phase just
+// handed back, a grid-wide burst right when every block starts to poll. So the consumers mark "in a
+// hop" from a phase's last hand-back to the next phase's opening barrier, and the producer issues no
+// copy while the mark is up, for at most kHopHoldCycles per mark (a bound, not a handshake: no wait
+// of the producer can depend on the consumers' progress, so the hold can never deadlock). A bf16
+// phase hands back twice the bytes of an E4M3 one, so its refill needs more of the time after a hop:
+// a shorter hold.
+//
+// Thread 0's slot tests (Policy::kSlotTestBatch): the tests of a round's n <= 8 slots issued back to
+// back, the slot index and parity stepped instead of divided by kStages per slot, with one branch on
+// the combined result; the other formats test one slot after another.
+//
+// O's pretest (Policy::kPretestO): thread 0 tests O's first-round slots before it polls the
+// attention partials (the merge's input wait, long for the blocks without a split), and O's opening
+// barrier is skipped when every slot had landed: the merge's own barriers already order thread 0's
+// acquire before every thread's reads (bar.sync is cumulative).
+// The landed count (Policy::kSlotLanded): the producer keeps a shared count of the copies that have
+// landed, in ring order, and thread 0's acquire skips the mbarrier tests of every slot below it (one
+// shared load instead of up to 8 tests). The producer learns landings where it waits anyway: in its
+// loop for an empty slot, in the hop hold, and in its final drain; a slot it is about to refill had
+// landed (its consumers handed it back), so the count never waits behind a lap it missed. Thread 0
+// falls back to its own tests for slots above the count: the count only ever saves work. Ordering:
+// the producer's test_wait (acquire) observed the copy, a CTA fence, a shared atomic; thread 0's
+// shared atomic read, a CTA fence, then the opening barrier.
+//
+// Which of its residual elements a block seeds into the O stage: block b seeds the contiguous
+// elements i with (i G) >> log2(kHidden) == b, ~kHidden / G of them, without an integer division
+// (i % G == b cost ~20 dependent instructions on every thread's path into the qkv opening). Every
+// element gets exactly one seed (i G / kHidden runs over 0 .. G-1, each value hit at least once as
+// G <= kHidden), and the residual words are integer sums, so the tokens do not depend on the rule.
 constexpr int kHiddenShift = [] { int k = 0; while ((1 << k) < kHidden) ++k; return k; }();  // log2(kHidden)
-static_assert((1 << kHiddenShift) == kHidden, "MONOLITH_SEED_RANGE: the range split is a shift by log2(kHidden)");
-#ifndef MONOLITH_PRODUCER_BACKOFF_NS
-#define MONOLITH_PRODUCER_BACKOFF_NS 0
-#endif
-constexpr bool kSlotTestLanes = MONOLITH_SLOT_TEST_LANES != 0;
-constexpr int kProducerBackoffNs = MONOLITH_PRODUCER_BACKOFF_NS;
-static_assert(kProducerBackoffNs >= 0 && kProducerBackoffNs <= 10000, "a backoff of at most 10 us");
-// the hop hold of a weights format W in cycles (MONOLITH_HOP_HOLD_CYCLES above; 0: none)
-template <class W>
-constexpr long long kHopHold = MONOLITH_HOP_HOLD_CYCLES >= 0 ? (long long)(MONOLITH_HOP_HOLD_CYCLES)
-                               : (W::kRowScale ? 2000ll : 1500ll);
-static_assert(MONOLITH_HOP_HOLD_CYCLES >= -1 && MONOLITH_HOP_HOLD_CYCLES <= 100000,
-              "a hold is bounded: at most ~50 us (-1: the format's default)");
-// MONOLITH_RESID_HOLD_CYCLES=C (fourteenth session; measured in the fifteenth at C = 3000: bf16 -1.1 %, fp8 -0.2 %,
-// nvfp4 -0.2 % (dev, tokens bitwise equal; NOTES.md), so -1 = off stays the default):
-//   the hop into the next layer's qkv (down's residual words) holds the producer for up to C cycles
-//   instead of kHopHold<W>; the other hops keep kHopHold<W>. Why: in bf16's slow layers (qkv
-//   segment 5.4-5.9 us against 3.1-3.2) every block sees the residual words 0.6-1.2 us later than in
-//   median layers, past the 1,500-cycle (0.76 us) hold, while fp8 (2,000 cycles, half the bytes)
-//   has no such layers (NOTES.md, fourteenth session). The mark carries the longer hold in bit 30
-//   of the hold word (hop marks are small odd counts: at most 2 per hop, ~300 per launch).
-#ifndef MONOLITH_RESID_HOLD_CYCLES
-#define MONOLITH_RESID_HOLD_CYCLES -1
-#endif
-static_assert(MONOLITH_RESID_HOLD_CYCLES >= -1 && MONOLITH_RESID_HOLD_CYCLES <= 100000,
-              "the residual hop's hold is bounded: at most ~50 us (-1: off)");
-template <class W>
-constexpr bool kResidHold = MONOLITH_RESID_HOLD_CYCLES >= 0 && kHopHold<W> > 0;
-constexpr int kResidHoldFlag = 1 << 30;
-// MONOLITH_NV_PREFETCH_SPREAD (fourteenth session, measured and made the default in the fifteenth;
-// 0 = the old way, for A/Bs): NVFP4's producer asks L2 for each of the next layer's four
-//   block-scale spans after the copies of the same phase, instead of all four when it enters a
-//   layer. Why: the four spans are ~8.6 KB per block and distinct per block, ~1.1 MB from DRAM
-//   grid-wide, asked for at once by every producer at a layer boundary, outside the hop hold (which
-//   only holds bulk copies); fp8's row scales are one shared 48 KB. Measured (NOTES.md, fifteenth
-//   session; dev, position 2, tokens bitwise equal): nvfp4-stream 2,107 -> 2,129 tok/s (+1.0 %).
-#ifndef MONOLITH_NV_PREFETCH_SPREAD
-#define MONOLITH_NV_PREFETCH_SPREAD 1
-#endif
-constexpr bool kNvPrefetchSpread = MONOLITH_NV_PREFETCH_SPREAD != 0;
-// MONOLITH_HEAD_WARP (fifteenth session): the LM head with no block barrier per round. (As built
-// then, and described here: one warp per slot. Since the sixteenth session the slots go to groups of
-// warps, MONOLITH_HEAD_GROUPS below; each warp of a group does all of this for its rows.) Warp w < 12
-// (kStages) takes the block's head slots j = w, w + 12, ..., so always the same ring slot: it waits
-// on that slot's mbarrier itself (lane 0, then __syncwarp), reduces its rows' lane sums in-warp (a
-// reduce-scatter: 16 shuffles for 16 rows), writes the logits, keeps its own argmax and releases
-// the slot for every arrival its `empty` barrier expects. One owner per slot is what keeps the
-// mbarrier parity waits sound: a parity tells the current phase only from the one before it, and a
-// warp taking slots of other warps (16 warps round-robin over 12 slots) could arrive a lap early,
-// read a stale "completed" and race (its first build did, then timed out in a two-phase wait).
-// Why: the X-ray has fp8 / NVFP4's E4M3 head at 48.7 / 53.6 us for 156 MB (3.2 / 2.9 TB/s) with no
-// ring stall longer than 200 cycles: consumer-bound at ~3.9 us per 96 KB round where the round's
-// dot products need ~1 us; the rest is the round's fixed chain (thread 0's slot tests, two block
-// barriers, the combine by 96 threads) that every warp waits through. Rows are independent in the
-// head, so nothing needs that chain. Each row's sum is one warp's, in a fixed order: deterministic,
-// but not bitwise the rounds' sums (the logits move in the last bits).
-// -1 (default): E4M3 heads (fp8-stream, nvfp4-stream); bf16's head is DRAM-bound (4.2 TB/s) and
-// keeps its rounds. 1: every head; 0: none.
-#ifndef MONOLITH_HEAD_WARP
-#define MONOLITH_HEAD_WARP -1
-#endif
-template <class HW>
-constexpr bool kHeadWarp = MONOLITH_HEAD_WARP < 0 ? HW::kRowScale : MONOLITH_HEAD_WARP != 0;
-// MONOLITH_HEAD_GROUPS=NG (prepared in the fifteenth session, measured and made the default in the
-// sixteenth): the warp head's slots go to NG groups of G = 16 / NG warps, each warp taking R / G of
-// a slot's rows (NG = 4: 4 rows of 16), instead of 12 warps taking whole slots (NG = kStages = 12,
-// the fifteenth session's build). Why: the X-ray of the 12-warp head has ring waits
-// (15 us per block) and 3.7 TB/s: a warp holds its slot for its whole 16 rows (~2 us), so up to 12
-// slots are held and few bytes are in flight. With NG = 4 all 16 warps work, a slot is held a
-// quarter as long and at most 4 are held. Parity waits stay sound: NG divides kStages, so a slot's
-// previous copy was the same group's, consumed by every warp of it in order.
-#ifndef MONOLITH_HEAD_GROUPS
-#define MONOLITH_HEAD_GROUPS 4
-#endif
-// Measured (NOTES.md, sixteenth session; dev at 128 blocks, position 2, tokens bitwise equal to
-// NG = 12, as the reduce-scatter model in tests/test_head_ring_model.py says): fp8-stream 2,254 ->
-// 2,283 (NG = 4) / 2,275 (NG = 6); nvfp4-stream 2,202 -> 2,209 / 2,198.
-constexpr int kHeadGroups = MONOLITH_HEAD_GROUPS;
+static_assert((1 << kHiddenShift) == kHidden, "the seed range is a shift by log2(kHidden)");
+// NVFP4's producer asks L2 for each of the next layer's four block-scale spans after the copies of
+// the same phase, not all four at a layer boundary (~1.1 MB from DRAM grid-wide at once, outside the
+// hop hold, which only holds bulk copies).
+//
+// The warp LM head (Policy::kHeadWarp: the E4M3 heads; bf16's head is DRAM-bound and keeps its
+// rounds): no block barrier per round. The head's slots go to kHeadGroups groups of G = 16 /
+// kHeadGroups warps; group g takes the slots j = g, g + kHeadGroups, ..., each warp of it R / G of a
+// slot's rows, waits on that slot's mbarrier itself (lane 0, then __syncwarp), reduces its rows' lane
+// sums in-warp (a reduce-scatter), writes the logits, keeps its own argmax and releases its share of
+// the slot's arrivals. kHeadGroups divides kStages, so a slot's previous copy was the same group's,
+// consumed by every warp of it in order: that is what keeps the mbarrier parity waits sound (a parity
+// tells the current phase only from the one before it; a warp taking other warps' slots could arrive
+// a lap early). Rows are independent in the head, so the rounds' fixed chain (slot tests, two block
+// barriers, the combine) bought nothing there. Each row's sum is one warp's, in a fixed order.
+constexpr int kHeadGroups = 4;
 // In racecheck's reference build (MONOLITH_RING_RELEASE=512: every consumer thread releases a slot
-// itself) every lane of the warp head also waits on the slot's `full` barrier itself. Why: with lane
-// 0 waiting and __syncwarp passing the order on, racecheck reported every head read against the
-// slot's copy (sixteenth session, NOTES.md), as it reports the layers' reads when lane 0 releases
-// after __syncwarp (the default build's known reports): it credits bar.sync and each thread's own
-// mbarrier operations, not bar.warp.sync. The default build keeps lane 0's wait (the PTX memory model
-// orders the other lanes' reads after it through bar.warp.sync, as bar.sync does in the layers).
+// itself) every lane of the warp head also waits on the slot's `full` barrier itself: racecheck
+// credits bar.sync and each thread's own mbarrier operations, not bar.warp.sync. The default build
+// keeps lane 0's wait (the PTX memory model orders the other lanes' reads after it through
+// bar.warp.sync, as bar.sync does in the layers).
 constexpr bool kHeadLaneWait = kEmptyArrivals == kStreamConsumerThreads;
-// MONOLITH_NEXT_TOKEN_L2=N (prepared in the fifteenth session; 3, the default, since the sixteenth;
-// 0 = off): when a
-// block's producer has seen its last copy land (the LM head's tail), it asks L2 for its own spans of
-// layer 0's first N weight phases (1 qkv, 2 + O, 3 + gate/up): the next launch's first copies. Why:
-// layer 0 takes ~20.8 us against ~14.5 for the others (bf16 X-ray, position 128), its qkv phase
-// 0-5.8 us against ~2: every block starts with an empty ring and 128 x 192 KB of copies from DRAM
-// at once. Between launches (the head's last rounds, the argmax, the host's next launch) DRAM is
-// idle, and L2 keeps what was asked for (weights otherwise stream evict_first). A block's plan is
-// the same at the next position (only its attention splits change), so the spans are the same.
-#ifndef MONOLITH_NEXT_TOKEN_L2
-#define MONOLITH_NEXT_TOKEN_L2 3
-#endif
-// Measured (NOTES.md, sixteenth session; dev at 128 blocks, tokens bitwise equal): N = 3 bf16-stream
-// 2,097 -> 2,107, fp8-stream 2,254 -> 2,261, nvfp4-stream 2,202 -> 2,202; N = 1 within noise. Small,
-// the same sign in two calls for bf16 and fp8, none for NVFP4: one default for all three. X-ray at
-// position 128: layer 0's qkv phase ends at 4.7 instead of 5.8 us (bf16), 5.4 instead of 8.2 (fp8);
-// NVFP4's does not move.
-constexpr int kNextTokenL2 = MONOLITH_NEXT_TOKEN_L2;
-static_assert(kNextTokenL2 >= 0 && kNextTokenL2 <= 3, "0 (off) or layer 0's first 1-3 weight phases");
-// MONOLITH_L2_AHEAD=N (twenty-seventh session; measured and removed, the code is in commit e815fef): the
-// producer asked L2 (one cp.async.bulk.prefetch.L2 per span) for its block's span of the weight phase
-// N phases after the one it began to issue. Why it was tried: over a layer at position 128 the grid
-// reads 2.29 TB/s where the LM head reads 4.2, as if DRAM idled while the producer is held at hops or
-// blocked on a full ring. Measured (NOTES.md, twenty-seventh session; dev at 128 blocks, prompt 2,
-// tokens bitwise equal): N = 1 bf16 -15.4 %, fp8 -3.9 %; N = 2 bf16 -5.4 %, fp8 -4.6 %. The X-ray at 128:
-// no phase's work got shorter (the ring already holds each phase's slots when it opens: the work
-// is the consumers' own), and the residual hop into qkv grew by 0.6-2.5 us (prefetches in flight
-// slow the polls as the ring's copies do).
-// (MONOLITH_TOKEN_REREAD, layer 0 reading the launch's token again from p.token_in so that no register
-// holds it across the 28-layer loop, was measured in the twenty-eighth session and removed: dev at 128
-// blocks, tokens bitwise equal, against the two bases' mean: prompt 2 bf16 -0.4 %, fp8 -0.4 %, NVFP4
-// +0.1 %; prompt 2,048 bf16 -0.2 %, fp8 +0.3 %, NVFP4 -1.7 %. One register less where a kernel has
-// slack buys nothing; NOTES.md. Its code is in commit 98889fb.)
-constexpr int kRingInflight = MONOLITH_RING_INFLIGHT;
-static_assert(kRingInflight >= 0 && kRingInflight < kStages, "0 (off) or fewer copies in flight than slots");
-// MONOLITH_ATTN_FLASH=1 (fifth session, compiled but not yet run: the next GPU session's A/B,
-// after probes/attn_split.cu): an attention split as flash-decoding inside the block. Warp w
-// scores its own positions w, w + 16, w + 32, w + 48 (half-warps, as now), keeps their max, exps
-// and sum in registers (every lane holds them after a broadcast) and accumulates their V; one
-// barrier, then 256 threads merge the 16 warps' (m, l, o) in fixed order with the online-softmax
-// rescale. The split's K and V slots are acquired and handed back together. 3 barriers per split
-// instead of 7 (the shipped shape: scores to shared memory, statistics by two warps, V, a sum over
-// warps). Why: a split is 2.7 us of work on the layer's critical chain (X-ray, NOTES.md fifth
-// session). Same (m, l, o) partials, summed in another order: deterministic, not bitwise the
-// shipped kernel's.
-#ifndef MONOLITH_ATTN_FLASH
-#define MONOLITH_ATTN_FLASH 0
-#endif
-constexpr bool kAttnFlash = MONOLITH_ATTN_FLASH != 0;
-// MONOLITH_ATTN_TIGHT=1 (seventh session; measured neutral, off, NOTES.md): the shipped split shape with 3
-// barriers after its opening instead of 6. The split's K and V slots are acquired together (at
-// the opening barrier, or at the loop's top for a block's later split) and handed back together
-// at its end; so the barrier that handed K back and the one that opened V go, and so does the
-// barrier after a block's last split (nothing reuses sc / vpart before the merge's barrier). Same
-// arithmetic in the same order: bitwise the shipped kernel's output. Why it was tried: the ncu
-// samples of one decode step put 20 % of every warp's time at the merge's wait for the group's
-// splits, a chain of ~7 barriers per split. Dev tok/s did not move, nor did the X-ray's split
-// time: the split's cost was shared-memory wavefronts (MONOLITH_ATTN_QSMEM below), not barriers.
-// MONOLITH_ATTN_QSMEM=1 (seventh session, diagnostic, off): a split's scores read the lane's q from
-// shared memory at every cached position and the V partials are stored as scalars, as through
-// the sixth session; the default reads q once into registers and stores float4s (bitwise the
-// same output). Kept as the A/B handle of that change (NOTES.md, seventh session).
-#ifndef MONOLITH_ATTN_QSMEM
-#define MONOLITH_ATTN_QSMEM 0
-#endif
-constexpr bool kAttnQSmem = MONOLITH_ATTN_QSMEM != 0;
-// MONOLITH_Q_SWIZZLE=1 (eleventh session; twelfth session dev at position 2: bf16 -0.4 %, fp8 +0.5 %,
-// within what a rebuild moves; off): sm.q stored with nv_swz, as the
-// GEMV inputs (MONOLITH_X_SWIZZLE). A split's q loads (half-warp lane l reads float4s 2 l, 2 l + 1
-// of each head: 16 distinct float4s 32 B apart) use 4 of the 8 bank groups, 4 wavefronts per
-// LDS.128 where 2 would do; ncu (call 3) counts them 2x. Same values: bitwise the default's.
-// Prediction: 4 LDS.128 x 2 wavefronts x 16 warps = ~128 cycles less per split, ~0.06 us per
-// layer on the attention's chain at position 128: +0.3-0.5 %.
-#ifndef MONOLITH_Q_SWIZZLE
-#define MONOLITH_Q_SWIZZLE 0
-#endif
-constexpr bool kQSwz = MONOLITH_Q_SWIZZLE != 0;
-__device__ __forceinline__ int q_at(int e) { return kQSwz ? nv_swz(e) : e; }  // where sm.q holds element e
-#ifndef MONOLITH_ATTN_TIGHT
-#define MONOLITH_ATTN_TIGHT 0
-#endif
-constexpr bool kAttnTight = MONOLITH_ATTN_TIGHT != 0;
-static_assert(!(kAttnTight && kAttnFlash), "MONOLITH_ATTN_TIGHT reshapes the shipped split, MONOLITH_ATTN_FLASH replaces it");
-// MONOLITH_ATTN_LOCAL_MERGE (default on since the ninth session; =0 rebuilds the per-split partials
-// for A/B): a block that owns several splits of its group (positions >= 64 x the group's blocks,
-// i.e. >= 1,024 at 128 blocks) merges them itself, online, in split order, and publishes one
-// (m, l, o) partial per block; the group's merge then reads min(blocks, splits) partials in block
-// order instead of every split's. Why: the merge gathers 4 splits per L2 round trip, so 33 splits
-// (position 2,048) cost 9 dependent rounds in every block of the group. Below position 1,024 (one
-// split per block at most) the partials are the same, bitwise. Measured (NOTES.md, ninth session,
-// dev at position 2,040, 128 blocks): bf16 1,370 -> 1,540 tok/s, fp8 1,360 -> 1,503 (predicted
-// ~1,330 -> ~1,440). Another summation order at long positions: deterministic, not bitwise =0's.
-#ifndef MONOLITH_ATTN_LOCAL_MERGE
-#define MONOLITH_ATTN_LOCAL_MERGE 1
-#endif
-constexpr bool kAttnLocalMerge = MONOLITH_ATTN_LOCAL_MERGE != 0;
-// MONOLITH_MERGE_HALVES (tenth session; measured in the twelfth): the group's merge of attention
-// partials (before O) on all 512 consumer threads instead of 256. Threads 256.. (the same (head,
-// dim) pairs) merge the partials from mh = 4 ceil(np / 8) on, the others the ones below, and the
-// lower half folds the upper's (m, num, den) in after the merge's barrier (through sm.vpart, free
-// by then). Why: each thread gathers 4 partials per L2 round trip, one round trip after another, so
-// the 16 partials of a group at positions >= 1,024 (128 blocks) cost 4 dependent rounds; halves
-// make that ceil(np / 8): 2. With <= 4 partials (positions < 256 at 128 blocks) nothing changes,
-// bitwise; above, another (fixed) summation order.
-// Measured (NOTES.md, twelfth session; dev, 128 blocks): at position 2,048 bf16 1,598 -> 1,655
-// tok/s (+3.6 %; predicted +4.5 %), fp8 1,591 -> 1,684 (+5.8 %); at position 2 bf16 2,099 ->
-// 2,098, nvfp4 2,018 -> 2,017, fp8 2,240 -> 2,215 (-1.1 %: the same instructions run there, so a
-// code-layout / register effect; the bf16 harness: -1.3 % at positions 1-256, +1-4 % at 512-2,048).
-// Default -1: on in the long-position kernel only (kLong: megakernel.cu decode_step_long, which the
-// host launches from kLongKernelFrom on, where the halves can first hold partials); 0 / 1 force it
-// off / on in every kernel.
-#ifndef MONOLITH_MERGE_HALVES
-#define MONOLITH_MERGE_HALVES -1
-#endif
-static_assert(2 * kGroupCols <= kStreamConsumerThreads, "MONOLITH_MERGE_HALVES: two threads per (head, dim)");
+// When a block's producer has seen its last copy land (the LM head's tail), it asks L2 for its own
+// spans of layer 0's first three weight phases (qkv, O, gate/up): the next launch's first copies. Layer 0 starts with every block's ring empty and 128 x 192 KB of copies from DRAM at once;
+// between launches DRAM is idle, and L2 keeps what was asked for (weights otherwise stream
+// evict_first). A block's plan is the same at the next position (only its attention splits change),
+// so the spans are the same.
+// The group's merge of attention partials (before O). A block that owns several splits of its group
+// merges them itself, online, in split order, and publishes one (m, l, o) partial per block, so the
+// group's merge reads min(blocks, splits) partials in block order. Policy::kMergeHalves: the merge on
+// all 512 consumer threads instead of 256; threads 256.. (the same (head, dim) pairs) merge the
+// partials from mh = 4 ceil(np / 8) on, and the lower half folds the upper's (m, num, den) in after
+// the merge's barrier (through sm.vpart, free by then): each thread gathers a batch of partials per
+// L2 round trip, one round trip after another, so halves cut the dependent rounds. With <= 4
+// partials (positions < 256 at 128 blocks) nothing changes, bitwise.
+static_assert(2 * kGroupCols <= kStreamConsumerThreads, "merge halves: two threads per (head, dim)");
 static_assert(3 * kGroupCols <= kStreamConsumerWarps * kGroupCols,
-              "MONOLITH_MERGE_HALVES: the upper half's (m, num, den) fit in sm.vpart");
-static_assert(!(kAttnLocalMerge && kAttnFlash), "MONOLITH_ATTN_LOCAL_MERGE merges the shipped split's partials");
-// MONOLITH_MERGE_ML_LANES (twenty-sixth session; default on, =0 for the A/B): the group's merge
-// reads each partial's (m, l) once per warp instead of once per thread. Every thread of a warp
-// merges the same head (a head is 4 whole warps), so the 2 x kRound words (m, l) of a round trip's
-// kRound partials are one word per lane, handed to the warp by shuffles; a thread then polls its o
-// words plus that one word: 4 + 1 loads where it polled 3 x 4 (the short kernel), and 2.4x fewer
-// tagged words on L2 per merge. In the long and wide kernels a round trip also takes 8 partials instead of 4, so each
-// half's <= 8 partials of a group (mh is still 4 ceil(np / 8)) are one dependent round trip, not
-// two. Why: at position 2,060 the X-ray's attention -> O hop (last partial stored -> last block has
-// its words) was 2.6 us against 0.8 at 128, and the merge's rounds are what grew. The same values
-// merged in the same order with the same halves: the same bits (a warp-uniform `ok` is forced: the
-// shuffles need the whole warp). bf16 and E4M3 only: NVFP4's short and long kernels, at the
-// register cap, spilled 12-20 B with it. (Twenty-seventh session, `MONOLITH_MERGE_ML_NV`, code in commit
-// 60cb490: NVFP4's long kernel with 4-partial rounds fits the cap once layer 0 re-reads the token
-// instead of holding it across the layer loop; dev at 128 blocks against two base runs, tokens bitwise
-// equal: +0.8 % at 2,048, -1.1 % at 1,024, +0.5 % at prompt 2: not adopted, NOTES.md.)
-// Measured (NOTES.md, twenty-sixth session; dev, 128 blocks, against the mean of two base runs in
-// the same call, tokens bitwise base's): at 2,048 bf16 +3.2 %, fp8 +1.8 %; at 1,024 +3.4 / +4.4 %;
-// at prompt 2 (the short kernel) +1.1 / +1.0 %. X-ray at 2,060 (bf16): that hop 2.61 -> 2.08 us.
-#ifndef MONOLITH_MERGE_ML_LANES
-#define MONOLITH_MERGE_ML_LANES 1
-#endif
-constexpr bool kMergeMlLanes = MONOLITH_MERGE_ML_LANES != 0;
-// sm_120a (ptxas at register-usage level 0, monolith/kernel_spec.py): bf16's short kernel spilled 8 B
-// with the knob, so there it keeps the per-thread (m, l) words; every other kernel of both arches,
-// and everything sm_90a runs, has it
-constexpr bool kMergeMlBf16Short = !kArchSm120;
-static_assert(kHeadDim % 32 == 0 && kGroupCols % 32 == 0, "MONOLITH_MERGE_ML_LANES: a warp merges one head");
-static_assert(2 * 2 * kMergeBatch <= 32, "MONOLITH_MERGE_ML_LANES: a round trip's (m, l) words are one per lane");
-
-// MONOLITH_ATTN_MMA=1 (ninth session; measured slower, off): a split's scores on the tensor cores
-// (probes/attn_split.cu A5). Warp w takes the split's positions 16 (w % 4) .. + 15 against dims 32 (w / 4) .. + 31: two
-// mma.m16n8k16 k-steps per head, q of both heads as bf16 hi + lo (q - hi, rounded: q's error
-// ~2^-17 instead of bf16's 2^-9), fp32 accumulate. K rows are 256 B apart, so an A fragment's 8
-// rows would share banks: row r reads its dims rotated by 8 (r % 8) and B's column n holds q rotated
-// by 8 n, so C[r][r % 8] is row r's score, every fragment load is conflict-free, and one lane holds
-// each row pair's result (no shuffles). The four dim quarters' partials go to sm.vpart (free until
-// the V step) and the softmax warps add them in order. Why: the shipped score loop is ~1,330 of a
-// split's ~3,340 cycles, bound by the shared-memory queue (NOTES.md, eighth session). Another
-// summation order: deterministic, not bitwise the shipped kernel's. Measured (NOTES.md, ninth
-// session): the probe's split takes 12 % fewer cycles but runs at a lower SM clock (1.66-1.73 GHz
-// against 1.98 for the same process's other shapes), so it is 5 % slower in time; in the kernel
-// the X-ray's clock fit falls to 1.94 GHz with a residual of 170 ns rms (11 without: the clock
-// moves within the token), and dev timings are bf16 -0.1 % / fp8 -2.3 % at positions 2-258,
-// -2.9 % / -3.8 % at 2,040. Tensor cores pay here only if the clock does not drop
-// (probes/tc_clock.cu asks how few mma.sync are enough to lower it).
-#ifndef MONOLITH_ATTN_MMA
-#define MONOLITH_ATTN_MMA 0
-#endif
-constexpr bool kAttnMma = MONOLITH_ATTN_MMA != 0;
-static_assert(!(kAttnMma && (kAttnFlash || kAttnQSmem)), "MONOLITH_ATTN_MMA replaces the shipped score loop");
-static_assert(!(kWideFlat && (kAttnTight || kAttnMma || kAttnFlash || kAttnQSmem)), "MONOLITH_ATTN_WIDE_FLAT changes the shipped wide softmax");
-constexpr int kWideSoftmaxParts = kStreamConsumerWarps / kHeadsPerKV;  // FLAT bit 4: warps per head (their partials in sm.sc)
-static_assert(!(kAttnWide && (kAttnFlash || kAttnTight || kAttnMma || kAttnQSmem)),
-              "MONOLITH_ATTN_WIDE widens the shipped split shape only (build the others with MONOLITH_ATTN_WIDE=0)");
-static_assert(!kAttnMma || kStreamConsumerWarps == 16, "MONOLITH_ATTN_MMA: 4 position tiles x 4 dim quarters");
-static_assert(!kAttnMma || (kSplitPositions == 64 && kHeadDim == 128 && kHeadsPerKV == 2),
-              "MONOLITH_ATTN_MMA: 64 positions = 4 tiles of 16, 128 dims = 8 k-steps of 16, two heads");
+              "merge halves: the upper half's (m, num, den) fit in sm.vpart");
+// Policy::kMergeMlLanes: the merge reads each partial's (m, l) once per warp instead of once per
+// thread. Every thread of a warp merges the same head (a head is 4 whole warps), so the 2 x kRound
+// words (m, l) of a round trip's kRound partials are one word per lane, handed to the warp by
+// shuffles; a thread then polls its o words plus that one word. In the long and wide kernels a round
+// trip takes 8 partials instead of 4. The same values merged in the same order: the same bits (a
+// warp-uniform `ok` is forced: the shuffles need the whole warp).
+static_assert(kHeadDim % 32 == 0 && kGroupCols % 32 == 0, "merge (m, l) lanes: a warp merges one head");
+static_assert(2 * 2 * kMergeBatch <= 32, "merge (m, l) lanes: a round trip's (m, l) words are one per lane");
+constexpr int kWideSoftmaxParts = kStreamConsumerWarps / kHeadsPerKV;  // the wide softmax: warps per head
 
 // ---- producer -------------------------------------------------------------------------------
 struct Ring {
@@ -1266,8 +658,8 @@ struct Ring {
   uint64_t* empty;
   int* quit;  // set by the consumers when they leave (stop phase, error): the producer stops. Shared-
               // memory atomics on both sides: a flag, not data (racecheck reports plain accesses)
-  int* hold;  // MONOLITH_HOP_HOLD_CYCLES: odd while the consumers are in a hop (a new value per hop)
-  uint32_t* landed;  // MONOLITH_SLOT_LANDED: copies 0 .. *landed - 1 have landed (producer-written)
+  int* hold;  // the hop hold: odd while the consumers are in a hop (a new value per hop)
+  uint32_t* landed;  // the landed count: copies 0 .. *landed - 1 have landed (producer-written)
 };
 
 // NVFP4 (WeightsNvfp4): StepParams::codes holds every layer's codes, then every layer's block
@@ -1276,7 +668,7 @@ __device__ __forceinline__ const uint8_t* nv_block_scales(const StepParams& p) {
   return p.codes + int64_t(kNumLayers) * kNvLayerCodeBytes;
 }
 
-// MONOLITH_SLOT_LANDED (the knob's note above): the producer raises the shared count of landed
+// The landed count (Policy::kSlotLanded): the producer raises the shared count of landed
 // copies to L (a fence, then a shared atomic: thread 0 reads it with an atomic and a fence).
 // Atomics on both sides, as the quit and hold flags: racecheck reports plain accesses.
 __device__ __forceinline__ void producer_publish_landed(uint32_t* landed, uint32_t L) {
@@ -1295,8 +687,8 @@ __device__ __forceinline__ void producer_land(uint64_t* full, uint32_t* landed, 
   if (L != L0) producer_publish_landed(landed, L);
 }
 
-// kWide: the wide kernel's splits (MONOLITH_ATTN_WIDE), which the consumers read in the same order
-template <class W, bool kWide>
+// P: the kernel's Policy; kWide: the wide kernel's splits, which the consumers read in the same order
+template <class W, class P, bool kWide>
 __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT<kWide>& s, int pos, Ring r) {
   using F = StreamFmt<W>;
   using HF = StreamFmt<typename W::Head>;  // the LM head's format (NVFP4: FP8)
@@ -1336,10 +728,9 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT
   auto nv_prefetch_scales = [&](int L) {  // all four spans of layer L
     for (int part = 0; part < 4; ++part) nv_scale_span(L, part);
   };
-  // MONOLITH_NV_PREFETCH_SPREAD (default): the next layer's span of one phase, asked for after that
-  // phase's copies instead of all four at the top of the layer (the knob's note above kNvPrefetchSpread)
+  // the next layer's span of one phase, asked for after that phase's copies
   auto nv_prefetch_part = [&](int L, int part) {
-    if constexpr (kNv && kNvPrefetchSpread)
+    if constexpr (kNv)
       if (L + 1 < kNumLayers) nv_scale_span(L + 1, part);
   };
   if constexpr (kNv) {
@@ -1347,42 +738,28 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT
     nv_prefetch_scales(0);
   }
   int held_seen = 0;  // the last hop mark the producer held for (each mark holds it once)
-  // MONOLITH_SLOT_LANDED: the producer's count of landed copies lives only in shared memory
-  // (producer_land: out of line, the call made fp8 and NVFP4 spill, twenty-first session; inlined
-  // into every issue site it had made bf16-stream spill in the ninth session, and no longer does)
+  // the landed count lives only in shared memory (producer_land inlined: out of line, the call
+  // made the E4M3 and NVFP4 kernels spill)
   auto land = [&] {
-    if constexpr (kSlotLanded<W>) producer_land(r.full, r.landed, k);
+    if constexpr (P::kSlotLanded) producer_land(r.full, r.landed, k);
   };
   auto publish_landed = [&](uint32_t L) {
-    if constexpr (kSlotLanded<W>) producer_publish_landed(r.landed, L);
+    if constexpr (P::kSlotLanded) producer_publish_landed(r.landed, L);
   };
   auto issue = [&](const void* src, uint32_t bytes, uint32_t info) {
     if (!ok) return;
     const uint32_t slot = k % kStages;
-    if constexpr (kRingInflight > 0) {  // copy k - N has landed (bounded: the consumers do not gate it)
-      if (k >= uint32_t(kRingInflight)) {
-        const uint32_t j = k - kRingInflight;
-        if (!mbar_wait_bounded(&r.full[j % kStages], (j / kStages) & 1u, S, tmo, kErrRingTimeout, info)) {
-          ok = false;
-          return;
-        }
-      }
-    }
     if (k >= kStages) {  // wait until the consumers released the chunk that used this slot
       const uint32_t par = ((k / kStages) - 1u) & 1u;
       if (!mbar_try_wait(&r.empty[slot], par)) {
         const long long t0 = clock64();
         for (uint32_t it = 0;; ++it) {
-          if constexpr (kProducerBackoffNs > 0) __nanosleep(kProducerBackoffNs);
           land();
-          // (MONOLITH_SLOT_LANDED: a non-blocking test, so that the loop keeps publishing landings;
+          // (the landed count: a non-blocking test, so that the loop keeps publishing landings;
           // try_wait may suspend the thread for a while before it answers)
-          // (MONOLITH_LANDED_SUSPEND_NS: try_wait with a suspend hint instead of spinning)
-          if (kSlotLanded<W> ? (kLandedSuspendNs > 0 ? mbar_try_wait_for(&r.empty[slot], par, kLandedSuspendNs)
-                                                     : mbar_test_wait(&r.empty[slot], par))
-                             : mbar_try_wait(&r.empty[slot], par))
+          if (P::kSlotLanded ? mbar_test_wait(&r.empty[slot], par) : mbar_try_wait(&r.empty[slot], par))
             break;
-          if (kProducerCalm ? ((it & 63u) == 63u && *(volatile int*)r.quit != 0) : atomicAdd(r.quit, 0) != 0) {
+          if (atomicAdd(r.quit, 0) != 0) {
             ok = false;
             return;
           }
@@ -1400,19 +777,14 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT
         }
       }
     }
-    if (k >= kStages) publish_landed(k - kStages + 1);  // (MONOLITH_SLOT_LANDED) its consumers handed that copy back
-    if constexpr (kHopHold<W> > 0) {  // a hop's mark: hold this copy until it drops, at most C cycles
-      const int h = kProducerCalm ? *(volatile int*)r.hold : atomicAdd(r.hold, 0);
+    if (k >= kStages) publish_landed(k - kStages + 1);  // its consumers handed that copy back
+    {  // a hop's mark: hold this copy until it drops, at most kHopHoldCycles
+      const int h = atomicAdd(r.hold, 0);
       if ((h & 1) && h != held_seen) {
         held_seen = h;
         const long long t0 = clock64();
-        long long cap = kHopHold<W>;
-        if constexpr (kResidHold<W>)
-          if (h & kResidHoldFlag) cap = MONOLITH_RESID_HOLD_CYCLES;
-        while ((kProducerCalm ? *(volatile int*)r.hold : atomicAdd(r.hold, 0)) == h && clock64() - t0 < cap) {
-          if constexpr (kProducerCalm) __nanosleep(64);
-          land();
-        }
+        const long long cap = P::kHopHoldCycles;
+        while (atomicAdd(r.hold, 0) == h && clock64() - t0 < cap) land();
       }
     }
     mbar_arrive_expect_tx(&r.full[slot], bytes);
@@ -1424,7 +796,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT
   const uint8_t* e8 = W::Head::kRowScale ? p.embed_codes : reinterpret_cast<const uint8_t*>(p.embed);
   // element offsets in a layer of this block's rows of qkv (row q of its group), O (column o of its
   // group's rows) and gate/up (row q of the interleaved matrix): the issue loop walks them in slots,
-  // MONOLITH_NEXT_TOKEN_L2 asks for layer 0's spans whole
+  // the next-token prefetch asks for layer 0's spans whole
   auto qkv_elem = [&](int q) { return kOffQKV + int64_t(s.g * kGroupRows + q) * kHidden; };
   auto o_elem = [&](int o) { return kOffO + int64_t(s.g * kHidden + o) * kGroupCols; };
   auto gu_elem = [&](int q) { return kOffGateUp + int64_t(q) * kHidden; };
@@ -1435,8 +807,6 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT
     if (L + 1 < kNumLayers) prefetch_l2_bulk(p.norms + int64_t(L + 1) * kNormLayerElems, kNormLayerElems * 2);
     if constexpr (W::kRowScale && !kNv)  // this layer's scales (48 KB) to L2: the consumers load a few each phase
       if (L + 1 < kNumLayers) prefetch_l2_bulk(p.row_scales + int64_t(L + 1) * kLayerRows, kLayerRows * 4);
-    if constexpr (kNv && !kNvPrefetchSpread)
-      if (L + 1 < kNumLayers) nv_prefetch_scales(L + 1);
     constexpr int R = F::kRows1024;
     for (int q = s.q0; q < s.q1; q += R)
       issue(at(qkv_elem(q)), uint32_t(min(R, s.q1 - q)) * F::kRowBytes1024, info);
@@ -1485,7 +855,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT
     issue(e8 + int64_t(v) * kHidden * HE, uint32_t(min(HF::kRows1024, s.v1 - v)) * kHidden * HE,
           uint32_t(kNumLayers) * 16u + 13u);
   // Drain: no bulk copy may still be writing into this block's shared memory when it exits.
-  // (MONOLITH_SLOT_LANDED: each landing is published, so the LM head's last rounds see it.)
+  // (Each landing is published, so the LM head's last rounds see it.)
   for (uint32_t j = k > uint32_t(kStages) ? k - kStages : 0u; j < k; ++j) {
     const long long t0 = clock64();
     bool done = true;
@@ -1496,17 +866,13 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT
       }
     if (done) publish_landed(j + 1);
   }
-  // MONOLITH_NEXT_TOKEN_L2 (knob note above kNextTokenL2): this block's first phases of layer 0, to
-  // L2 for the next launch, once every copy of this one has landed
-  if constexpr (kNextTokenL2 > 0) {
-    if (ok) {
-      auto span = [&](int64_t elem, int64_t bytes) { prefetch_l2_bulk(w8 + F::bytes_of(elem), uint32_t(bytes)); };
-      span(qkv_elem(s.q0), int64_t(s.q1 - s.q0) * F::kRowBytes1024);
-      if constexpr (kNextTokenL2 > 1)
-        span(o_elem(s.o0), int64_t(s.o1 - s.o0) * F::kRowBytesO);
-      if constexpr (kNextTokenL2 > 2)
-        span(gu_elem(2 * kMlpUnitCols * s.u0), int64_t(2 * kMlpUnitCols * (s.u1 - s.u0)) * F::kRowBytes1024);
-    }
+  // this block's first three phases of layer 0 (qkv, O, gate/up), to L2 for the next launch, once
+  // every copy of this one has landed
+  if (ok) {
+    auto span = [&](int64_t elem, int64_t bytes) { prefetch_l2_bulk(w8 + F::bytes_of(elem), uint32_t(bytes)); };
+    span(qkv_elem(s.q0), int64_t(s.q1 - s.q0) * F::kRowBytes1024);
+    span(o_elem(s.o0), int64_t(s.o1 - s.o0) * F::kRowBytesO);
+    span(gu_elem(2 * kMlpUnitCols * s.u0), int64_t(2 * kMlpUnitCols * (s.u1 - s.u0)) * F::kRowBytes1024);
   }
 }
 
@@ -1530,30 +896,10 @@ constexpr int kMlpRoundUnits = kMlpRoundSlots / 2;  // units per MLP-1 round (bf
 constexpr int kHeadRoundSlotsMax = 6;
 static_assert(kHeadRoundSlotsMax <= kStages / 2 && kHeadRoundSlotsMax <= 2 * kRoundSlots, "at most two pieces, half the ring");
 constexpr int kRoundRbMax = kMlpRoundSlots > 2 * kHeadRoundSlotsMax ? kMlpRoundSlots : 2 * kHeadRoundSlotsMax;
-// MONOLITH_PART_PAD=1 (eleventh session; twelfth session dev at position 2: bf16 +0.0 %, fp8 -0.3 %;
-// off): part[] (the round's half-row sums,
-// bf16 / E4M3 rows) with a stride of 17 floats per 8-row block instead of 16. Lanes 0, 8, 16, 24
-// store the sums of blocks kRb v + k at once: 16 floats apart that is 2 banks (bf16) or 1 bank
-// (E4M3, kRb = 2: 4-way, ncu call 3); 17 apart, four. The combine's reads stay 2-way, as now.
-// Same sums: bitwise the default's. Prediction: ~0.05 us per layer for fp8 (down, MLP-1), ~0 for
-// bf16: +0.1-0.3 % fp8, within noise for bf16. NVFP4's rounds (nv_row) keep their own layout.
-#ifndef MONOLITH_PART_PAD
-#define MONOLITH_PART_PAD 0
-#endif
-constexpr int kPartBlk = kStreamConsumerWarps + (MONOLITH_PART_PAD != 0 ? 1 : 0);  // part[] floats per 8-row block
+constexpr int kPartBlk = kStreamConsumerWarps;  // part[] floats per 8-row block
 
 static_assert(kIntermediate == 3 * kHidden, "a down row is three 1024-wide segments");
 
-// MONOLITH_SLOT_TEST_NOINLINE=1 (eighth session, A/B): the batched slot tests as one out-of-line
-// function instead of an 8x unrolled copy inlined at every acquire. Why: ncu on the batch build
-// (NOTES.md, eighth session) put ~65 % of thread 0's samples in those tests on `no_inst`
-// (instruction fetch): thread 0 runs each copy once per phase, cold, and the bf16 kernel is ~9,300
-// instructions. One shared copy stays warm in the instruction cache. Measured (eighth session,
-// dev): bf16 -2.0 %, E4M3 with batching -4.5 % (the call costs more than it saves): off.
-#ifndef MONOLITH_SLOT_TEST_NOINLINE
-#define MONOLITH_SLOT_TEST_NOINLINE 0
-#endif
-constexpr bool kSlotTestNoinline = MONOLITH_SLOT_TEST_NOINLINE != 0;
 // Thread 0's tests of slots kc .. kc + n - 1 (n <= 2 kRoundSlots) of the ring whose full barriers
 // are `full`, issued back to back, slot and parity stepped, not divided; bit i of the result: slot
 // i had not landed. Bits set in `known` (landed at an earlier test: a landed slot stays landed
@@ -1568,17 +914,13 @@ __device__ __forceinline__ uint32_t slot_tests_batched(uint64_t* full, uint32_t 
   }
   return miss;
 }
-// the same, one out-of-line copy (MONOLITH_SLOT_TEST_NOINLINE; measured with a plain loop to n)
-__device__ __noinline__ uint32_t slot_tests_outlined(uint64_t* full, uint32_t kc, int n, uint32_t known) {
-  return slot_tests_batched(full, kc, n, known);
-}
 
 struct StreamSmem {
   float x[kHidden];                                 // normed residual (qkv, MLP, LM head input)
   float hval[kHidden];                              // the residual after attention + O (MLP's seed)
   float attn[kGroupCols];                           // merged attention of the group's two heads
   float q[kGroupCols];                              // q of both heads after QK-norm + RoPE
-  uint16_t qbf[2 * kGroupCols];                     // MONOLITH_ATTN_MMA: q as bf16, hi | lo [head][dim]
+  uint16_t pad_q[2 * kGroupCols];                   // unused: keeps the offsets of the members below
   float kc[kHeadDim], vc[kHeadDim];                 // this position's K and V (bf16-rounded)
   float sc[kHeadsPerKV * kSplitEntriesMax];         // scores, then probabilities, of one split [head][entry]
   float ml[2 * kHeadsPerKV];                        // (max, sum) per head of one split
@@ -1592,7 +934,7 @@ struct StreamSmem {
   float red[kStreamConsumerWarps];                  // per-warp sums (attention's QK-norm)
   float ssq[kStreamConsumerWarps];                  // per-warp sums of squares (stream_prenorm)
   int flag;
-  uint32_t pre_kc;      // MONOLITH_SLOT_PRETEST: the ring position of thread 0's last pretest,
+  uint32_t pre_kc;      // O's pretest: the ring position of thread 0's last pretest,
   uint32_t pre_landed;  // the slots from there it found landed (bit i: slot pre_kc + i),
   int pre_ready;        // and n when all n had landed, else 0
 #if defined(MONOLITH_XRAY) && MONOLITH_XRAY_SUB == 1
@@ -1610,10 +952,9 @@ static_assert(kRingBytes + int(sizeof(StreamSmem)) + 512 <= kStreamSmemBudget, "
 static_assert(kRingBytes + int(sizeof(StreamSmem)) + kStages * kNvSlotScaleBytes > kStreamSmemBudget,
               "a per-stage scale area would fit now: reconsider reading NVFP4 block scales from L2");
 
-// kLong: the long-position kernel (megakernel.cu decode_step_long), which differs only where
-// MONOLITH_MERGE_HALVES says; kWide: the wide kernel (decode_step_wide: kLong's, with
-// MONOLITH_ATTN_WIDE's splits)
-template <class Cfg, bool kLong, bool kWide>
+// P: the kernel's Policy; kLong: the long-position kernel (megakernel.cu decode_step_long), which
+// differs where P says; kWide: the wide kernel (decode_step_wide: kLong's, with wider splits)
+template <class Cfg, class P, bool kLong, bool kWide>
 __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT<kWide>& s, int pos, int token,
                                              uint32_t steps, Ring r, StreamSmem& sm) {
   using W = typename Cfg::Weights;
@@ -1623,24 +964,17 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   using NF = StreamFmt<WeightsNvfp4>;
   constexpr bool kNv = W::kBlockScaled;           // NVFP4 layers: block scales from L2, tensor scales per row
   constexpr bool kScaled = W::kRowScale && !kNv;  // fp8: one fp32 scale per row
-  // the LM head's input (rows_1024's only caller with the NVFP4 variant): linear there, because
-  // the swizzle cost nvfp4-stream 1.9 % in the harness (2,011.1 -> 1,972.6 tok/s, the LM head
-  // being its only change: a register-allocation effect at its 96-register cap, NOTES.md)
-  constexpr bool kHeadSwz = kXSwz && !kNv;
-  // the layers' GEMV inputs (s_x, sm.attn, sm.act) stored with nv_swz: NVFP4's always,
-  // bf16 / E4M3's under MONOLITH_X_SWIZZLE
-  constexpr bool kInSwz = kNv || kXSwz;
-  // NVFP4's layer inputs (s_x, sm.attn, sm.act) as half2 words (store_xh2), read by dot16B_h2
-  constexpr bool kNvH2Qkv = kNv && (kNvHalf2Phases & 1) != 0, kNvH2O = kNv && (kNvHalf2Phases & 2) != 0,
-                 kNvH2Mlp = kNv && (kNvHalf2Phases & 4) != 0, kNvH2Down = kNv && (kNvHalf2Phases & 8) != 0;
-  // fp8's layer inputs (s_x, sm.attn, sm.act) as f16 words (store_xe), read by hdot16_e4m3, per phase
-  constexpr int kE4H2Mask = kScaled ? kE4Half2 : 0;
+  // the LM head's input (rows_1024's only caller with the NVFP4 variant): linear there (the
+  // swizzle cost nvfp4-stream time at its 96-register cap)
+  constexpr bool kHeadSwz = P::kHeadInSwizzled;
+  // The layers' GEMV inputs (s_x, sm.attn, sm.act) are stored with nv_swz; NVFP4's as half2 words
+  // (store_xh2, read by dot16B_h2); fp8's as f16 words (store_xe, read by hdot16_e4m3) in the
+  // phases of P::kE4M3Half2Phases
+  constexpr int kE4H2Mask = P::kE4M3Half2Phases;
   constexpr bool kE4H2Qkv = (kE4H2Mask & 1) != 0, kE4H2O = (kE4H2Mask & 2) != 0, kE4H2Mlp = (kE4H2Mask & 4) != 0,
                  kE4H2Down = (kE4H2Mask & 8) != 0;
-  // MONOLITH_MERGE_HALVES (above): by default in the long-position kernel only
-  constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES < 0 ? kLong : MONOLITH_MERGE_HALVES != 0;
-  constexpr bool kPretestO = kSlotPretestO<W, kLong, kWide>;  // MONOLITH_SLOT_PRETEST_O (above)
-  constexpr bool kPretestAny = kSlotPretestAny<W, kLong, kWide>;
+  constexpr bool kMergeHalves = P::kMergeHalves;
+  constexpr bool kPretestO = P::kPretestO;
   constexpr int kMergeThreads = (kMergeHalves ? 2 : 1) * kGroupCols;  // threads that gather partials
   constexpr int kRowsRound = kRoundSlots * F::kRows1024;  // K = 1024 rows per round: 32 | 64 | 128 (NVFP4)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -1649,7 +983,6 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   float* scr = p.scr;
   long long* acc = p.acc;
   const long long tmo = p.timeout_cycles;
-  const bool scr_on = !kScrGuard || p.stop_layer < kNumLayers;  // the phase diff's scratch stores (MONOLITH_SCR_GUARD)
   const float* rope_row = p.rope + int64_t(pos) * kHeadDim;
   volatile int* flag = &sm.flag;
   XRAY_INIT(p.xray);
@@ -1667,30 +1000,25 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   // attention's K and V chunks are rounds of one slot). The opening barrier is an AND over the
   // threads' `ok` (a bounded wait that failed just before, in any thread) and thread 0's slot
   // waits, so a phase's first round also serves as the barrier after its input wait.
-  // MONOLITH_HOP_HOLD_CYCLES: thread 0 raises the hop mark (odd) before a phase's last hand-back
-  // and drops it (even) at the next round's opening barrier, or before it would wait for a slot
+  // The hop hold: thread 0 raises the hop mark (odd) before a phase's last hand-back and drops it
+  // (even) at the next round's opening barrier, or before it would wait for a slot
   int hword = 0;
-  auto hop_mark = [&](bool resid = false) {  // resid: the hop into the next layer (MONOLITH_RESID_HOLD_CYCLES)
-    if constexpr (kHopHold<W> > 0)
-      if (tid == 0) atomicExch(r.hold, (++hword) | (kResidHold<W> && resid ? kResidHoldFlag : 0));
+  auto hop_mark = [&] {
+    if (tid == 0) atomicExch(r.hold, ++hword);
   };
   auto hop_unmark = [&] {
-    if constexpr (kHopHold<W> > 0)
-      if (tid == 0 && (hword & 1)) atomicExch(r.hold, ++hword);
+    if (tid == 0 && (hword & 1)) atomicExch(r.hold, ++hword);
   };
   // thread 0's batched tests of this round's slots (slot_tests_batched above)
-  auto test_slots = [&](int n, uint32_t known) -> uint32_t {
-    return kSlotTestNoinline ? slot_tests_outlined(r.full, kc, n, known) : slot_tests_batched(r.full, kc, n, known);
-  };
+  auto test_slots = [&](int n, uint32_t known) -> uint32_t { return slot_tests_batched(r.full, kc, n, known); };
   // Before a phase's input wait: thread 0 tests the first n slots the phase's opening acquire_n
   // will take, and leaves what it found in sm.pre_* (in shared memory, not registers: NVFP4 spilled).
   // An acquire_n at the same kc reuses it; a stale record never matches (kc only grows, and every
   // acquire at a kc that consumes nothing is preceded by its own pretest or none). Written only
   // here, by thread 0, always after a barrier that follows every other thread's last read of it.
-  // on: this call site's own pretest knob (MONOLITH_SLOT_PRETEST_O), beside MONOLITH_SLOT_PRETEST
-  auto pretest = [&](int n, bool on = false) {
-    if constexpr (kPretestAny) {
-      if ((kSlotPretest || on) && tid == 0 && n > 0 && n <= 2 * kRoundSlots) {
+  auto pretest = [&](int n) {
+    if constexpr (kPretestO) {
+      if (tid == 0 && n > 0 && n <= 2 * kRoundSlots) {
         const uint32_t miss = test_slots(n, 0u);
         sm.pre_kc = kc;
         sm.pre_landed = ~miss & ((1u << n) - 1u);
@@ -1708,7 +1036,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
     return min(kSl, (rows + decltype(rf)::kRows1024 - 1) / decltype(rf)::kRows1024);
   };
   auto slots_nv = [&](int rows) { return min(kRoundSlots, (rows + NF::kRows1024 - 1) / NF::kRows1024); };
-  // MONOLITH_SLOT_LANDED: how many of the round's n slots from kc lie below the producer's count of
+  // the landed count: how many of the round's n slots from kc lie below the producer's count of
   // landed copies (thread 0; the atomic read and the CTA fence pair with producer_publish_landed)
   auto counted = [&](int n) -> uint32_t {
     const uint32_t L = uint32_t(atomicAdd(r.landed, 0u));
@@ -1717,7 +1045,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   };
   auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true, bool sub = false,
                        bool may_skip = false) -> bool {
-    if constexpr (kPretestAny) {
+    if constexpr (kPretestO) {
       if (may_skip && sm.pre_kc == kc && sm.pre_ready >= n) {
         if (sub) XRAY_SUB2(x_slots, layer);
         hop_unmark();
@@ -1732,32 +1060,16 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       ok = mbar_wait_bounded(&r.full[slot], par, S, tmo, kErrRingTimeout, uint32_t(layer) * 16u + 12u);
       if (ok) XRAY_STALL(work_phase, layer < kNumLayers ? kPhase_ring : kPhase_ring_head, layer, tg, tcy);
     };
-    if constexpr (kSlotTestLanes) {  // lane i of warp 0 tests slot i, all in one instruction
-      if (warp == 0 && __shfl_sync(0xffffffffu, ok, 0)) {
-        bool landed = true;
-        if (lane < n) landed = mbar_test_wait(&r.full[(kc + lane) % kStages], ((kc + lane) / kStages) & 1u);
-        const uint32_t miss = __ballot_sync(0xffffffffu, !landed);
-        if (lane == 0)
-          for (int i = 0; i < n && ok; ++i)
-            if ((miss >> i) & 1u) wait_slot(i);
-      }
-    } else if ((kSlotTestBatch<W> || (kSlotPretest && !kSlotLanded<W>)) && tid == 0 && ok && n <= 2 * kRoundSlots) {
-      // every test issued before the first branch on a result (a pretest's landed slots skipped)
-      uint32_t known = kSlotPretest && sm.pre_kc == kc ? sm.pre_landed : 0u;
-      if constexpr (kSlotLanded<W>) {  // batched formats (bf16): the slots below the count are known landed
-        known |= (1u << counted(n)) - 1u;  // n <= 2 kRoundSlots < 32
-        if (sub) XRAY_SUB2(x_count, layer);  // (SUB=2: the count's read, apart from the tests above it)
-      }
-      const uint32_t miss = test_slots(n, known);
+    static_assert(!(P::kSlotTestBatch && P::kSlotLanded), "the landed count is read by the one-by-one tests");
+    if (P::kSlotTestBatch && tid == 0 && ok && n <= 2 * kRoundSlots) {
+      // every test issued before the first branch on a result
+      const uint32_t miss = test_slots(n, 0u);
       for (int i = 0; miss != 0u && i < n && ok; ++i)
         if ((miss >> i) & 1u) wait_slot(i);
     } else if (tid == 0 && ok) {
-      // one test after another; MONOLITH_SLOT_LANDED: only the slots above the producer's count
-      // (this plain loop for the formats that test one by one; the batched formats take the count
-      // above, since the twenty-first session: before, the knob switched bf16 to this loop, which
-      // costs bf16 its batching, +4.4 % in the eighth session, and may be its -2.2 % with the knob)
+      // one test after another; with the landed count, only the slots above the producer's count
       int i0 = 0;
-      if constexpr (kSlotLanded<W>) {
+      if constexpr (P::kSlotLanded) {
         i0 = int(counted(n));
         if (sub) XRAY_SUB2(x_count, layer);  // (SUB=2: the count's read, apart from the tests above it)
       }
@@ -1789,23 +1101,18 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
     csync();
     hand_back(n);
   };
-  // a wide split's K or V slots (n <= kSplitSlotsMax, known at run time only): MONOLITH_ATTN_WIDE_LEAN
-  // unrolls the arrivals to the bound behind predicates (the loop's branches showed in ncu). Its two
-  // arrival lines repeat hand_back's on purpose: shared through a lambda, they changed the default
-  // kernels' SASS (bf16 and fp8, twenty-fourth session), which the measured numbers stand on.
+  // a wide split's K or V slots (n <= kSplitSlotsMax, known at run time only): the arrivals unrolled
+  // to the bound behind predicates (the loop's branches showed in ncu). Its two arrival lines repeat
+  // hand_back's on purpose: shared through a lambda, they changed the short and long kernels' SASS.
   auto hand_back_split = [&](int n) {
-    if constexpr (!kWideLean) {
-      hand_back(n);
-    } else {
-      if constexpr (kEmptyArrivals == kStreamConsumerWarps) __syncwarp();
-      const bool arrives = kEmptyArrivals == 1 ? tid == 0 : kEmptyArrivals == kStreamConsumerWarps ? lane == 0 : true;
-      if (arrives) {
+    if constexpr (kEmptyArrivals == kStreamConsumerWarps) __syncwarp();
+    const bool arrives = kEmptyArrivals == 1 ? tid == 0 : kEmptyArrivals == kStreamConsumerWarps ? lane == 0 : true;
+    if (arrives) {
 #pragma unroll
-        for (int i = 0; i < kSplitSlotsMax; ++i)
-          if (i < n) mbar_arrive(&r.empty[(kc + i) % kStages]);
-      }
-      kc += n;
+      for (int i = 0; i < kSplitSlotsMax; ++i)
+        if (i < n) mbar_arrive(&r.empty[(kc + i) % kStages]);
     }
+    kc += n;
   };
   // Rows of K = 1024 in slots base .. base + n (nr rows in all, kRows1024 per slot): warp w's
   // half-row sum of row 8 b + w / 2 goes to part[b * 16 + w] (b: 8-row block of the round); the
@@ -1897,7 +1204,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   // (blocks 2l, 2l + 1) and the row's block-scale bytes 2l, 2l + 1. A row's lane sum is reduced by
   // warp_sum4 (for each value the xor tree 16, 8, 4, 2, 1: bitwise the kernel model's butterfly),
   // so part[t] is row t of the round, unscaled: quant/nvfp4_kernel_model.py kernel_gemv with g = 1
-  // (half2 path: the phase's kNvH2* flag) or 2^-14 (fp32 path).
+  // (the half2 path).
   static_assert(kRoundSlots == 4 && NF::kRows1024 * kRoundSlots <= kRoundRbMax * kStreamConsumerWarps,
                 "an NVFP4 round is two warp_sum4 per warp; part[] holds its 128 rows");
   constexpr int kNvRowsRound = kRoundSlots * NF::kRows1024;  // 128
@@ -1920,9 +1227,6 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   };
   // kSeg: down's segments (each row's input is sm.act's segment (q + row) % 3, read per row from
   // shared memory: three XFull would not fit in registers); else every row's input is x.
-  // (Twelfth session, MONOLITH_NV_ROUND_PAIRS, removed: this round as a two-iteration loop, to cut
-  // each site's ~1,700 instructions for the instruction cache (ncu: 12 % "no instruction"), ran
-  // 2.7 % (down only) / 4.8 % (every site) slower, spilling at the 96-register cap; NOTES.md.)
   auto round_nv = [&](auto kSegC, int q, int n, int nr, const auto& x, const uint32_t(&bs)[kRoundSlots], float* part) {
     float a[2 * kRoundSlots];
 #pragma unroll
@@ -1934,13 +1238,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         const uint32_t b2 = (k & 1) ? bs[i] >> 16 : bs[i];  // dot16B reads the low 16 bits
         if constexpr (decltype(kSegC)::value) {
           const int seg = (q + NF::kRows1024 * i + row) % 3;
-          if constexpr (kNvH2Down) {
-            a[k] = nv_dot(w, load_xh2<kIntermediate / 32>(sm.act, 32 * seg + lane), b2);
-          } else {  // as before the half2 path: with MONOLITH_NV_HALF2=0 the SASS is the twelfth
-                    // session's measured build (load_nv_in here would change its address code)
-            const XFull xs = load_x32(sm.act + seg * kHidden, lane);
-            a[k] = WeightsNvfp4::dot16B(w, xs.v, b2, 0.f);
-          }
+          a[k] = nv_dot(w, load_xh2<kIntermediate / 32>(sm.act, 32 * seg + lane), b2);
         } else {
           a[k] = nv_dot(w, x, b2);
         }
@@ -1974,13 +1272,13 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       // this lane's 32 inputs, read again each round (swizzled: conflict-free) rather than held
       // across the rounds: 32 registers live over the epilogue and the slot waits spilled at the
       // 96-register cap (and at the default grid qkv and MLP-1 are one round per block anyway)
-      NvIn<decltype(kH2C)::value> x;  // kH2C: this phase's inputs are half2 words (MONOLITH_NV_HALF2_PHASES)
+      NvIn<decltype(kH2C)::value> x;  // kH2C: this phase's inputs are half2 words
       if constexpr (!decltype(kSegC)::value) x = load_nv_in<decltype(kH2C)::value, kHidden / 32>(s_x, lane);
       round_nv(kSegC, q, n, nr, x, bs, part);
       // the next round's scales, issued before this round's barrier (their registers are free now)
       nv_bs_load(bs0, q + kNvRowsRound, nrows, bs);
       csync();  // publishes part
-      if (rd == 0) XRAY_SUB(x_dot, layer);  // MONOLITH_XRAY_SUB: as rows_1024's cuts (fourteenth session)
+      if (rd == 0) XRAY_SUB(x_dot, layer);  // MONOLITH_XRAY_SUB: as rows_1024's cuts
       epi(q, nr, part);
       const bool last = q + kNvRowsRound >= nrows;
       if (last && keep_last) {
@@ -2002,7 +1300,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   // reach every wait in shuffled orders; the tokens must stay bitwise the same.
   auto jitter = [&](int L, int phase) {
     if (p.jitter_ns <= 0) return;
-#if MONOLITH_REMAT_TID  // sm_120a: the launch's term from the layer's tag, which is live anyway (steps * C was spilled)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200  // sm_120a: the launch's term from the layer's tag, live anyway
     uint32_t x = uint32_t(b) * 0x9E3779B1u ^ uint32_t(phase) * 0xC2B2AE35u ^ layer_tag(steps, L) * 0x27D4EB2Fu;
 #else
     uint32_t x = uint32_t(b) * 0x9E3779B1u ^ uint32_t(L) * 0x85EBCA6Bu ^ uint32_t(phase) * 0xC2B2AE35u ^ steps * 0x27D4EB2Fu;
@@ -2016,13 +1314,13 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   auto stop_after = [&](int L, int phase) {
     return p.stop_layer == L && (p.stop_phase == phase || (p.stop_phase == kFaultBlock0After + phase && b == 0));
   };
-  // Block b seeds element i of a counted stage (the residual connection) when i % G == b
-  // (MONOLITH_SEED_RANGE: when i G / kHidden == b).
+  // Block b seeds element i of a counted stage (the residual connection) when i G / kHidden == b
+  // (kHiddenShift above).
   auto seed_o = [&](long long* buf, const float v[2]) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int i = tid + e * kStreamConsumerThreads;
-      if (kSeedRange ? (i * G) >> kHiddenShift == b : i % G == b) resid_add(buf + i, to_fix(v[e]));
+      if ((i * G) >> kHiddenShift == b) resid_add(buf + i, to_fix(v[e]));
     }
   };
   for (int L = 0; L < kNumLayers; ++L) {
@@ -2050,7 +1348,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       float tsr = 1.f;
       const uint8_t* bsq = kNv ? BS + kBsQKV + int64_t(g * kGroupRows + s.q0) * NF::kBsRow1024 : nullptr;
       auto qkv_ts = [&](int r) {  // group row r: q rows 0..255, k 256..383, v 384..511
-        return WeightsNvfp4::row_scale<kNvH2Qkv>(__ldg(TS + (r < kGroupCols ? kTsQ : (r < kGroupCols + kHeadDim ? kTsK : kTsV))));
+        return WeightsNvfp4::row_scale<kNv>(__ldg(TS + (r < kGroupCols ? kTsQ : (r < kGroupCols + kHeadDim ? kTsK : kTsV))));
       };
       if constexpr (kNv) {
         nv_bs_load(bsq, 0, s.q1 - s.q0, nbs);
@@ -2067,22 +1365,21 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
           for (int e = 0; e < 2; ++e) v[e] = bf16_as_float(p.embed[int64_t(token) * kHidden + tid + e * kStreamConsumerThreads]);
         }
       } else {
-        pretest(kNv ? slots_nv(s.q1 - s.q0) : slots_1024(HF{}, s.q1 - s.q0, kRoundSlots));
         gather_vec<2>(acc + kTagResid, layer_tag(steps, L - 1), v, S, tmo, uint32_t(L) * 16u + 7u, ok);
-        if constexpr ((kPollSyncwarp & 1) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 1
+        __syncwarp();  // converge after the poll (the note at gather_vec)
         XRAY_WORDS_NOTE(&sm.xwords);
         XRAY_END(s_wait_resid, L);  // thread 0's words (the first round's barrier is the block's)
       }
       // the residual connection, added at once: every block has read the O stage of layer L-2
       // (this buffer's previous content) before any block could finish layer L-1's MLP
       if (ok) seed_o(acc_o, v);
-      stream_prenorm<kInSwz, kNvH2Qkv, kE4H2Qkv>(v, nin, sm.x, sm.ssq);
+      stream_prenorm<true, kNv, kE4H2Qkv>(v, nin, sm.x, sm.ssq);
       if (L > 0) XRAY_SUB2(x_prenorm, L);
       float inv = 0.f;
       auto on_qkv = [&](int q, float a) {  // group row q's dot product, row-scaled
         const int row = qkv_std_row(g, q);
         tagged_store(acc + kTagQKV + row, a * inv, tag);
-        if (scr_on) scr[kScrQKV + row] = a * inv;  // phase diff only
+        scr[kScrQKV + row] = a * inv;  // for the phase diff
       };
       auto opened_qkv = [&] {
         inv = norm_inv(sm.ssq);
@@ -2092,7 +1389,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       bool done;
       if constexpr (kNv) {
         int unused = 0;
-        done = rows_nv(std::false_type{}, std::bool_constant<kNvH2Qkv>{}, s.q1 - s.q0, bsq, nbs, sm.x, kPhase_s_qkv, L, ok, opened_qkv,
+        done = rows_nv(std::false_type{}, std::bool_constant<kNv>{}, s.q1 - s.q0, bsq, nbs, sm.x, kPhase_s_qkv, L, ok, opened_qkv,
                        [&](int q, int nr, const float* part) {
                          if (tid < nr) {
                            const int r = s.q0 + q + tid;
@@ -2106,7 +1403,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
                          scl, sc0, on_qkv, opened_qkv);
       }
       if (!done) return;
-      if (b == 0 && scr_on)  // phase diff only
+      if (b == 0)  // for the phase diff
         for (int e = 0; e < 2; ++e) scr[kScrNormIn + tid + e * kStreamConsumerThreads] = v[e] * inv * nin.w[e];
     }
     XRAY_END(s_qkv, L);
@@ -2117,12 +1414,12 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
     if (s.gi < s.nsplit) {
       const bool owner = (s.nsplit - 1) % s.ng == s.gi;  // owns the last split: appends K/V
       bool held = false;  // the first split's K slot, acquired by the barrier below
-      // slots that barrier takes: the first split's K (K and V: flash, tight), when it has cached positions
+      // slots that barrier takes: the first split's K, when it has cached positions
       auto first_split_slots = [&] {
         int h0, h1;
         split_of<kWide>(s, s.gi, pos, h0, h1);
         if constexpr (kWide) return split_slots(h1 - h0);  // its K slots
-        return h1 > h0 ? (kAttnFlash || kAttnTight ? 2 : 1) : 0;
+        return h1 > h0 ? 1 : 0;
       };
       {
         // two values per thread t < 256: elements d and d + 64 of segment seg (0/1: q of heads
@@ -2153,11 +1450,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         };
         bool ok = true;
         float v[2] = {0.f, 0.f};
-        if constexpr (kSlotPretest) pretest(first_split_slots());
         if (mine)
           tagged_gather<2>([&](int e) { return acc + kTagQKV + qkv_std_row(g, seg * kHeadDim + d + 64 * e); }, tag, v, S,
                            tmo, uint32_t(L) * 16u + 8u, ok);
-        if constexpr ((kPollSyncwarp & 8) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 8 (`mine` is warp-uniform)
+        __syncwarp();  // converge after the poll (`mine` is warp-uniform)
         XRAY_END(s_wait_qkv, L);  // thread 0's words
         const float ssw = warp_sum(v[0] * v[0] + v[1] * v[1]);
         if (lane == 0) sm.red[warp] = ssw;
@@ -2169,24 +1465,15 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
           const float c = sm.rope[d], sn = sm.rope[64 + d];
           const float y0 = x0 * c - x1 * sn, y1 = x1 * c + x0 * sn;
           if (seg < 2) {
-            sm.q[q_at(seg * kHeadDim + d)] = y0;
-            sm.q[q_at(seg * kHeadDim + d + 64)] = y1;
-            if constexpr (kAttnMma) {  // q = hi + lo in bf16 for the tensor-core scores
-              auto put = [&](int i, float y) {
-                const __nv_bfloat16 hi = __float2bfloat16_rn(y);
-                sm.qbf[i] = __bfloat16_as_ushort(hi);
-                sm.qbf[kGroupCols + i] = __bfloat16_as_ushort(__float2bfloat16_rn(y - __bfloat162float(hi)));
-              };
-              put(seg * kHeadDim + d, y0);
-              put(seg * kHeadDim + d + 64, y1);
-            }
-            if (owner && scr_on) {
+            sm.q[seg * kHeadDim + d] = y0;
+            sm.q[seg * kHeadDim + d + 64] = y1;
+            if (owner) {
               scr[kScrQRot + g * kGroupCols + seg * kHeadDim + d] = y0;
               scr[kScrQRot + g * kGroupCols + seg * kHeadDim + d + 64] = y1;
             }
           } else {
             keep_kv(0, y0, y1, sm.kc);
-            if (owner && scr_on) {
+            if (owner) {
               scr[kScrKRot + g * kHeadDim + d] = y0;
               scr[kScrKRot + g * kHeadDim + d + 64] = y1;
             }
@@ -2200,29 +1487,22 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         if (!acquire_n(n0, kPhase_s_attn, L)) return;
         XRAY_SUB3(x_att_open, L);
       }
-      // What both split shapes (the shipped one and MONOLITH_ATTN_FLASH) share:
-      // cached position rr's scores of both heads by a half-warp (16 lanes x 16 B = one K row;
+      // Cached position rr's scores of both heads by a half-warp (16 lanes x 16 B = one K row;
       // the whole warp calls it for the shuffles, a half-warp past the split passes valid = false).
       // The lane's 8 dims of both heads' q are read from shared memory once (the barrier above
-      // published sm.q), not at every position: probes/attn_split.cu's stage stamps (seventh
-      // session) put the scores of a 64-position split at ~1,800 cycles, shared-memory wavefronts
-      // of q's loads (4 x 16 B per lane and position, 2-way bank conflicts), not arithmetic.
-      // (MONOLITH_ATTN_QSMEM=1: the sixth session's loads at every position, for the A/B)
+      // published sm.q), not at every position: probes/attn_split.cu's stage stamps put the scores
+      // of a 64-position split at ~1,800 cycles of shared-memory wavefronts when q was loaded at
+      // every position (4 x 16 B per lane and position, 2-way bank conflicts), not arithmetic.
       const float4* q4 = reinterpret_cast<const float4*>(sm.q);
       const int ql16 = tid & 15;
-      const float4 qa0 = q4[x4_swz<kQSwz>(2 * ql16)], qa1 = q4[x4_swz<kQSwz>(2 * ql16 + 1)];
-      const float4 qb0 = q4[x4_swz<kQSwz>(32 + 2 * ql16)], qb1 = q4[x4_swz<kQSwz>(32 + 2 * ql16 + 1)];
+      const float4 qa0 = q4[2 * ql16], qa1 = q4[2 * ql16 + 1];
+      const float4 qb0 = q4[32 + 2 * ql16], qb1 = q4[32 + 2 * ql16 + 1];
       auto score_k = [&](const uint4* kslot, int rr, bool valid, float& a0, float& a1) {
         a0 = a1 = 0.f;
         if (valid) {
           const uint4 kw = kslot[rr * 16 + ql16];
-          if constexpr (kAttnQSmem) {
-            a0 = dot8_bf16(kw, q4[x4_swz<kQSwz>(2 * ql16)], q4[x4_swz<kQSwz>(2 * ql16 + 1)], 0.f);
-            a1 = dot8_bf16(kw, q4[x4_swz<kQSwz>(32 + 2 * ql16)], q4[x4_swz<kQSwz>(32 + 2 * ql16 + 1)], 0.f);
-          } else {
-            a0 = dot8_bf16(kw, qa0, qa1, 0.f);
-            a1 = dot8_bf16(kw, qb0, qb1, 0.f);
-          }
+          a0 = dot8_bf16(kw, qa0, qa1, 0.f);
+          a1 = dot8_bf16(kw, qb0, qb1, 0.f);
         }
 #pragma unroll
         for (int o = 8; o > 0; o >>= 1) {  // within each half-warp, fixed order
@@ -2235,42 +1515,11 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         a0 = a1 = 0.f;
 #pragma unroll
         for (int i = 0; i < kHeadDim / 32; ++i) {
-          a0 = fmaf(sm.q[q_at(lane + 32 * i)], sm.kc[lane + 32 * i], a0);
-          a1 = fmaf(sm.q[q_at(kHeadDim + lane + 32 * i)], sm.kc[lane + 32 * i], a1);
+          a0 = fmaf(sm.q[lane + 32 * i], sm.kc[lane + 32 * i], a0);
+          a1 = fmaf(sm.q[kHeadDim + lane + 32 * i], sm.kc[lane + 32 * i], a1);
         }
         a0 = warp_sum(a0);
         a1 = warp_sum(a1);
-      };
-      // MONOLITH_ATTN_MMA: the split's cached positions' scores (unscaled) by mma, as 4 dim-quarter
-      // partials per head and position into sm.vpart[quarter][head][position] (see the knob's note)
-      auto mma_scores = [&](const uint32_t* kw, int nh) {
-        const int mt = warp & 3, kq = warp >> 2, fg = lane >> 2, fc = lane & 3;  // fragment row / column
-        const uint32_t* qw = reinterpret_cast<const uint32_t*>(sm.qbf);        // [hi | lo][head][64 words]
-        const int r0 = 16 * mt + fg;
-        float d[4][4] = {};  // head 0 hi, head 0 lo, head 1 hi, head 1 lo
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int ks = 2 * kq + i;                        // k-step: logical dims 16 ks .. + 15
-          const int w0 = (8 * ks + fc + 4 * fg) & 63;       // row rotated by 8 fg dims: word of dims 2fc, +1
-          const int w1 = (8 * ks + 4 + fc + 4 * fg) & 63;   // and of dims 2fc + 8, + 9
-          const uint32_t a[4] = {kw[r0 * 64 + w0], kw[(r0 + 8) * 64 + w0], kw[r0 * 64 + w1], kw[(r0 + 8) * 64 + w1]};
-          mma_m16n8k16_bf16(d[0], a, qw[w0], qw[w1]);
-          mma_m16n8k16_bf16(d[1], a, qw[128 + w0], qw[128 + w1]);
-          mma_m16n8k16_bf16(d[2], a, qw[64 + w0], qw[64 + w1]);
-          mma_m16n8k16_bf16(d[3], a, qw[192 + w0], qw[192 + w1]);
-        }
-        if (fc == (fg >> 1)) {  // this lane holds C[fg][fg] and C[fg + 8][fg]: rows r0 and r0 + 8
-          const bool odd = fg & 1;
-          float* qp = sm.vpart + kq * kGroupCols;
-          if (r0 < nh) {
-            qp[r0] = (odd ? d[0][1] : d[0][0]) + (odd ? d[1][1] : d[1][0]);
-            qp[kSplitPositions + r0] = (odd ? d[2][1] : d[2][0]) + (odd ? d[3][1] : d[3][0]);
-          }
-          if (r0 + 8 < nh) {
-            qp[r0 + 8] = (odd ? d[0][3] : d[0][2]) + (odd ? d[1][3] : d[1][2]);
-            qp[kSplitPositions + r0 + 8] = (odd ? d[2][3] : d[2][2]) + (odd ? d[3][3] : d[3][2]);
-          }
-        }
       };
       // o += p * V for this lane's 4 dims of one V row (bf16 pairs), both heads
       auto add_v = [&](uint2 vv, float p0, float p1, float (&o0)[4], float (&o1)[4]) {
@@ -2284,19 +1533,11 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       };
       // one 16-byte store per head (8 scalar stores at a 16-byte stride were 4-way bank conflicts)
       auto store_vpart = [&](const float (&o0)[4], const float (&o1)[4]) {
-        if constexpr (kAttnQSmem) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            sm.vpart[warp * kGroupCols + 4 * lane + i] = o0[i];
-            sm.vpart[warp * kGroupCols + kHeadDim + 4 * lane + i] = o1[i];
-          }
-          return;
-        }
         float4* p4 = reinterpret_cast<float4*>(sm.vpart + warp * kGroupCols);
         p4[lane] = make_float4(o0[0], o0[1], o0[2], o0[3]);
         p4[kHeadDim / 4 + lane] = make_float4(o1[0], o1[1], o1[2], o1[3]);
       };
-      // MONOLITH_ATTN_LOCAL_MERGE: this thread's (head, dim) running merge of the block's splits
+      // this thread's (head, dim) running merge of the block's splits (the merge note above)
       float lm = -INFINITY, ll = 0.f, lo = 0.f;
       // a split's scores, then probabilities, [head][entry]: sm.sc, or sm.x in the wide kernel
       float* const scw = kWide ? sm.x : sm.sc;
@@ -2307,156 +1548,52 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         split_of<kWide>(s, sp, pos, t0, t1);
         const int nh = t1 > t0 ? t1 - t0 : 0;      // cached positions in this split
         const bool cur = sp == s.nsplit - 1;       // this position is the split's last entry
-        if constexpr (kAttnFlash) {
-          // K (slot 0) and V (slot 1) of the split together
-          if (nh > 0 && !held && !acquire_n(2, kPhase_s_attn, L)) return;
-          held = false;
-          const uint4* kslot = slot_at(0);
-          const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(1));
-          const int half = lane >> 4;
-          constexpr int kPerWarp = kSplitPositions / kStreamConsumerWarps;
-          static_assert(kPerWarp == 4, "four positions per warp: two per half-warp");
-          float s0[kPerWarp], s1[kPerWarp];  // this warp's scores (both heads), in every lane
-#pragma unroll
-          for (int i = 0; i < kPerWarp / 2; ++i) {
-            const int rr = warp + kStreamConsumerWarps * (2 * i + half);
-            float a0, a1;
-            score_k(kslot, rr, rr < nh, a0, a1);
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {  // both half-warps' positions to every lane
-              const int j = 2 * i + hh, r = warp + kStreamConsumerWarps * j;
-              const float b0 = __shfl_sync(0xffffffffu, a0, 16 * hh), b1 = __shfl_sync(0xffffffffu, a1, 16 * hh);
-              s0[j] = r < nh ? b0 * scale : -INFINITY;
-              s1[j] = r < nh ? b1 * scale : -INFINITY;
-            }
-          }
-          float c0 = -INFINITY, c1 = -INFINITY;  // this position's scores: warp 0 takes it
-          if (cur && warp == 0) {
-            score_cur(c0, c1);
-            c0 *= scale;
-            c1 *= scale;
-          }
-          float m0 = c0, m1 = c1;
-#pragma unroll
-          for (int j = 0; j < kPerWarp; ++j) {
-            m0 = fmaxf(m0, s0[j]);
-            m1 = fmaxf(m1, s1[j]);
-          }
-          // a warp without positions keeps m = -inf, l = 0: the merge skips it
-          float l0 = 0.f, l1 = 0.f, o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-          for (int j = 0; j < kPerWarp; ++j) {
-            const int rr = warp + kStreamConsumerWarps * j;
-            if (rr < nh) {
-              const float p0 = __expf(s0[j] - m0), p1 = __expf(s1[j] - m1);
-              l0 += p0;
-              l1 += p1;
-              add_v(vslot[rr * 32 + lane], p0, p1, o0, o1);
-            }
-          }
-          if (cur && warp == 0) {
-            const float p0 = __expf(c0 - m0), p1 = __expf(c1 - m1);
-            l0 += p0;
-            l1 += p1;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              o0[i] = fmaf(p0, sm.vc[4 * lane + i], o0[i]);
-              o1[i] = fmaf(p1, sm.vc[4 * lane + i], o1[i]);
-            }
-          }
-          store_vpart(o0, o1);
-          static_assert(4 * kStreamConsumerWarps <= kHeadsPerKV * kSplitPositions, "per-warp (m, l) fit in sm.sc");
-          if (lane == 0) {
-            sm.sc[4 * warp + 0] = m0;
-            sm.sc[4 * warp + 1] = l0;
-            sm.sc[4 * warp + 2] = m1;
-            sm.sc[4 * warp + 3] = l1;
-          }
-          csync();
-          if (tid < kGroupCols) {  // fixed order over warps
-            const int h = tid / kHeadDim, d = tid & (kHeadDim - 1);
-            float m = -INFINITY;
-#pragma unroll
-            for (int w = 0; w < kStreamConsumerWarps; ++w) m = fmaxf(m, sm.sc[4 * w + 2 * h]);
-            float num = 0.f, den = 0.f;
-#pragma unroll
-            for (int w = 0; w < kStreamConsumerWarps; ++w) {
-              const float lw = sm.sc[4 * w + 2 * h + 1];
-              if (lw > 0.f) {  // (-inf) - (-inf) of an empty warp would be NaN
-                const float c = __expf(sm.sc[4 * w + 2 * h] - m);
-                num = fmaf(sm.vpart[w * kGroupCols + tid], c, num);
-                den = fmaf(lw, c, den);
-              }
-            }
-            long long* part = acc + kTagAttnPart + ((g * kMaxSplits + sp) * kHeadsPerKV + h) * kPartStride;
-            tagged_store(part + 2 + d, num, tag);
-            if (d == 0) {
-              tagged_store(part, m, tag);
-              tagged_store(part + 1, den, tag);
-            }
-          }
-          if (sp + s.ng >= s.nsplit) hop_mark();  // the block's last split: the merge's hop follows
-          if (nh > 0) hand_back(2);
-          csync();  // vpart and sc are reused by the next split
-          continue;
-        }
         // scores: one half-warp per cached position, 16 lanes x 16 B = one K row, both heads
         if (nh > 0) {
-          // K slots: one, or in the wide kernel nk (position r in slot r / 64); tight: K and V together
+          // K slots: one, or in the wide kernel nk (position r in slot r / 64)
           const int nk = kWide ? split_slots(nh) : 1;
-          if (!held && !acquire_n(kWide ? nk : kAttnTight ? 2 : 1, kPhase_s_attn, L)) return;
+          if (!held && !acquire_n(nk, kPhase_s_attn, L)) return;
           held = false;
-          if constexpr (kAttnMma) {
-            mma_scores(reinterpret_cast<const uint32_t*>(slot_at(0)), nh);
-          } else {
-            const int hw = tid >> 4, l16 = tid & 15;
-            // slot by slot, each a 64-position loop (constant trip count, unrolled; the ninth
-            // session's single loop over nk x 64 with a division per position did not unroll)
+          const int hw = tid >> 4, l16 = tid & 15;
+          // slot by slot, each a 64-position loop (constant trip count, unrolled; one loop over
+          // nk x 64 with a division per position did not unroll)
 #pragma unroll 1
-            for (int c = 0; c < nk; ++c) {
-              const uint4* slot = slot_at(c);
-              for (int rr = hw; rr < kSplitPositions; rr += kStreamConsumerThreads / 16) {
-                const int r = c * kSplitPositions + rr;
-                float a0, a1;
-                score_k(slot, rr, r < nh, a0, a1);
-                if (l16 == 0 && r < nh) {
-                  scw[r] = a0 * scale;
-                  scw[kSE + r] = a1 * scale;
-                }
+          for (int c = 0; c < nk; ++c) {
+            const uint4* slot = slot_at(c);
+            for (int rr = hw; rr < kSplitPositions; rr += kStreamConsumerThreads / 16) {
+              const int r = c * kSplitPositions + rr;
+              float a0, a1;
+              score_k(slot, rr, r < nh, a0, a1);
+              if (l16 == 0 && r < nh) {
+                scw[r] = a0 * scale;
+                scw[kSE + r] = a1 * scale;
               }
             }
           }
-          if constexpr (!kAttnTight) {  // tight: K goes back with V, at the split's end
-            if constexpr (kWide) {
-              csync();
-              hand_back_split(nk);
-            } else {
-              release_n(nk);
-            }
+          if constexpr (kWide) {
+            csync();
+            hand_back_split(nk);
+          } else {
+            release_n(nk);
           }
         }
         if (sp == s.gi) XRAY_SUB3(x_att_score, L);  // (after the K hand-back's barrier, when it had slots)
         if (cur && warp == 0) {
           float a0, a1;
           score_cur(a0, a1);
-          if constexpr (kAttnMma) {  // unscaled, as the mma partials: quarter 0 holds it, 1-3 are 0
-            if (lane < 4) {
-              sm.vpart[lane * kGroupCols + nh] = lane ? 0.f : a0;
-              sm.vpart[lane * kGroupCols + kSplitPositions + nh] = lane ? 0.f : a1;
-            }
-          } else if (lane == 0) {
+          if (lane == 0) {
             scw[nh] = a0 * scale;
             scw[kSE + nh] = a1 * scale;
           }
         }
         csync();
         const int n = nh + (cur ? 1 : 0);
-        if constexpr (kWide && (kWideFlat & 4)) {
-          // MONOLITH_ATTN_WIDE_FLAT bit 4: the softmax statistics by all warps, not two: warp w takes
-          // head w / 8 and entries 32 (w % 8) + lane (one each), the 8 warps' maxima meet in sm.sc (free
-          // in the wide kernel: its scores are in sm.x) behind one more barrier. The max is exact, so m
-          // is the two-warp form's; l sums per warp, then the 8 warps in order (its own order: a
-          // deterministic build, not the two-warp form's bits). sm.ml is written at the V step (below).
+        if constexpr (kWide) {
+          // The wide kernel's softmax statistics by all warps, not one per head (up to 193 entries per
+          // head): warp w takes head w / 8 and entries 32 (w % 8) + lane (one each), the 8 warps'
+          // maxima meet in sm.sc (free in the wide kernel: its scores are in sm.x) behind one more
+          // barrier. The max is exact; l sums per warp, then the 8 warps in order (deterministic).
+          // sm.ml is written at the V step (below).
           static_assert(kWideSoftmaxParts * 32 >= kWideEntriesMax && 2 * kStreamConsumerWarps <= kHeadsPerKV * kSplitEntriesMax,
                         "one entry per lane; the per-warp (max, sum) fit in sm.sc");
           const int h = warp / kWideSoftmaxParts, r = (warp % kWideSoftmaxParts) * 32 + lane;
@@ -2472,32 +1609,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
           if (r < n) sc[r] = er;
           const float lw = warp_sum(er);
           if (lane == 0) sm.sc[kStreamConsumerWarps + warp] = lw;
-        } else if (kWide && warp < kHeadsPerKV) {  // the same over up to kWideEntriesMax entries
-          float* sc = scw + warp * kSE;
-          float m = -INFINITY, e = 0.f;  // two passes over shared memory (registers are at the cap)
-          for (int r = lane; r < n; r += 32) m = fmaxf(m, sc[r]);
-          m = warp_max(m);
-          for (int r = lane; r < n; r += 32) {
-            const float er = __expf(sc[r] - m);
-            sc[r] = er;
-            e += er;
-          }
-          const float l = warp_sum(e);
-          if (lane == 0) {
-            sm.ml[2 * warp] = m;
-            sm.ml[2 * warp + 1] = l;
-          }
         } else if (warp < kHeadsPerKV) {  // softmax statistics of this split, one warp per head
           float* sc = scw + warp * kSE;
-          auto score = [&](int r) {  // MONOLITH_ATTN_MMA: the four dim quarters' partials, in order
-            if constexpr (kAttnMma) {
-              const float* q4 = sm.vpart + warp * kSplitPositions + r;
-              return (((q4[0] + q4[kGroupCols]) + q4[2 * kGroupCols]) + q4[3 * kGroupCols]) * scale;
-            } else {
-              return sc[r];
-            }
-          };
-          const float x0 = lane < n ? score(lane) : -INFINITY, x1 = lane + 32 < n ? score(lane + 32) : -INFINITY;
+          const float x0 = lane < n ? sc[lane] : -INFINITY, x1 = lane + 32 < n ? sc[lane + 32] : -INFINITY;
           const float m = warp_max(fmaxf(x0, x1));
           const float e0 = lane < n ? __expf(x0 - m) : 0.f, e1 = lane + 32 < n ? __expf(x1 - m) : 0.f;
           if (lane < n) sc[lane] = e0;
@@ -2512,7 +1626,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         if (sp == s.gi) XRAY_SUB3(x_att_soft, L);
         // V: warp w takes cached positions w, w + 16, w + 32, w + 48; lane holds dims 4 lane .. + 3
         float o0[4] = {0.f, 0.f, 0.f, 0.f}, o1[4] = {0.f, 0.f, 0.f, 0.f};
-        if constexpr (kWide && (kWideFlat & 4)) {  // bit 4: each head's (max, sum) from its 8 warps' (above), in order
+        if constexpr (kWide) {  // each head's (max, sum) from its 8 warps' (above), in order
           if (tid < kHeadsPerKV) {
             float m = -INFINITY, l = 0.f;
 #pragma unroll
@@ -2523,12 +1637,12 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
             sm.ml[2 * tid + 1] = l;
           }
         }
-        if (nh > 0) {  // V slots: one (tight: acquired with K), or in the wide kernel nk
+        if (nh > 0) {  // V slots: one, or in the wide kernel nk
           const int nk = kWide ? split_slots(nh) : 1;
-          if (!kAttnTight && !acquire_n(nk, kPhase_s_attn, L)) return;
+          if (!acquire_n(nk, kPhase_s_attn, L)) return;
 #pragma unroll 1
           for (int c = 0; c < nk; ++c) {  // slot by slot, positions in increasing order per warp
-            const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(kAttnTight ? 1 : c));
+            const uint2* vslot = reinterpret_cast<const uint2*>(slot_at(c));
 #pragma unroll
             for (int j = 0; j < kSplitPositions / kStreamConsumerWarps; ++j) {
               const int r = warp + kStreamConsumerWarps * j, rr = c * kSplitPositions + r;
@@ -2545,7 +1659,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
 #pragma unroll
           for (int w = 0; w < kStreamConsumerWarps; ++w) a += sm.vpart[w * kGroupCols + tid];
           if (cur) a = fmaf(scw[h * kSE + nh], sm.vc[d], a);
-          if constexpr (kAttnLocalMerge) {  // fold this split in (lm = -inf before the first: ca = 0)
+          {  // fold this split in (lm = -inf before the first: ca = 0)
             const float ms = sm.ml[2 * h], ls = sm.ml[2 * h + 1];
             const float mn = fmaxf(lm, ms), ca = __expf(lm - mn), cb = __expf(ms - mn);
             lo = sp == s.gi ? a : lo * ca + a * cb;
@@ -2559,27 +1673,17 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
                 tagged_store(part + 1, ll, tag);
               }
             }
-          } else {
-            long long* part = acc + kTagAttnPart + ((g * kMaxSplits + sp) * kHeadsPerKV + h) * kPartStride;
-            tagged_store(part + 2 + d, a, tag);
-            if (d == 0) {
-              tagged_store(part, sm.ml[2 * h], tag);
-              tagged_store(part + 1, sm.ml[2 * h + 1], tag);
-            }
           }
         }
         if (sp + s.ng >= s.nsplit) hop_mark();  // the block's last split: the merge's hop follows
         if constexpr (kWide) {
           if (nh > 0) hand_back_split(split_slots(nh));
         } else {
-          if (nh > 0) hand_back(kAttnTight ? 2 : 1);
+          if (nh > 0) hand_back(1);
         }
-        // vpart and sc are reused by the next split (tight: after the last one, the merge's barrier
-        // comes before anything writes them)
-        if (!kAttnTight || sp + s.ng < s.nsplit) csync();
+        csync();  // vpart and sc are reused by the next split
         if (sp == s.gi) XRAY_SUB3(x_att_out, L);
       }
-      diag_code_pad(pos, &sm.red[0]);  // MONOLITH_DIAG_CODE_PAD (off: no code)
       XRAY_END(s_attn, L);
     }
 
@@ -2595,7 +1699,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         if (s.o0 + r0 + 4 * m < s.o1)
           bso[m] = __ldg(reinterpret_cast<const uint16_t*>(BS + kBsO + int64_t(g * kHidden + s.o0 + r0 + 4 * m) * NF::kBsRowO) +
                          (lane & 7));
-      tso = WeightsNvfp4::row_scale<kNvH2O>(__ldg(TS + kTsO));
+      tso = WeightsNvfp4::row_scale<kNv>(__ldg(TS + kTsO));
     }
     if constexpr (kScaled) {
       const int r0 = 4 * warp + (lane >> 4);
@@ -2605,16 +1709,16 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       }
     }
     // O's first round: one slot (E4M3, NVFP4) or up to kRoundSlots of 32 rows (bf16)
-    pretest(F::kRb == 2 || kNv ? 1 : (min(32 * kRoundSlots, s.o1 - s.o0) + 31) / 32, kPretestO);
+    pretest(F::kRb == 2 || kNv ? 1 : (min(32 * kRoundSlots, s.o1 - s.o0) + 31) / 32);
     {
       bool ok = true;
       float num = 0.f, den = 0.f;
-      // partials to merge: one per split, or (MONOLITH_ATTN_LOCAL_MERGE) one per block that owns a
-      // split (read where the loop reads it, so that the default build's code stays the same)
-      auto np = [&] { return kAttnLocalMerge ? min(s.ng, s.nsplit) : s.nsplit; };
+      // partials to merge: one per block that owns a split (read where the loop reads it: hoisted,
+      // the kernels' code changed)
+      auto np = [&] { return min(s.ng, s.nsplit); };
       constexpr int kBatch = kMergeBatch;
       static_assert(kLongKernelFrom == kBatch * kSplitPositions, "below kLongKernelFrom one batch holds every partial");
-      // MONOLITH_MERGE_HALVES: threads kGroupCols.. take the partials from mh on (none below 5)
+      // merge halves: threads kGroupCols.. take the partials from mh on (none below 5)
       const int mh = kBatch * ((np() + 2 * kBatch - 1) / (2 * kBatch));
       const bool upper = kMergeHalves && tid >= kGroupCols;
       float m = -INFINITY;
@@ -2625,9 +1729,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         const long long* part0 = acc + kTagAttnPart + (g * kMaxSplits * kHeadsPerKV + h) * kPartStride;
         constexpr int kSplitStride = kHeadsPerKV * kPartStride;
         auto pend = [&] { return kMergeHalves && !upper ? min(np(), mh) : np(); };  // past this half's last
-        // partials per round trip: kMergeBatch, or (MONOLITH_MERGE_ML_LANES) twice that in the long
-        // and wide kernels, where each half's partials (at most 8 at 16 blocks a group) then take one
-        constexpr bool kMl = kMergeMlLanes && !kNv && (kLong || kScaled || kMergeMlBf16Short);  // (above)
+        // partials per round trip: kMergeBatch, or (P::kMergeMlLanes) twice that in the long and wide
+        // kernels, where each half's partials (at most 8 at 16 blocks a group) then take one
+        constexpr bool kMl = P::kMergeMlLanes;
         constexpr int kRound = kMl && kLong ? 2 * kBatch : kBatch;
         for (int sp0 = upper ? mh : 0; sp0 < pend() && ok; sp0 += kRound) {
           float ms[kRound], ls[kRound], os[kRound];
@@ -2664,10 +1768,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
                   return pp + (i % 3 == 2 ? 2 + d : i % 3);
                 },
                 tag, got, S, tmo, uint32_t(L) * 16u + 9u, ok);
-            // MONOLITH_POLL_SYNCWARP bit 8: converge before the merge arithmetic; an AND, not a plain
+            // converge before the merge arithmetic (the note at gather_vec); an AND, not a plain
             // __syncwarp, so that a lane whose wait failed leaves the loop with its whole warp (the
             // loop's other bounds are warp-uniform: kGroupCols is a multiple of 32)
-            if constexpr ((kPollSyncwarp & 8) != 0) ok = __all_sync(0xffffffffu, ok);
+            ok = __all_sync(0xffffffffu, ok);
 #pragma unroll
             for (int j = 0; j < kBatch; ++j) {
               const bool in = j < nb;
@@ -2703,10 +1807,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
           den = den * ca + sm.vpart[2 * kGroupCols + tid] * cb;
         }
         const float a = num / den;
-        if constexpr (kNvH2O) store_xh2<kGroupCols / 32>(sm.attn, tid >> 5, a);  // warps 0-7 whole
+        if constexpr (kNv) store_xh2<kGroupCols / 32>(sm.attn, tid >> 5, a);  // warps 0-7 whole
         else if constexpr (kE4H2O) store_xe<kGroupCols / 32>(sm.attn, tid >> 5, a);
-        else sm.attn[kInSwz ? nv_swz(tid) : tid] = a;  // O reads it through x4_swz / load_x32
-        if (s.gi == 0 && scr_on) scr[kScrAttn + g * kGroupCols + tid] = a;
+        else sm.attn[nv_swz(tid)] = a;  // O reads it through x4_swz / load_x32
+        if (s.gi == 0) scr[kScrAttn + g * kGroupCols + tid] = a;
       }
     }
     csync();
@@ -2719,7 +1823,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       // 2 l8, 2 l8 + 1), warp w takes rows 8 w + lane / 8 and + 4. The eight lanes' sums meet in
       // an xor tree 4, 2, 1: kernel_gemv(..., lanes=8) of quant/nvfp4_kernel_model.py.
       const int l8 = lane & 7;
-      const NvIn<kNvH2O> at = load_nv_in<kNvH2O, kGroupCols / 32>(sm.attn, l8);
+      const NvIn<kNv> at = load_nv_in<kNv, kGroupCols / 32>(sm.attn, l8);
       for (int o = s.o0, i = 0; o < s.o1; o += F::kRowsO, ++i) {
         const int nr = min(F::kRowsO, s.o1 - o);
         const int r0 = 8 * warp + (lane >> 3), r1 = r0 + 4;
@@ -2835,13 +1939,12 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       float tsg = 1.f, tsu = 1.f;
       if constexpr (kNv) {
         nv_bs_load(bsg, 0, ngu, nbs);
-        tsg = WeightsNvfp4::row_scale<kNvH2Mlp>(__ldg(TS + kTsGate));
-        tsu = WeightsNvfp4::row_scale<kNvH2Mlp>(__ldg(TS + kTsUp));
+        tsg = WeightsNvfp4::row_scale<kNv>(__ldg(TS + kTsGate));
+        tsu = WeightsNvfp4::row_scale<kNv>(__ldg(TS + kTsUp));
       }
       auto mlp_slots0 = [&] { return F::kSlotsPerUnit * min(kMlpRoundUnits, s.u1 - s.u0); };  // bf16 / E4M3: round 0's
-      pretest(kNv ? slots_nv(ngu) : mlp_slots0());
       const bool ok = resid_poll(acc_o, kGroups + 1, rh, fix, S, tmo, uint32_t(L) * 16u + 10u);
-      if constexpr ((kPollSyncwarp & 2) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 2
+      __syncwarp();  // converge after the poll (the note at gather_vec)
       XRAY_WORDS_NOTE(&sm.xwords);
       XRAY_END(s_wait_o, L);  // thread 0's words (the first round's barrier is the block's)
       float v[2];
@@ -2855,16 +1958,16 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
           for (int e = 0; e < 2; ++e) scr[kScrHidden + tid + e * kStreamConsumerThreads] = v[e];
         return;
       }
-      stream_prenorm<kInSwz, kNvH2Mlp, kE4H2Mlp>(v, npost, sm.x, sm.ssq);
+      stream_prenorm<true, kNv, kE4H2Mlp>(v, npost, sm.x, sm.ssq);
       XRAY_SUB2(x_prenorm, L);
       if constexpr (kNv) {
         float inv = 0.f;
         int unused = 0;
-        if (!rows_nv(std::false_type{}, std::bool_constant<kNvH2Mlp>{}, ngu, bsg, nbs, sm.x, kPhase_s_mlp, L, ok, [&] {
+        if (!rows_nv(std::false_type{}, std::bool_constant<kNv>{}, ngu, bsg, nbs, sm.x, kPhase_s_mlp, L, ok, [&] {
               XRAY_WORDS_CUT(&sm.xwords, L);
               XRAY_END(s_gather, L);  // every thread's counted words are in
               inv = norm_inv(sm.ssq);
-              if (b == 0 && scr_on)  // phase diff only
+              if (b == 0)  // for the phase diff
                 for (int e = 0; e < 2; ++e) scr[kScrNormPost + tid + e * kStreamConsumerThreads] = v[e] * inv * npost.w[e];
             }, [&](int q, int nr, const float* part) {
               if (tid < nr / 2) {  // pair t of the round: gate j (row 2t) and up j (row 2t + 1)
@@ -2872,7 +1975,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
                 const int j = kMlpUnitCols * s.u0 + q / 2 + tid;
                 const float av = gg / (1.f + __expf(-gg)) * uu;
                 tagged_store(acc + kTagAct + j, av, tag);
-                if (scr_on) scr[kScrAct + j] = av;  // phase diff only
+                scr[kScrAct + j] = av;  // for the phase diff
               }
             }, false, unused))
           return;
@@ -2886,7 +1989,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         XRAY_WORDS_CUT(&sm.xwords, L);
         XRAY_END(s_gather, L);  // every thread's counted words are in
         const float inv = norm_inv(sm.ssq);
-        if (b == 0 && scr_on)  // phase diff only
+        if (b == 0)  // for the phase diff
           for (int e = 0; e < 2; ++e) scr[kScrNormPost + tid + e * kStreamConsumerThreads] = v[e] * inv * npost.w[e];
         const auto xg = [&] {
           if constexpr (kE4H2Mlp) return load_xe_half<kHidden / 32>(sm.x);
@@ -2911,7 +2014,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
             const int j = kMlpUnitCols * u + tid;
             const float av = gg / (1.f + __expf(-gg)) * uu;
             tagged_store(acc + kTagAct + j, av, tag);
-            if (scr_on) scr[kScrAct + j] = av;  // phase diff only
+            scr[kScrAct + j] = av;  // for the phase diff
           }
           if (u + kMlpRoundUnits >= s.u1) hop_mark();
           hand_back(n);
@@ -2929,19 +2032,15 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
     const uint8_t* bsd = kNv ? BS + kBsDown + int64_t(s.h0) * 3 * NF::kBsRow1024 : nullptr;
     uint32_t nbsd[kRoundSlots];
     if constexpr (kNv) {
-      scd = WeightsNvfp4::row_scale<kNvH2Down>(__ldg(TS + kTsDown));
+      scd = WeightsNvfp4::row_scale<kNv>(__ldg(TS + kTsDown));
       nv_bs_load(bsd, 0, 3 * (s.h1 - s.h0), nbsd);
     }
     {
       bool ok = true;
       constexpr int kPer = kActPer;
       float av[kPer];
-      {
-        const int nseg = 3 * (s.h1 - s.h0);
-        pretest(kNv ? slots_nv(nseg) : slots_1024(F{}, nseg, kRoundSlots));
-      }
       gather_vec<kPer>(acc + kTagAct, tag, av, S, tmo, uint32_t(L) * 16u + 11u, ok);
-      if constexpr ((kPollSyncwarp & 4) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 4
+      __syncwarp();  // converge after the poll (the note at gather_vec)
       XRAY_WORDS_NOTE(&sm.xwords);  // MONOLITH_XRAY_SUB=1: this warp's words are in (x_words, below)
       // thread 0's words are in; the stores below and the barrier are the hop's s_gather (eighteenth
       // session: does the f16 store (store_xe / store_xh2) lengthen this hop before or after the words?)
@@ -2949,9 +2048,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
         const int i = tid + k * kStreamConsumerThreads;
-        if constexpr (kNvH2Down) store_xh2<kIntermediate / 32>(sm.act, i >> 5, av[k]);  // whole warps
+        if constexpr (kNv) store_xh2<kIntermediate / 32>(sm.act, i >> 5, av[k]);  // whole warps
         else if constexpr (kE4H2Down) store_xe<kIntermediate / 32>(sm.act, i >> 5, av[k]);
-        else sm.act[kInSwz ? nv_swz(i) : i] = av[k];  // down reads it swizzled (NVFP4: per 1024-wide segment)
+        else sm.act[nv_swz(i)] = av[k];  // down reads it swizzled (NVFP4: per 1024-wide segment)
       }
       if (!csync_and(ok)) return;  // also publishes sm.act
       XRAY_WORDS_CUT(&sm.xwords, L);  // MONOLITH_XRAY_SUB=1 (nineteenth session): the last warp's words
@@ -2965,7 +2064,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
       const int nseg = 3 * (s.h1 - s.h0);
       int held = 0;  // the last round's slots, handed back after the residual stores
       if constexpr (kNv) {
-        if (!rows_nv(std::true_type{}, std::bool_constant<kNvH2Down>{}, nseg, bsd, nbsd, nullptr, kPhase_s_down, L, true, [] {},
+        if (!rows_nv(std::true_type{}, std::bool_constant<kNv>{}, nseg, bsd, nbsd, nullptr, kPhase_s_down, L, true, [] {},
                      [&](int q, int nr, const float* part) {
                        if (tid < nr) sm.segsum[q + tid] = part[tid];
                      }, true, held))
@@ -3013,7 +2112,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
         tagged_store(acc + kTagResid + i, v, tag);
         if (p.stop_layer == L && (p.stop_phase == kStopGateUp || p.stop_phase == kStopDown)) scr[kScrHidden + i] = v;
       }
-      hop_mark(true);
+      hop_mark();
       hand_back(held);
     }
     XRAY_END(s_down, L);
@@ -3026,10 +2125,10 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   bool ok = true;
   const Norm2 nfin = load_norm2(p.final_norm);  // in flight during the wait below
   constexpr int kHeadRows = HF::kHeadSlots * HF::kRows1024;  // LM-head rows per round: 32 | 96
-  const float sch0 = kHeadWarp<HW> ? 1.f : first_scale(p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
+  const float sch0 = P::kHeadWarp ? 1.f : first_scale(p.embed_scales, s.v0, s.v1, kHeadRows);  // E4M3: the first LM-head round's
   {
     gather_vec<2>(acc + kTagResid, layer_tag(steps, kNumLayers - 1), v, S, tmo, uint32_t(kNumLayers) * 16u + 7u, ok);
-    if constexpr ((kPollSyncwarp & 8) != 0) __syncwarp();  // MONOLITH_POLL_SYNCWARP bit 8
+    __syncwarp();  // converge after the poll (the note at gather_vec)
     XRAY_END(s_wait_final, kNumLayers);  // thread 0's words (the first round's barrier is the block's)
     stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);
     if (b == 0 && ok) {  // the next launch starts from these counted words
@@ -3046,9 +2145,9 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   }
   float best = -INFINITY;
   int best_i = 0x7fffffff;
-  if constexpr (kHeadWarp<HW>) {  // MONOLITH_HEAD_WARP: whole slots per warp, no block barrier per round
+  if constexpr (P::kHeadWarp) {  // the warp head: no block barrier per round (kHeadGroups' note)
     constexpr int R = HF::kRows1024;  // rows per slot: 8 bf16, 16 E4M3
-    // MONOLITH_HEAD_GROUPS (above): NG groups of G warps; group g takes the slots j = g, g + NG, ...
+    // NG groups of G warps; group g takes the slots j = g, g + NG, ...
     // (NG divides kStages, so copy j - kStages of a slot was the same group's: every warp of a
     // group is that slot's in-order consumer), warp gw of a group its RW rows gw RW .. of each.
     constexpr int NG = kHeadGroups;
@@ -3059,12 +2158,12 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
     static_assert(kEmptyArrivals % G == 0 && (kArrivals < 32 || kArrivals % 32 == 0),
                   "a slot's arrivals split evenly over its group's warps (MONOLITH_RING_RELEASE=1: groups of one warp)");
     const int group = warp % NG, rbase = (warp / NG) * RW;
-    const bool active = warp / NG < G;  // NG = 12: warps 12 .. 15 idle
+    const bool active = warp / NG < G;  // (all 16 warps at NG = 4)
     // publishes s_x and the sums of squares, carries `ok`; then the producer may run (the hop is over)
     if (!csync_and(ok)) return;
     hop_unmark();
     const float inv = norm_inv(sm.ssq);
-    if (b == 0 && scr_on)  // phase diff only
+    if (b == 0)  // for the phase diff
       for (int e = 0; e < 2; ++e) scr[kScrFinalNorm + tid + e * kStreamConsumerThreads] = v[e] * inv * nfin.w[e];
     const XRow xrow = load_xrow<HW, kHeadSwz>(sm.x);
     const int nslots = (s.v1 - s.v0 + R - 1) / R, my_r = rbase + scatter_row<RW>(lane);
@@ -3150,7 +2249,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
           }
         }, [&] {
           inv = norm_inv(sm.ssq);
-          if (b == 0 && scr_on)  // phase diff only
+          if (b == 0)  // for the phase diff
             for (int e = 0; e < 2; ++e) scr[kScrFinalNorm + tid + e * kStreamConsumerThreads] = v[e] * inv * nfin.w[e];
         }))
       return;
@@ -3186,10 +2285,11 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
 
 template <class Cfg, bool kLong, bool kWide = false>
 __device__ __forceinline__ void stream_step(const StepParams& p) {
+  using P = Policy<typename Cfg::Weights, kernel_kind(kLong, kWide)>;
   extern __shared__ __align__(128) uint8_t ring_slots[];
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
   __shared__ int quit, hold;
-  __shared__ uint32_t landed;  // MONOLITH_SLOT_LANDED
+  __shared__ uint32_t landed;  // the landed count (Policy::kSlotLanded)
   __shared__ __align__(16) StreamSmem sm;
   __shared__ PlanT<kWide> plan;  // block-uniform: shared memory, not 14 registers per thread
   const int tid = threadIdx.x;
@@ -3202,9 +2302,9 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
       mbar_init(&empty[i], kEmptyArrivals);
     }
     quit = 0;
-    if constexpr (kHopHold<typename Cfg::Weights> > 0) hold = 0;
-    if constexpr (kSlotLanded<typename Cfg::Weights>) landed = 0u;
-    if constexpr (kSlotPretestAny<typename Cfg::Weights, kLong, kWide>) {
+    hold = 0;
+    if constexpr (P::kSlotLanded) landed = 0u;
+    if constexpr (P::kPretestO) {
       sm.pre_kc = ~0u;  // no pretest yet (a ring position never reached)
       sm.pre_landed = 0u;
       sm.pre_ready = 0;
@@ -3218,10 +2318,10 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
   __syncthreads();  // the schedule's only barrier 0: from here the consumers sync on barrier 1
   const Ring r{ring_slots, full, empty, &quit, &hold, &landed};
   if (tid >= kStreamConsumerThreads) {
-    if (tid == kStreamConsumerThreads) stream_producer<typename Cfg::Weights, kWide>(p, plan, pos, r);
+    if (tid == kStreamConsumerThreads) stream_producer<typename Cfg::Weights, P, kWide>(p, plan, pos, r);
     return;
   }
   const uint32_t steps = *(volatile const uint32_t*)&p.sync->steps;  // names this launch in tagged words
-  stream_consumer<Cfg, kLong, kWide>(p, plan, pos, token, steps, r, sm);
+  stream_consumer<Cfg, P, kLong, kWide>(p, plan, pos, token, steps, r, sm);
   if (tid == 0) atomicExch(&quit, 1);  // whatever path the consumers left by
 }

@@ -34,7 +34,7 @@ __device__ __forceinline__ XFull load_x32(const float* v, int i) {
   for (int j = 0; j < 8; ++j) x.v[j] = x4[j ^ (i & 7)];
   return x;
 }
-// NVFP4's half2 inputs (kNvHalf2, dequant.cuh's dot16B_h2): a vector of kWords 32-element words,
+// NVFP4's half2 inputs (dequant.cuh's dot16B_h2): a vector of kWords 32-element words,
 // each stored as 16 half2 in the pair order of the codes (16-byte chunk c = the pairs (8c + k,
 // 8c + k + 4), k = 0..3, the inputs of the word's u32 c), lifted by 2^(kE2M1UnbiasLog2 - E), E
 // the exponent of the word's largest |x|; after the kWords * 16 half2, kWords floats: word i's
@@ -87,7 +87,7 @@ __device__ __forceinline__ void store_xh2(float* buf, int i, float v) {
   store_word_f16<kWords, kE2M1UnbiasLog2, true>(buf, i, v);
 }
 
-// fp8's half2 inputs (store_xe / load_xe16; schedule_stream.cuh's MONOLITH_E4M3_HALF2 picks the
+// fp8's half2 inputs (store_xe / load_xe16; policy.cuh's kE4M3Half2Phases picks the
 // phases): a vector as f16 in element order, each 32-element word lifted by 2^-E (E the exponent of
 // its max |x|), then kWords floats: word i's factor 2^E (the same place as XH2's). A lane's 16 inputs
 // are two 16-byte loads (32 bytes apart across lanes: two wavefronts per quarter-warp, once per

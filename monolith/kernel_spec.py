@@ -59,6 +59,10 @@ def load_variants(path: Path | str = VARIANTS_FILE) -> dict:
         defs = v.get("defines", [])
         if not isinstance(defs, list) or not all(isinstance(d, str) and d and not d.startswith("-") for d in defs):
             raise ValueError(f"{path}: variant {n!r}: 'defines' must be a list like [\"NAME=1\"] (no leading -D)")
+        unknown = sorted({d.split("=", 1)[0] for d in defs} - set(KNOWN_DEFINES))
+        if unknown:
+            raise ValueError(f"{path}: variant {n!r}: unknown kernel define {unknown[0]}; the kernel reads "
+                             f"{', '.join(sorted(KNOWN_DEFINES))} (retired knobs: docs/EXPERIMENTS.md)")
         if n in names:
             raise ValueError(f"{path}: variant {n!r} is listed twice")
         vid = v.get("id")
@@ -98,14 +102,24 @@ def variant_spec(name: str, path: Path | str | None = None) -> dict:
 EXTRA_DEFINES_ENV = "MONOLITH_NVCC_DEFINES"
 # The X-ray source defines MONOLITH_XRAY itself; a -D of it would redefine it in that build.
 RESERVED_DEFINES = frozenset({"MONOLITH_XRAY"})
+# The build switches the kernel reads (kernel/): every other name is refused, so a retired knob
+# (docs/EXPERIMENTS.md) or a typo cannot build silently as the default kernel. The measured choices
+# are constants of kernel/policy.cuh, not defines.
+KNOWN_DEFINES = {
+    "MONOLITH_RING_RELEASE": "who returns a ring slot: 16 lanes (default), 1 thread, or 512 threads "
+                             "(racecheck's reference build, scripts/gpu.sh racecheck-stream)",
+    "MONOLITH_XRAY_SUB": "the X-ray build's diagnostic sub-intervals: 1, 2 or 3 (kernel/xray_phases.def)",
+}
 _DEFINE_TOKEN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:=([A-Za-z0-9_.+\-]+))?")
 
 
-def parse_extra_defines(text: str | None) -> list[str]:
+def parse_extra_defines(text: str | None, known: dict | frozenset | None = None) -> list[str]:
     """MONOLITH_NVCC_DEFINES's value -> ["NAME", "NAME=VALUE", ...]: tokens separated by
     whitespace or commas, each a C identifier optionally followed by `=` and a value of letters,
     digits, `_ . + -` (no -D, quotes, spaces, shell or preprocessor syntax). None or blank: [].
-    A token of another shape, a name given twice or a reserved name is a MonolithError."""
+    A token of another shape, a name given twice, a reserved name, or (after every token's shape
+    is checked) a name not in `known` (default KNOWN_DEFINES) is a MonolithError."""
+    known = KNOWN_DEFINES if known is None else known
     out: list[str] = []
     names: set[str] = set()
     for tok in (t for t in re.split(r"[\s,]+", text or "") if t):
@@ -121,6 +135,10 @@ def parse_extra_defines(text: str | None) -> list[str]:
             raise MonolithError(f"{EXTRA_DEFINES_ENV}: {name} is given twice, in {text!r}")
         names.add(name)
         out.append(tok)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise MonolithError(f"{EXTRA_DEFINES_ENV}: unknown kernel define {sorted(unknown)[0]}; the kernel reads "
+                            f"{', '.join(sorted(known))} (retired knobs: docs/EXPERIMENTS.md)")
     return out
 
 

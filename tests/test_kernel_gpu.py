@@ -20,11 +20,10 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 # The kernel keeps the KV cache in bf16 (rounding 2^-9 relative), so everything after
 # attention may differ by a few 1e-3; error grows with depth.
 TOL_PRE_ATTN = 1e-4
-# nvfp4-stream's default path multiplies f16 inputs (MONOLITH_NV_HALF2, kernel/dequant.cuh
-# dot16B_h2): each input rounded to f16 (2^-11 relative) and 8-term f16 block sums: q and k at
+# nvfp4-stream multiplies f16 inputs (the half2 path, kernel/dequant.cuh dot16B_h2): each input rounded to f16 (2^-11 relative) and 8-term f16 block sums: q and k at
 # layer 0 were 4.7e-4 off the fp32 reference on the H200 (thirteenth session; the fp32 path < 1e-4),
 # so its pre-attention bound is 10x the fp32 paths'. fp8-stream's default layers do the same with
-# E4M3 codes (MONOLITH_E4M3_HALF2, dequant.cuh hdot16_e4m3; seventeenth session): the same bound.
+# E4M3 codes where Policy::kE4M3Half2Phases says (dequant.cuh hdot16_e4m3): the same bound.
 TOL_PRE_ATTN_F16 = 1e-3
 TOL_POST_ATTN_L0 = 1e-2
 TOL_DEEP = 3e-2
@@ -32,27 +31,23 @@ TOL_KV_BF16 = 8e-3
 
 
 def nv_half2(mk) -> bool:
-    """Whether this engine's kernel takes the half2 path: nvfp4 weights, and not a build with
-    MONOLITH_NV_HALF2=0 among its extra defines."""
-    return mk.weight_format == "nvfp4" and "MONOLITH_NV_HALF2=0" not in (mk.ext.build_info.get("extra_defines") or [])
+    """Whether this engine's kernel takes the half2 path: nvfp4 weights (every phase)."""
+    return mk.weight_format == "nvfp4"
 
 
-def e4m3_half2_default() -> int:
-    """MONOLITH_E4M3_HALF2's default mask, as kernel/schedule_stream.cuh defines it."""
-    text = (Path(__file__).resolve().parents[1] / "kernel" / "schedule_stream.cuh").read_text()
-    m = re.search(r"^#define MONOLITH_E4M3_HALF2 (\d+)$", text, re.M)
-    assert m, "schedule_stream.cuh lost MONOLITH_E4M3_HALF2's default"
+def e4m3_half2_phases() -> int:
+    """Policy::kE4M3Half2Phases for E4M3 weights, as kernel/policy.cuh defines it."""
+    text = (Path(__file__).resolve().parents[1] / "kernel" / "policy.cuh").read_text()
+    m = re.search(r"static constexpr int kE4M3Half2Phases = kE4M3 \? (\d+) : 0;", text)
+    assert m, "policy.cuh lost kE4M3Half2Phases"
     return int(m.group(1))
 
 
 def fp8_half2(mk) -> bool:
     """Whether this engine's qkv rounds multiply f16 inputs by E4M3 codes: fp8 weights on the
-    streaming schedule, with MONOLITH_E4M3_HALF2's qkv bit (1) set, by an extra define or by the
-    kernel's default mask (4 since the eighteenth session: gate/up only, so not by default)."""
-    defs = mk.ext.build_info.get("extra_defines") or []
-    mask = next((int(d.split("=", 1)[1], 0) for d in defs if d.startswith("MONOLITH_E4M3_HALF2=")),
-                e4m3_half2_default())
-    return mk.weight_format == "fp8" and mk.stream and bool(mask & 1)
+    streaming schedule, with the qkv bit (1) of Policy::kE4M3Half2Phases set (4: gate/up only,
+    so not in the shipped kernel)."""
+    return mk.weight_format == "fp8" and mk.stream and bool(e4m3_half2_phases() & 1)
 
 
 def tol_pre_attn(mk) -> float:
@@ -152,9 +147,8 @@ def test_attention_over_more_splits_than_a_groups_blocks(engines, n_prompt):
     64 positions over its 16 blocks (128-block grid), so blocks own 2-3 splits and the merge reads
     more than one round of 4 partials. The gate's prompts never get there; the position sweep
     times it without checking it. Layer 0's attention and the whole step's logits against the
-    reference (eighth session; written for MONOLITH_ATTN_LOCAL_MERGE, which changes only this
-    regime: passed for bf16-stream and fp8-stream on both builds in the ninth session, before
-    the knob became the default)."""
+    reference: the regime where a block merges its own splits before the group's merge (and where
+    the long and wide kernels run)."""
     mk, ref = engines
     _, nxt, _ = _prefilled(engines, n_prompt=n_prompt, seed=n_prompt)
     assert mk.position == ref.position == n_prompt

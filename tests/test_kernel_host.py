@@ -182,38 +182,6 @@ def test_harness_names_the_xray_build():
     assert s.needs_cuda and "X-ray" in s.label
 
 
-def test_balanced_attention_splits_cover_every_entry_once():
-    """MONOLITH_ATTN_BALANCED's split rule (kernel/schedule_stream.cuh make_plan / split_range),
-    modelled here with the constants read from the source: at every position up to the context cap
-    and every group size the kernel can have, the splits tile the pos + 1 entries (cached positions
-    and this one, which is the last split's), none is empty (an empty split's (m, l) = (-inf, 0)
-    would make the merge's exp(-inf - -inf) a NaN) and none holds more than one K/V slot of
-    positions."""
-    import re
-
-    src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
-    k_min = int(re.search(r"constexpr int kMinBalancedSplits = (\d+);", src).group(1))
-    assert "s.nsplit = max(s.nsplit, min(min(kMinBalancedSplits, s.ng), pos + 1));" in src
-    assert "t0 = int((int64_t(sp) * e) / nsplit);" in src and "t1 = min(int((int64_t(sp + 1) * e) / nsplit), pos);" in src
-    split = 64
-    cfg = (REPO_ROOT / "kernel" / "config.cuh").read_text()
-    assert re.search(r"constexpr int kSplitPositions = (\d+);", cfg).group(1) == str(split)
-    for ng in (1, 2, 3, 4, 8, 16, 17, 48):
-        for pos in list(range(0, 300)) + list(range(300, C.CONTEXT_CAP, 37)) + [C.CONTEXT_CAP - 1]:
-            nsplit = max(pos // split + 1, min(min(k_min, ng), pos + 1))
-            assert nsplit <= C.CONTEXT_CAP // split  # kMaxSplits: the partials' buffer
-            e, covered = pos + 1, 0
-            for sp in range(nsplit):
-                t0, t1e = sp * e // nsplit, (sp + 1) * e // nsplit
-                t1 = min(t1e, pos)
-                assert t0 == covered, (ng, pos, sp)
-                entries = t1e - t0
-                assert 1 <= entries <= split, (ng, pos, sp, entries)
-                assert t1 - t0 <= split and (t1 < t1e) == (sp == nsplit - 1), (ng, pos, sp)
-                covered = t1e
-            assert covered == e
-
-
 def test_seek_refuses_positions_outside_the_context_and_sets_valid_ones():
     """MegakernelEngine.seek (the sanitizer's long-position run) range-checks before it touches the
     engine's state; a valid position goes through _set_position (called here on a stand-in self)."""
@@ -229,14 +197,14 @@ def test_seek_refuses_positions_outside_the_context_and_sets_valid_ones():
 
 
 def test_fixed_attention_splits_tile_the_positions():
-    """The default split rule (kernel/schedule_stream.cuh make_plan / split_range; the source's
+    """The default split rule (kernel/schedule_stream.cuh make_plan / split_of; the source's
     expressions checked, then modelled): pos / 64 + 1 splits of 64 cached positions, the last one
     partial and also holding this position; they tile [0, pos) at every position up to the
     context cap, and the partials fit kMaxSplits. The short and long kernels always take it: only
-    the wide kernel (kWide) widens, and only in MONOLITH_ATTN_WIDE builds."""
+    the wide kernel (kWide) widens."""
     src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
     assert "s.nsplit = pos / split_width<kWide>(pos, s.ng) + 1;" in src
-    assert "const int w = split_width<kWide>(pos, ng);" in src
+    assert "const int w = split_width<kWide>(pos, s.ng);" in src
     assert "t0 = sp * w;" in src and "t1 = min(t0 + w, pos);" in src
     assert "  return kSplitPositions;\n}" in src  # split_width's answer outside the wide kernel's rule
     h = parse_config_header()
@@ -253,10 +221,11 @@ def test_fixed_attention_splits_tile_the_positions():
 @pytest.mark.parametrize("even", [0, 1])
 @pytest.mark.parametrize("wide,wide_min", [(3, 3), (2, 2), (3, 2)])
 def test_wide_attention_splits_tile_the_positions(wide, wide_min, even):
-    """MONOLITH_ATTN_WIDE's split rule (schedule_stream.cuh wide_k / split_width / split_slots, the
-    source's expressions checked, then modelled): k = ceil((pos / 64 + 1) / ng) slots per block;
-    where wide_min <= k <= wide the wide kernel's splits are k x 64 wide, or with
-    MONOLITH_ATTN_WIDE_EVEN (`even`) ceil((pos + 1) / ng) wide. At every position and
+    """The wide kernel's split rule (schedule_stream.cuh wide_k / split_width / split_slots, the
+    source's expressions checked for the shipped wide = 3, wide_min = 2, even; the model also covers
+    the measured alternatives, docs/EXPERIMENTS.md): k = ceil((pos / 64 + 1) / ng) slots per block;
+    where wide_min <= k <= wide the wide kernel's splits are ceil((pos + 1) / ng) wide (`even`), or
+    k x 64. At every position and
     group size the splits tile the cached positions, the last one also holds this position, a
     widened position has at most one split per block and none wider than `wide` slots (acquire_n's
     bound), its scores fit the sm.x it borrows, the partials fit kMaxSplits, and everywhere else the
@@ -264,15 +233,11 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min, even):
     group) is in range: at 128 blocks and 3 / 3, positions 2,048-3,071."""
     src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
     assert "return (pos / kSplitPositions + ng) / ng; }" in src
-    assert "if (k >= kWideMinSlots && k <= kWideSlots) return kWideEven ? (pos + ng) / ng : k * kSplitPositions;" in src
-    assert "#define MONOLITH_ATTN_WIDE_EVEN 1\n" in src
+    assert "if (k >= kWideMinSlots && k <= kWideSlots) return (pos + ng) / ng;" in src
     assert "return min((nh + kSplitPositions - 1) / kSplitPositions, kSplitSlotsMax);" in src
-    assert "#define MONOLITH_ATTN_WIDE 3\n" in src and "#define MONOLITH_ATTN_WIDE_MIN 2\n" in src
+    assert "constexpr int kWideSlots = 3;" in src and "constexpr int kWideMinSlots = 2;" in src
     assert 'static_assert(kHeadsPerKV * kWideEntriesMax <= kHidden, "the wide kernel\'s scores fit in sm.x");' in src
-    # MONOLITH_ATTN_WIDE_LEAN (the default): the width once per token in the plan, each split from it
-    assert "#define MONOLITH_ATTN_WIDE_LEAN 1\n" in src
-    assert "#define MONOLITH_ATTN_WIDE_FLAT 4\n" in src  # the softmax by all warps, the plain slot loops
-    assert "static_assert(kWideFlat == 0 || kWideFlat == 4," in src and "kWideFlat & 1" not in src  # bits 1, 2 removed
+    # the width once per token in the plan (WidePlan), each split from it
     assert "if constexpr (kWide) s.w = split_width<kWide>(pos, s.ng);" in src
     assert "t0 = sp * s.w;\n    t1 = min(t0 + s.w, pos);" in src
     cu = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
@@ -323,21 +288,21 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min, even):
 
 
 def test_wide_kernel_formats_mask():
-    """MONOLITH_ATTN_WIDE_FORMATS (a mask: 1 bf16, 2 E4M3, 4 NVFP4; default 3) picks the streaming
-    variants that get a wide kernel: the format bit comes from the weights' traits (NVFP4 is also
-    row-scaled, so the block-scaled test comes first), info_of builds and registers the wide kernel
+    """Policy::kWideKernel (kernel/policy.cuh: bf16 and E4M3, not NVFP4) picks the streaming
+    variants that get a wide kernel: the format comes from the weights' traits (NVFP4 is also
+    row-scaled, so the block-scaled test decides), info_of builds and registers the wide kernel
     only for those, and the wide kernel refuses to instantiate for any other. Every streaming
-    variant of variants.json has one of the three formats, so each is reachable by one bit."""
-    src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
-    assert "#define MONOLITH_ATTN_WIDE_FORMATS 3\n" in src
-    assert "constexpr int kWeightFormatBit = W::kBlockScaled ? 4 : W::kRowScale ? 2 : 1;" in src
-    assert "constexpr bool kAttnWideFor = kAttnWide && (MONOLITH_ATTN_WIDE_FORMATS & kWeightFormatBit<W>) != 0;" in src
+    variant of variants.json has one of the three formats."""
+    pol = (REPO_ROOT / "kernel" / "policy.cuh").read_text()
+    assert "static constexpr bool kBf16 = !W::kRowScale, kE4M3 = W::kRowScale && !W::kBlockScaled, kNvfp4 = W::kBlockScaled;" in pol
+    assert "static constexpr bool kWideKernel = !kNvfp4;" in pol
     cu = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
     info = cu[cu.index("KernelInfo info_of() {"):]
     info = info[: info.index("\n}\n")]
-    assert "if constexpr (Cfg::kStream && Cfg::kLongKernel && kAttnWideFor<typename Cfg::Weights>)" in info
+    wide = "Policy<typename Cfg::Weights, KernelKind::kWide>::kWideKernel"
+    assert f"if constexpr (Cfg::kStream && Cfg::kLongKernel && {wide})" in info
     assert "&decode_step_wide<kVariant>" in info and info.count("decode_step_wide") == 1
-    assert "static_assert(Cfg::kStream && Cfg::kLongKernel && kAttnWideFor<typename Cfg::Weights>," in cu
+    assert f"static_assert(Cfg::kStream && Cfg::kLongKernel && {wide}," in cu
     dq = (REPO_ROOT / "kernel" / "dequant.cuh").read_text()
     traits = re.findall(r"static constexpr bool kRowScale = (true|false);.*?\n\s*static constexpr bool kBlockScaled = (true|false);",
                         dq, flags=re.S)
@@ -374,7 +339,7 @@ def test_long_kernel_dispatch_rule():
 
 
 def test_merge_halves_rule():
-    """MONOLITH_MERGE_HALVES (kernel/schedule_stream.cuh, the merge before O; source expressions
+    """Merge halves (Policy::kMergeHalves; kernel/schedule_stream.cuh, the merge before O; source expressions
     checked, then modelled): the lower threads merge partials [0, min(np, mh)), the upper ones
     [mh, np); every partial is merged exactly once, in order; at most 4 partials leave the upper
     half idle (the default's bits); each half needs at most ceil(np / 8) rounds of 4; and folding
@@ -386,9 +351,11 @@ def test_merge_halves_rule():
     assert "auto pend = [&] { return kMergeHalves && !upper ? min(np(), mh) : np(); };" in src
     assert "for (int sp0 = upper ? mh : 0; sp0 < pend() && ok; sp0 += kRound) {" in src  # kRound: below
     assert "if (tid < kMergeThreads && (!upper || mh < np())) {" in src
-    # the default (measured, NOTES.md twelfth session): on in the long-position kernel only
-    assert "#define MONOLITH_MERGE_HALVES -1" in src
-    assert "constexpr bool kMergeHalves = MONOLITH_MERGE_HALVES < 0 ? kLong : MONOLITH_MERGE_HALVES != 0;" in src
+    # measured (docs/EXPERIMENTS.md): on in the long-position (and wide) kernels only
+    pol = (REPO_ROOT / "kernel" / "policy.cuh").read_text()
+    assert "static constexpr bool kMergeHalves = kLong;" in pol
+    assert "static constexpr bool kLong = K != KernelKind::kShort;" in pol
+    assert "constexpr bool kMergeHalves = P::kMergeHalves;" in src
     batch = 4
 
     def online(ms, ls, os_, m=-np.inf, num=0.0, den=0.0):
@@ -417,7 +384,7 @@ def test_merge_halves_rule():
 
 
 def test_merge_ml_lanes_rule():
-    """MONOLITH_MERGE_ML_LANES (default on since the twenty-sixth session; bf16 and E4M3): the merge
+    """Policy::kMergeMlLanes (bf16 and E4M3; not sm_120a's bf16 short kernel): the merge
     before O polls, per thread, its o words of a round's partials plus one (m, l) word, and the warp
     shares the (m, l) words by shuffles. Modelled on the source's lane mapping: for every round size
     and every count of partials in the round, lane j's word is m of partial j and lane kRound + j's
@@ -426,8 +393,9 @@ def test_merge_ml_lanes_rule():
     sectors). With halves (mh unchanged) a long kernel's half holds <= 8 partials at 16 blocks a group,
     so a round of 8 takes it in one L2 round trip instead of two."""
     src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
-    assert "#define MONOLITH_MERGE_ML_LANES 1\n" in src
-    assert "constexpr bool kMl = kMergeMlLanes && !kNv && (kLong || kScaled || kMergeMlBf16Short);" in src
+    pol = (REPO_ROOT / "kernel" / "policy.cuh").read_text()
+    assert "static constexpr bool kMergeMlLanes = !kNvfp4 && (kLong || kE4M3 || !kSm120);" in pol
+    assert "constexpr bool kMl = P::kMergeMlLanes;" in src
     assert "constexpr int kRound = kMl && kLong ? 2 * kBatch : kBatch;" in src
     assert "const int jl = lane % kRound, wl = (lane / kRound) & 1;" in src
     assert "const int j = i < kRound ? i : jl, sp = j < nb ? sp0 + j : 0;" in src

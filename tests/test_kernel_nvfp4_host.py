@@ -293,13 +293,12 @@ def test_dot16B_h2_follows_the_kernel_models_half2_order():
     assert "const __half2 h1 = hdot8_e2m1(w.w, xh[3], hdot8_e2m1(w.z, xh[2], z));" in body
     assert body.index("acc = fmaf(__low2float(h0) + __high2float(h0), s.x * f, acc);") < \
         body.index("return fmaf(__low2float(h1) + __high2float(h1), s.y * f, acc);")
-    assert "row_scale(float g) { return kH2 ? g : g * e2m1_unbias(); }" in body and "template <bool kH2 = kNvHalf2>" in body
+    assert "row_scale(float g) { return kH2 ? g : g * e2m1_unbias(); }" in body and "template <bool kH2>" in body
     hdot = deq[deq.index("__half2 hdot8_e2m1(uint32_t w, uint4 x, __half2 acc) {"):]
     hdot = hdot[:hdot.index("\n}")]
     lines = [f"acc = __hfma2(p[{k}], u32_as_half2(x.{c}), acc);" for k, c in enumerate("xyzw")]
     assert all(ln in hdot for ln in lines) and [hdot.index(ln) for ln in lines] == sorted(hdot.index(ln) for ln in lines)
     assert "constexpr int kE2M1UnbiasLog2 = MONOLITH_HAS_E2M1_CVT ? 0 : 14;" in deq
-    assert "#define MONOLITH_NV_HALF2 1" in deq
 
 
 def test_half2_input_words_are_a_conflict_free_layout():
@@ -321,9 +320,8 @@ def test_half2_input_words_are_a_conflict_free_layout():
                  "store_xh2<kHidden / 32>(s_x, e >> 5, v[j] * nw.w[j]);",
                  "store_xh2<kGroupCols / 32>(sm.attn, tid >> 5, a);", "store_xh2<kIntermediate / 32>(sm.act, i >> 5, av[k]);",
                  "load_xh2<kIntermediate / 32>(sm.act, 32 * seg + lane)",
-                 # (per phase: MONOLITH_NV_HALF2_PHASES picks which phases read half2 words)
                  "x = load_nv_in<decltype(kH2C)::value, kHidden / 32>(s_x, lane);",
-                 "load_nv_in<kNvH2O, kGroupCols / 32>(sm.attn, l8)", "#define MONOLITH_NV_HALF2_PHASES 15"):
+                 "load_nv_in<kNv, kGroupCols / 32>(sm.attn, l8)"):
         assert line in text, line
     words = C.INTERMEDIATE // 32
     store: dict[int, tuple[int, int]] = {}
@@ -501,24 +499,25 @@ def _lds128_wavefronts(float4_index) -> int:
 
 
 def test_x_swizzle_makes_the_bf16_and_e4m3_input_loads_conflict_free():
-    """MONOLITH_X_SWIZZLE (load_xhalf, O's attention loads): the lanes of bf16 rows read float4s
+    """The GEMV inputs' swizzle (load_xhalf, O's attention loads): the lanes of bf16 rows read float4s
     2 q, 2 q + 1 (q = 64 h + lane + 32 j), of E4M3 rows 4 m + j (m = 32 h + lane), of bf16 / E4M3 O
     2 lane (+1) / 4 (lane % 16) + j. Linear, those cost 8 / 16 / 8 / 8 wavefronts per LDS.128; through
     x4_swz (nv_swz on float4s) each costs the minimum (4; E4M3 O, whose half-warps read the same 16
     float4s: 2), and x4_swz is the float4 form of nv_swz, the writers' placement."""
-    text = schedule_text()
+    text = schedule_text() + (REPO_ROOT / "kernel" / "policy.cuh").read_text()
     assert "return kSwz ? (f & ~7) | ((f & 7) ^ ((f >> 3) & 7)) : f;" in text
     for line in ("x.v[2 * j] = x4[x4_swz<kSwz>(2 * q)];", "x.v[2 * j + 1] = x4[x4_swz<kSwz>(2 * q + 1)];",
-                 "x.v[j] = x4[x4_swz<kSwz>(128 * h + 4 * lane + j)];", "constexpr bool kInSwz = kNv || kXSwz;",
-                 # (the third argument: fp8's half2 inputs per phase, MONOLITH_E4M3_HALF2; its default
+                 "x.v[j] = x4[x4_swz<kSwz>(128 * h + 4 * lane + j)];",
+                 # (the third argument: fp8's half2 inputs per phase, Policy::kE4M3Half2Phases; its
                  # mask 4 gives gate/up store_xe's f16 words, so these fp32 stores are qkv's, O's and down's)
-                 "#define MONOLITH_E4M3_HALF2 4",
-                 "stream_prenorm<kInSwz, kNvH2Qkv, kE4H2Qkv>(v, nin, sm.x, sm.ssq);",
-                 "stream_prenorm<kInSwz, kNvH2Mlp, kE4H2Mlp>(v, npost, sm.x, sm.ssq);", "stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);",
-                 "sm.attn[kInSwz ? nv_swz(tid) : tid] = a;", "sm.act[kInSwz ? nv_swz(i) : i] = av[k];",
+                 "static constexpr int kE4M3Half2Phases = kE4M3 ? 4 : 0;",
+                 "stream_prenorm<true, kNv, kE4H2Qkv>(v, nin, sm.x, sm.ssq);",
+                 "stream_prenorm<true, kNv, kE4H2Mlp>(v, npost, sm.x, sm.ssq);", "stream_prenorm<kHeadSwz>(v, nfin, sm.x, sm.ssq);",
+                 "sm.attn[nv_swz(tid)] = a;", "sm.act[nv_swz(i)] = av[k];",
                  "reinterpret_cast<const float4*>(sm.attn)[x4_swz(2 * lane)];",
-                 "const float4 qa0 = q4[x4_swz<kQSwz>(2 * ql16)], qa1 = q4[x4_swz<kQSwz>(2 * ql16 + 1)];",
-                 "sm.q[q_at(seg * kHeadDim + d)] = y0;", "{ return kQSwz ? nv_swz(e) : e; }"):
+                 # the attention's q stays linear (a swizzle measured neutral: docs/EXPERIMENTS.md)
+                 "const float4 qa0 = q4[2 * ql16], qa1 = q4[2 * ql16 + 1];",
+                 "sm.q[seg * kHeadDim + d] = y0;"):
         assert line in text, line
 
     def x4_swz(f):
@@ -535,8 +534,8 @@ def test_x_swizzle_makes_the_bf16_and_e4m3_input_loads_conflict_free():
         "e4m3 rows": ([[128 * h + 4 * ln + j for ln in lanes] for h in (0, 1) for j in range(4)], 16),
         "bf16 O": ([[2 * ln + o for ln in lanes] for o in (0, 1)], 8),
         "e4m3 O": ([[4 * (ln % 16) + j for ln in lanes] for j in range(4)], 8),
-        # MONOLITH_Q_SWIZZLE: a split's q loads (half-warps alike: lane l reads 2 (l % 16) + o of
-        # each head, 32 float4s per head)
+        # a split's q loads, were they swizzled (half-warps alike: lane l reads 2 (l % 16) + o of
+        # each head, 32 float4s per head; docs/EXPERIMENTS.md MONOLITH_Q_SWIZZLE)
         "attention q": ([[32 * hd + 2 * (ln % 16) + o for ln in lanes] for hd in (0, 1) for o in (0, 1)], 4),
     }
     for name, (loads, linear) in patterns.items():
@@ -547,12 +546,13 @@ def test_x_swizzle_makes_the_bf16_and_e4m3_input_loads_conflict_free():
                 assert _lds128_wavefronts([x4_swz(seg + f) for f in ld]) == least, name
 
 
-def test_part_pad_spreads_the_round_sums_over_four_banks():
-    """MONOLITH_PART_PAD (part[]'s 8-row blocks 17 floats apart instead of 16): lanes 0, 8, 16, 24
-    of warp w store block kRb v + k's sum at the same time. With 16 floats per block they share 2
-    banks (bf16, kRb = 1) or 1 bank (E4M3, kRb = 2): a 2- or 4-way conflict; with 17, four banks."""
+def test_part_stride_bank_ways():
+    """part[]'s 8-row blocks are 16 floats apart: lanes 0, 8, 16, 24 of warp w store block kRb v + k's
+    sum at the same time and share 2 banks (bf16, kRb = 1) or 1 bank (E4M3, kRb = 2): a 2- or 4-way
+    conflict, which a 17-float stride would spread over four banks (measured neutral and removed:
+    docs/EXPERIMENTS.md MONOLITH_PART_PAD)."""
     text = schedule_text()
-    for line in ("constexpr int kPartBlk = kStreamConsumerWarps + (MONOLITH_PART_PAD != 0 ? 1 : 0);",
+    for line in ("constexpr int kPartBlk = kStreamConsumerWarps;  // part[] floats per 8-row block",
                  "part[(RF::kRb * (lane >> 3) + k) * kPartBlk + warp] = r4;",
                  "part[(F::kRb * (lane >> 3) + k) * kPartBlk + warp] = r4;",
                  "const float* pp = part + (t >> 3) * kPartBlk + 2 * (t & 7);"):
@@ -571,27 +571,21 @@ def test_part_pad_spreads_the_round_sums_over_four_banks():
 
 
 def test_nvfp4_half2_phases_agree_per_phase():
-    """MONOLITH_NV_HALF2_PHASES (eighteenth session): each phase's input store, its rows' loads and
-    its tensor row scale must follow the same flag; a phase storing half2 words but unbiasing its
-    sums as the fp32 path does (or the reverse) is off by 2^14. Every NVFP4 tensor scale goes through
-    WeightsNvfp4::row_scale<flag>, none through its default (the global MONOLITH_NV_HALF2)."""
+    """Every NVFP4 phase's input store, its rows' loads and its tensor row scale follow one flag (kNv:
+    the half2 path); a phase storing half2 words but unbiasing its sums as the fp32 path does (or the
+    reverse) would be off by 2^14. Every NVFP4 tensor scale goes through WeightsNvfp4::row_scale<kNv>."""
     text = schedule_text()
-    per_phase = {
-        "kNvH2Qkv": ["WeightsNvfp4::row_scale<kNvH2Qkv>(__ldg(TS + (r < kGroupCols", "stream_prenorm<kInSwz, kNvH2Qkv, kE4H2Qkv>",
-                     "rows_nv(std::false_type{}, std::bool_constant<kNvH2Qkv>{}, s.q1 - s.q0,"],
-        "kNvH2O": ["tso = WeightsNvfp4::row_scale<kNvH2O>(__ldg(TS + kTsO));", "if constexpr (kNvH2O) store_xh2<kGroupCols / 32>(sm.attn",
-                   "const NvIn<kNvH2O> at = load_nv_in<kNvH2O, kGroupCols / 32>(sm.attn, l8);"],
-        "kNvH2Mlp": ["tsg = WeightsNvfp4::row_scale<kNvH2Mlp>(__ldg(TS + kTsGate));", "tsu = WeightsNvfp4::row_scale<kNvH2Mlp>(__ldg(TS + kTsUp));",
-                     "stream_prenorm<kInSwz, kNvH2Mlp, kE4H2Mlp>", "rows_nv(std::false_type{}, std::bool_constant<kNvH2Mlp>{}, ngu,"],
-        "kNvH2Down": ["scd = WeightsNvfp4::row_scale<kNvH2Down>(__ldg(TS + kTsDown));",
-                      "if constexpr (kNvH2Down) store_xh2<kIntermediate / 32>(sm.act",
-                      "if constexpr (kNvH2Down) {\n            a[k] = nv_dot(w, load_xh2<kIntermediate / 32>(sm.act, 32 * seg + lane), b2);",
-                      "rows_nv(std::true_type{}, std::bool_constant<kNvH2Down>{}, nseg,"],
-    }
-    for flag, lines in per_phase.items():
-        for line in lines:
-            assert line in text, (flag, line)
-    assert "W::row_scale(__ldg(TS" not in text and "WeightsNvfp4::row_scale(" not in text  # no global-path call
-    bits = {"kNvH2Qkv": 1, "kNvH2O": 2, "kNvH2Mlp": 4, "kNvH2Down": 8}
-    for flag, bit in bits.items():
-        assert f"{flag} = kNv && (kNvHalf2Phases & {bit}) != 0" in text, flag
+    lines = ["WeightsNvfp4::row_scale<kNv>(__ldg(TS + (r < kGroupCols", "stream_prenorm<true, kNv, kE4H2Qkv>",
+             "rows_nv(std::false_type{}, std::bool_constant<kNv>{}, s.q1 - s.q0,",
+             "tso = WeightsNvfp4::row_scale<kNv>(__ldg(TS + kTsO));", "if constexpr (kNv) store_xh2<kGroupCols / 32>(sm.attn",
+             "const NvIn<kNv> at = load_nv_in<kNv, kGroupCols / 32>(sm.attn, l8);",
+             "tsg = WeightsNvfp4::row_scale<kNv>(__ldg(TS + kTsGate));", "tsu = WeightsNvfp4::row_scale<kNv>(__ldg(TS + kTsUp));",
+             "stream_prenorm<true, kNv, kE4H2Mlp>", "rows_nv(std::false_type{}, std::bool_constant<kNv>{}, ngu,",
+             "scd = WeightsNvfp4::row_scale<kNv>(__ldg(TS + kTsDown));",
+             "if constexpr (kNv) store_xh2<kIntermediate / 32>(sm.act",
+             "a[k] = nv_dot(w, load_xh2<kIntermediate / 32>(sm.act, 32 * seg + lane), b2);",
+             "rows_nv(std::true_type{}, std::bool_constant<kNv>{}, nseg,"]
+    for line in lines:
+        assert line in text, line
+    assert "W::row_scale(__ldg(TS" not in text and "WeightsNvfp4::row_scale(" not in text  # no default path
+    assert "kNvH2" not in text and "kNvHalf2" not in text

@@ -31,7 +31,7 @@ ARCH = "-gencode=arch=compute_90a,code=sm_90a"
     ("_X=1e+3,\tY", ["_X=1e+3", "Y"]),
 ])
 def test_defines_parse(text, want):
-    assert kernel_spec.parse_extra_defines(text) == want
+    assert kernel_spec.parse_extra_defines(text, known=frozenset("A B C D _X Y MONOLITH_RING_RELEASE".split())) == want
 
 
 @pytest.mark.parametrize("bad", [
@@ -42,14 +42,36 @@ def test_defines_parse(text, want):
 ])
 def test_defines_refuse_other_tokens(bad):
     with pytest.raises(MonolithError, match=f"{ENV}: .* is not NAME or NAME=VALUE"):
-        kernel_spec.parse_extra_defines(f"B=1 {bad}")
+        kernel_spec.parse_extra_defines(f"MONOLITH_XRAY_SUB=1 {bad}")
 
 
 def test_defines_refuse_a_name_twice_and_reserved_names():
-    with pytest.raises(MonolithError, match="A is given twice"):
-        kernel_spec.parse_extra_defines("A=1 B A=2")
+    with pytest.raises(MonolithError, match="MONOLITH_RING_RELEASE is given twice"):
+        kernel_spec.parse_extra_defines("MONOLITH_RING_RELEASE=1 MONOLITH_XRAY_SUB MONOLITH_RING_RELEASE=2")
     with pytest.raises(MonolithError, match="MONOLITH_XRAY is set by the build itself"):
         kernel_spec.parse_extra_defines("MONOLITH_XRAY")
+
+
+def test_defines_refuse_unknown_names_in_one_line():
+    """Only the switches the kernel reads build (kernel_spec.KNOWN_DEFINES); a retired knob or a typo
+    is refused by name, before any build, with the names that exist."""
+    for text in ("MONOLITH_ATTN_FLASH=1", "MONOLITH_RING_RELEASE=512 MONOLITH_X_SWIZZLE=0", "MONOLITH_RING_RELEAS=1"):
+        with pytest.raises(MonolithError) as ei:
+            kernel_spec.parse_extra_defines(text)
+        msg = str(ei.value)
+        assert "\n" not in msg and msg.startswith(f"{ENV}: unknown kernel define MONOLITH_")
+        assert "MONOLITH_RING_RELEASE, MONOLITH_XRAY_SUB" in msg and "docs/EXPERIMENTS.md" in msg
+    assert kernel_spec.parse_extra_defines("MONOLITH_RING_RELEASE=512,MONOLITH_XRAY_SUB=2") == [
+        "MONOLITH_RING_RELEASE=512", "MONOLITH_XRAY_SUB=2"]
+    with pytest.raises(MonolithError, match="unknown kernel define MONOLITH_ATTN_WIDE"):
+        kernel_spec.build_flags("bf16-stream", extra_defines=["MONOLITH_ATTN_WIDE=3"])
+    # every known name is one the kernel source reads, and the kernel reads no other build switch
+    import re
+    src = "\n".join(p.read_text() for p in sorted((REPO_ROOT / "kernel").glob("*.cu*")))
+    read = set(re.findall(r"#\s*(?:if|ifdef|ifndef|elif)\b[^\n]*?\b(MONOLITH_[A-Z0-9_]+)", src))
+    read |= set(re.findall(r"defined\((MONOLITH_[A-Z0-9_]+)\)", src))
+    assert set(kernel_spec.KNOWN_DEFINES) <= read
+    assert read - set(kernel_spec.KNOWN_DEFINES) <= {"MONOLITH_XRAY", "MONOLITH_HAS_E2M1_CVT"}, read
 
 
 def test_env_extra_defines_reads_the_variable():
@@ -60,12 +82,12 @@ def test_env_extra_defines_reads_the_variable():
 # ----------------------------------------------------------------------------- build flags
 def test_build_flags_append_extra_defines_last():
     spec = {"source": "k.cu", "extra_flags": ["-O3"],
-            "variants": [{"name": "v", "id": 0, "defines": ["VARIANT_X=1"]}]}
-    assert kernel_spec.build_flags("v", spec=spec) == ["-O3", "-DVARIANT_X=1"]
-    assert kernel_spec.build_flags("v", spec=spec, extra_defines=["R=512", "Q"]) == \
-        ["-O3", "-DVARIANT_X=1", "-DR=512", "-DQ"]
-    with pytest.raises(MonolithError, match="VARIANT_X already defined by kernel/variants.json for v"):
-        kernel_spec.build_flags("v", spec=spec, extra_defines=["VARIANT_X=2"])
+            "variants": [{"name": "v", "id": 0, "defines": ["MONOLITH_XRAY_SUB=1"]}]}
+    assert kernel_spec.build_flags("v", spec=spec) == ["-O3", "-DMONOLITH_XRAY_SUB=1"]
+    assert kernel_spec.build_flags("v", spec=spec, extra_defines=["MONOLITH_RING_RELEASE=512"]) == \
+        ["-O3", "-DMONOLITH_XRAY_SUB=1", "-DMONOLITH_RING_RELEASE=512"]
+    with pytest.raises(MonolithError, match="MONOLITH_XRAY_SUB already defined by kernel/variants.json for v"):
+        kernel_spec.build_flags("v", spec=spec, extra_defines=["MONOLITH_XRAY_SUB=2"])
     with pytest.raises(MonolithError, match="not NAME or NAME=VALUE"):
         kernel_spec.build_flags("v", spec=spec, extra_defines=["-DR=1"])
 
@@ -291,13 +313,13 @@ def test_gpu_sh_abdev_passes_extra_dev_args_and_can_skip_the_token_check(tmp_pat
     """AB_DEV_ARGS reaches every set's dev_bench (long positions: --prompt-len); AB_TOKENS_REF=0
     drops --tokens-ref (a knob that sums in another order decodes other tokens by design); by
     default every set is checked against the first set's tokens."""
-    r, calls, _ = _gpu_sh(tmp_path, "abdev", AB_DEFINES="base;MONOLITH_ATTN_LOCAL_MERGE=1", AB_VARIANTS="bf16-stream",
+    r, calls, _ = _gpu_sh(tmp_path, "abdev", AB_DEFINES="base;MONOLITH_RING_RELEASE=1", AB_VARIANTS="bf16-stream",
                           AB_DEV_ARGS="--prompt-len 2040 --tokens 32", AB_TOKENS_REF="0")
     assert r.returncode == 0, r.stdout + r.stderr
     dev = [c for c in calls if "dev_bench.py" in c]
     assert len(dev) == 2 and all("--prompt-len 2040 --tokens 32 --out" in c and "--tokens-ref" not in c for c in dev)
     assert dev[0].endswith("DEFINES=unset VARIANT=unset BLOCKS=unset FULL=unset")
-    assert dev[1].endswith("DEFINES=MONOLITH_ATTN_LOCAL_MERGE=1 VARIANT=unset BLOCKS=unset FULL=unset")
+    assert dev[1].endswith("DEFINES=MONOLITH_RING_RELEASE=1 VARIANT=unset BLOCKS=unset FULL=unset")
     r, calls, _ = _gpu_sh(tmp_path / "again", "abdev")
     dev = [c for c in calls if "dev_bench.py" in c]
     assert r.returncode == 0 and len(dev) == 1
@@ -319,13 +341,13 @@ def test_gpu_sh_xraylong_records_at_2040_by_default_and_takes_the_position_and_v
 def test_gpu_sh_abdev_runs_tests_per_build_and_places_or_skips_the_xray(tmp_path):
     """AB_TESTS runs the GPU tests matching it on each set's build before its timing, with the
     set's defines and the A/B's variants; AB_XRAY_POS moves the X-ray, AB_XRAY=0 drops it."""
-    r, calls, _ = _gpu_sh(tmp_path, "abdev", AB_DEFINES="base;MONOLITH_MERGE_HALVES=1", AB_VARIANTS="bf16-stream",
+    r, calls, _ = _gpu_sh(tmp_path, "abdev", AB_DEFINES="base;MONOLITH_RING_RELEASE=1", AB_VARIANTS="bf16-stream",
                           AB_TESTS="more_splits", AB_XRAY_POS="2040")
     assert r.returncode == 0, r.stdout + r.stderr
     tests = [c for c in calls if "pytest" in c]
     assert [c.split(" | ")[0] for c in tests] == ["python3 -m pytest -q -m gpu tests/test_kernel_gpu.py -k more_splits"] * 2
     assert tests[0].endswith("DEFINES=unset VARIANT=unset BLOCKS=unset FULL=unset")
-    assert tests[1].endswith("DEFINES=MONOLITH_MERGE_HALVES=1 VARIANT=unset BLOCKS=unset FULL=unset")
+    assert tests[1].endswith("DEFINES=MONOLITH_RING_RELEASE=1 VARIANT=unset BLOCKS=unset FULL=unset")
     order = [("pytest" in c, "dev_bench" in c, "xray_raw" in c) for c in calls if "synth" not in c and "checkpoint" not in c]
     assert order == [(True, False, False), (False, True, False), (False, False, True)] * 2
     assert all("--position 2040" in c for c in calls if "xray_raw" in c)
@@ -337,13 +359,13 @@ def test_gpu_sh_abdev_runs_tests_per_build_and_places_or_skips_the_xray(tmp_path
 def test_gpu_sh_abdev_xray_defines_reach_only_the_xray(tmp_path):
     """AB_XRAY_DEFINES (twenty-third session: the SUB=3 cuts of each set's attention) is added to each
     set's defines for its X-ray alone; the set's dev timing builds the set's defines only."""
-    r, calls, _ = _gpu_sh(tmp_path, "abdev", AB_DEFINES="base;MONOLITH_ATTN_WIDE=3", AB_VARIANTS="bf16-stream",
+    r, calls, _ = _gpu_sh(tmp_path, "abdev", AB_DEFINES="base;MONOLITH_RING_RELEASE=1", AB_VARIANTS="bf16-stream",
                           AB_XRAY_DEFINES="MONOLITH_XRAY_SUB=3")
     assert r.returncode == 0, r.stdout + r.stderr
     dev = [c.split(" | ")[1] for c in calls if "dev_bench.py" in c]
     xr = [c.split(" | ")[1] for c in calls if "xray_raw.py" in c]
-    assert [d.split()[0] for d in dev] == ["DEFINES=unset", "DEFINES=MONOLITH_ATTN_WIDE=3"]
-    assert [x.split()[0] for x in xr] == ["DEFINES=MONOLITH_XRAY_SUB=3", "DEFINES=MONOLITH_ATTN_WIDE=3,MONOLITH_XRAY_SUB=3"]
+    assert [d.split()[0] for d in dev] == ["DEFINES=unset", "DEFINES=MONOLITH_RING_RELEASE=1"]
+    assert [x.split()[0] for x in xr] == ["DEFINES=MONOLITH_XRAY_SUB=3", "DEFINES=MONOLITH_RING_RELEASE=1,MONOLITH_XRAY_SUB=3"]
 
 
 def test_gpu_sh_abpatch_times_this_tree_the_patched_copy_and_this_tree_again(tmp_path):
@@ -380,7 +402,7 @@ def test_gpu_sh_abpatch_times_this_tree_the_patched_copy_and_this_tree_again(tmp
 def test_gpu_sh_ncu_profiles_each_define_set_at_the_prompt_length(tmp_path):
     """NCU_SETS / NCU_PROMPT_LEN / NCU_SECTIONS (twenty-fourth session): each set built first, then
     one launch profiled at position N + 2 after an N-token prompt, into VARIANT-I; sets.txt names them."""
-    wide = "MONOLITH_ATTN_WIDE=3,MONOLITH_ATTN_WIDE_FORCE=1"
+    wide = "MONOLITH_RING_RELEASE=1,MONOLITH_XRAY_SUB=2"
     r, calls, out = _gpu_sh(tmp_path, "ncu", NCU_SETS=f"base;{wide}", NCU_PROMPT_LEN="1100",
                             NCU_SECTIONS="WarpStateStats SourceCounters")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -395,13 +417,13 @@ def test_gpu_sh_ncu_profiles_each_define_set_at_the_prompt_length(tmp_path):
 
 
 def test_gpu_sh_ncu_default_is_the_environments_build_at_position_129(tmp_path):
-    r, calls, out = _gpu_sh(tmp_path, "ncu", MONOLITH_NVCC_DEFINES="MONOLITH_ATTN_WIDE=3")
+    r, calls, out = _gpu_sh(tmp_path, "ncu", MONOLITH_NVCC_DEFINES="MONOLITH_RING_RELEASE=1")
     assert r.returncode == 0, r.stdout + r.stderr
     prof = [c for c in calls if c.startswith("ncu ") and " -o " in c]
     assert len(prof) == 1
     assert f"-o {out}/ncu/bf16-stream " in prof[0] and "--set full " in prof[0]
     assert "--launch-skip 129 " in prof[0] and prof[0].split(" | ")[0].endswith("--tokens 130")
-    assert "DEFINES=MONOLITH_ATTN_WIDE=3 " in prof[0]  # a diagnostic build named by the caller stays
+    assert "DEFINES=MONOLITH_RING_RELEASE=1 " in prof[0]  # a diagnostic build named by the caller stays
     assert not (out / "ncu" / "sets.txt").exists()
 
 

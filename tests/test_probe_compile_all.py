@@ -21,13 +21,13 @@ def _write(tmp_path, obj) -> Path:
 
 def test_brief_format_plain_and_xray(tmp_path):
     p = _write(tmp_path, {"source": "kernel/megakernel.cu", "extra_flags": ["-std=c++17", "-O3"],
-                          "variants": [{"name": "bf16-upstream", "defines": ["MONOLITH_VARIANT=0"]},
-                                       {"name": "fp8", "defines": ["MONOLITH_VARIANT=1"]}]})
+                          "variants": [{"name": "bf16-upstream", "defines": ["MONOLITH_RING_RELEASE=1"]},
+                                       {"name": "fp8", "defines": ["MONOLITH_RING_RELEASE=512"]}]})
     ts = ca.load_variants(p, repo=tmp_path)
     assert [t.label for t in ts] == ["kernel bf16-upstream", "kernel bf16-upstream [xray]",
                                      "kernel fp8", "kernel fp8 [xray]"]
-    assert ts[0].flags == ["-std=c++17", "-O3", "-DMONOLITH_VARIANT=0"]
-    assert ts[1].flags == ["-std=c++17", "-O3", "-DMONOLITH_VARIANT=0", "-DMONOLITH_XRAY"]
+    assert ts[0].flags == ["-std=c++17", "-O3", "-DMONOLITH_RING_RELEASE=1"]
+    assert ts[1].flags == ["-std=c++17", "-O3", "-DMONOLITH_RING_RELEASE=1", "-DMONOLITH_XRAY"]
     assert ts[0].source == tmp_path / "kernel/megakernel.cu"
 
 
@@ -49,6 +49,7 @@ def test_missing_file_means_no_kernels(tmp_path):
     {"source": "a.cu", "variants": [{"defines": []}]},
     {"source": "a.cu", "variants": [{"name": "x", "defines": "A=1"}]},
     {"source": "a.cu", "variants": [{"name": "x", "defines": ["-DA=1"]}]},
+    {"source": "a.cu", "variants": [{"name": "x", "defines": ["MONOLITH_ATTN_FLASH=1"]}]},  # a retired knob
     {"source": "a.cu", "extra_flags": "-O3", "variants": [{"name": "x"}]},
     {"source": "a.cu", "extra_flags": ["O3"], "variants": [{"name": "x"}]},
     {"source": "a.cu", "variants": [{"name": "x", "id": 0}, {"name": "y", "id": 0}]},
