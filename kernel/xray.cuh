@@ -24,6 +24,8 @@
 //   S2UR read, 32 ns ticks on the H200) is read only at the two anchors; the host maps each
 //   block's clock64 onto it linearly between them. A phase's start is the previous record's end
 //   (the begin anchor's clock for the first one).
+// kCompactLean: kCompact's records, the block's word pointer recomputed at each stamp from the
+//   kernel's parameter (a constant-bank load) rather than held in two registers.
 // kFull: the former layout, 40 bytes per interval (XrayEvent: %globaltimer and clock64 at start
 //   and end, phase, layer, block, %smid; a %globaltimer and %smid read at every stamp). Kept as
 //   the reference of the overhead A/B (scripts/xray_overhead.py builds it by editing this line).
@@ -53,7 +55,7 @@ constexpr int kXrayMaxEvents = 1024;
 // every short wait would cost a record per 16 KB chunk); longer ones become a `ring` interval.
 constexpr long long kXrayRingStallCycles = 200;
 
-enum class XrayRecord : int { kCompact = 0, kFull = 1 };
+enum class XrayRecord : int { kCompact = 0, kFull = 1, kCompactLean = 2 };
 // The shipped record layout (see above). scripts/xray_overhead.py rewrites this line in a copy of
 // kernel/ to build the A/B's alternatives; keep it on one line.
 constexpr XrayRecord kXrayRecord = XrayRecord::kCompact;
@@ -89,13 +91,31 @@ __device__ __forceinline__ constexpr bool xray_token_end(uint16_t phase) {
 template <XrayRecord kRec>
 struct XrayRecorderT;
 
+// Where a compact recorder's block words are: kept in a register pair (kCompact), or recomputed at
+// each stamp from the kernel's parameter and blockIdx (kCompactLean: a constant-bank load instead
+// of two registers live across the whole kernel).
+template <bool kLean>
+struct XrayCompactWords {
+  uint64_t* out;
+  __device__ __forceinline__ explicit XrayCompactWords(XrayEvent* const& buf)
+      : out(buf != nullptr ? reinterpret_cast<uint64_t*>(buf + size_t(blockIdx.x) * kXrayMaxEvents) : nullptr) {}
+  __device__ __forceinline__ uint64_t* words() const { return out; }
+};
 template <>
-struct XrayRecorderT<XrayRecord::kCompact> {
-  uint64_t* out;  // this block's words
-  int n;          // next word; kXrayCompactWords when this launch is not traced (one compare per stamp)
-  __device__ __forceinline__ explicit XrayRecorderT(XrayEvent* buf)
-      : out(buf != nullptr ? reinterpret_cast<uint64_t*>(buf + size_t(blockIdx.x) * kXrayMaxEvents) : nullptr),
-        n(buf != nullptr ? kXrayCompactHeaderWords : kXrayCompactWords) {}
+struct XrayCompactWords<true> {
+  XrayEvent* const& buf;  // the kernel's parameter
+  __device__ __forceinline__ explicit XrayCompactWords(XrayEvent* const& b) : buf(b) {}
+  __device__ __forceinline__ uint64_t* words() const {
+    return reinterpret_cast<uint64_t*>(buf + size_t(blockIdx.x) * kXrayMaxEvents);
+  }
+};
+
+template <bool kLean>
+struct XrayCompactRecorder : XrayCompactWords<kLean> {
+  using XrayCompactWords<kLean>::words;
+  int n;  // next word; kXrayCompactWords when this launch is not traced (one compare per stamp)
+  __device__ __forceinline__ explicit XrayCompactRecorder(XrayEvent* const& buf)
+      : XrayCompactWords<kLean>(buf), n(buf != nullptr ? kXrayCompactHeaderWords : kXrayCompactWords) {}
   __device__ __forceinline__ bool on() const { return threadIdx.x == 0 && n < kXrayCompactWords; }
   // %globaltimer just after one of its ticks and the clock64 of that tick: w = {g, c, edge << 32 |
   // the cycles between the two reads around the tick}. The tick fell between the read issued at
@@ -118,19 +138,20 @@ struct XrayRecorderT<XrayRecord::kCompact> {
   }
   __device__ __forceinline__ void begin() {
     if (on()) {
-      out[0] = kXrayCompactMagic;
-      out[1] = (uint64_t(blockIdx.x) << 32) | xray_smid();
-      anchor(out + 2);
+      uint64_t* w = words();
+      w[0] = kXrayCompactMagic;
+      w[1] = (uint64_t(blockIdx.x) << 32) | xray_smid();
+      anchor(w + 2);
     }
   }
   __device__ __forceinline__ void put(uint16_t phase, int layer, uint64_t c) {
-    out[n++] = (uint64_t(phase + 1u) << 48) | (uint64_t(uint16_t(layer)) << 32) | uint32_t(c);
+    words()[n++] = (uint64_t(phase + 1u) << 48) | (uint64_t(uint16_t(layer)) << 32) | uint32_t(c);
   }
   template <uint16_t kPhase>
   __device__ __forceinline__ void end(int layer) {
     if (on()) {
       put(kPhase, layer, xray_clock());
-      if constexpr (xray_token_end(kPhase)) anchor(out + 5);
+      if constexpr (xray_token_end(kPhase)) anchor(words() + 5);
     }
   }
   __device__ __forceinline__ void stamp(uint64_t& g, uint64_t& c) const {
@@ -154,6 +175,15 @@ struct XrayRecorderT<XrayRecord::kCompact> {
       }
     }
   }
+};
+
+template <>
+struct XrayRecorderT<XrayRecord::kCompact> : XrayCompactRecorder<false> {
+  using XrayCompactRecorder<false>::XrayCompactRecorder;
+};
+template <>
+struct XrayRecorderT<XrayRecord::kCompactLean> : XrayCompactRecorder<true> {
+  using XrayCompactRecorder<true>::XrayCompactRecorder;
 };
 
 template <>

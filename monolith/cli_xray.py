@@ -72,8 +72,11 @@ def process_raw(raw: Path, *, out_dir: Path = RAW_DIR, page_dir: Path = PAGE_DIR
     return out
 
 
-def record(model: str | None, variant: str, position: int, prompt: str, out_dir: Path, blocks: int | None = None) -> Path:
-    """Run one traced token on the GPU and save the raw trace; clear errors when it cannot."""
+def record(model: str | None, variant: str, position: int, prompt: str, out_dir: Path, blocks: int | None = None,
+           overhead: bool = True) -> Path:
+    """Run one traced token on the GPU and save the raw trace; clear errors when it cannot.
+    overhead: first time the engine's plain and X-ray kernels at the sweep positions
+    (monolith.xray.overhead) and keep the result in the trace's meta (xray_overhead)."""
     try:
         import torch
     except ImportError as e:
@@ -100,8 +103,17 @@ def record(model: str | None, variant: str, position: int, prompt: str, out_dir:
     engine = MegakernelEngine(ckpt, variant=variant, xray=True, blocks=blocks)
     if not hasattr(engine, "record_xray"):
         raise MonolithError("MegakernelEngine has no record_xray(); this build of the engine cannot trace")
+    ovh = None
+    if overhead:
+        from monolith.xray.overhead import measure_engine
+
+        ovh = measure_engine(engine, progress=lambda m: con.print(f"X-ray overhead, {variant} {m}"))
     meta, events = engine.record_xray(tokens, position)
     meta = dict(meta)
+    if ovh is not None:
+        from monolith.xray.overhead import attach
+
+        attach(meta, ovh)
     meta.setdefault("variant", variant)
     meta.setdefault("position", position)
     meta.setdefault("weights", ckpt.describe())
@@ -172,9 +184,10 @@ def register(app: typer.Typer) -> None:
         summary: Path = typer.Option(M2_SUMMARY, "--summary", help="summary JSON keyed by variant"),
         png: bool = typer.Option(True, "--png/--no-png", help="write the matplotlib Gantt chart"),
         blocks: int = typer.Option(None, "--blocks", help="grid size (default: megakernel.default_blocks: one block per SM; stream: a multiple of 8, 128 on 132 SMs)"),
+        overhead: bool = typer.Option(True, "--overhead/--no-overhead", help="first measure the X-ray build's overhead against the plain build at positions 16..2048 (a few seconds) and keep it with the trace"),
     ) -> None:
         """Record one token's X-ray on the GPU (needs -DMONOLITH_XRAY build), analyze and export it."""
-        raw = record(model, variant, position, prompt, out_dir, blocks)
+        raw = record(model, variant, position, prompt, out_dir, blocks, overhead)
         out = process_raw(raw, out_dir=out_dir, page_dir=page_dir, png=png, summary_path=summary)
         con.print(json.dumps(out, indent=1))
 

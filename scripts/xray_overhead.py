@@ -8,7 +8,9 @@ kernel/xray.cuh as committed) and, for every other --alts name, the same sources
 build/xray-ab/<alt>/kernel with xray.cuh's one `constexpr XrayRecord kXrayRecord = ...;` line set
 to that layout (no new define). All builds compile at once, in parallel processes.
 Alternatives (kernel/xray.cuh): compact (8-byte clock64 records, %globaltimer only at two anchors
-per block) and full (40-byte records, %globaltimer, clock64 and %smid at every stamp).
+per block), lean (compact, the block's record pointer recomputed from the kernel parameter at each
+stamp instead of held in two registers) and full (40-byte records, %globaltimer, clock64 and
+%smid at every stamp).
 
 Timing (monolith.xray.overhead): per variant one engine; its plain kernel and each build's X-ray
 kernel decode the same `--tokens`-launch window from each position (seek), runs interleaved,
@@ -39,7 +41,7 @@ if str(REPO) not in sys.path:
 from monolith.errors import MonolithError  # noqa: E402
 
 SHIPPED = ("bf16-upstream", "fp8-upstream", "bf16-stream", "fp8-stream", "nvfp4-stream")
-ALTS = {"compact": "kCompact", "full": "kFull"}
+ALTS = {"compact": "kCompact", "full": "kFull", "lean": "kCompactLean"}
 RECORD_LINE = re.compile(r"^constexpr XrayRecord kXrayRecord = XrayRecord::(k\w+);$", re.M)
 KERNEL_SUFFIXES = {".cu", ".cuh", ".cpp", ".def", ".h", ".json"}
 
@@ -104,6 +106,8 @@ def build_alt(alt: str, variant: str = "bf16-stream", verbose: bool = False):
 def build_all(alts: list[str], shipped: str) -> None:
     """Compile every build at once (one process each; each runs its own ninja)."""
     procs = []
+    (REPO / "build").mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in (str(REPO), os.environ.get("PYTHONPATH", "")) if x)}
     for alt in alts:
         if alt == shipped:
             code = "from monolith.megakernel import load_extension as L; print(L('bf16-stream').build_info['tag'])"
@@ -111,7 +115,8 @@ def build_all(alts: list[str], shipped: str) -> None:
             alt_kernel_dir(alt)
             code = f"import sys; sys.path.insert(0, 'scripts'); import xray_overhead as X; X.build_alt({alt!r})"
         log = open(REPO / "build" / f"xray-ab-{alt}.log", "w")  # noqa: SIM115 (closed below)
-        procs.append((alt, subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=log, stderr=subprocess.STDOUT),
+        procs.append((alt, subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log,
+                                         stderr=subprocess.STDOUT),
                       log))
     bad = []
     for alt, p, log in procs:
@@ -124,14 +129,21 @@ def build_all(alts: list[str], shipped: str) -> None:
         raise MonolithError(f"build failed: {bad} (logs build/xray-ab-<alt>.log)")
 
 
-def make_engine(ckpt, variant: str):
-    from monolith.megakernel import MegakernelEngine
+_PACKS: dict = {}
 
-    packed = None
-    if variant.startswith("nvfp4"):  # the block-scale search only moves values, not the timing
+
+def make_engine(ckpt, variant: str):
+    """The variant's engine with its X-ray buffer; a quantized format packed once per run."""
+    from monolith.megakernel import MegakernelEngine, variant_spec
+
+    fmt = variant_spec(variant).get("weights", "bf16")
+    if fmt == "nvfp4" and fmt not in _PACKS:  # the block-scale search moves values, not the timing
         from monolith.quant import pack_nvfp4
-        packed = pack_nvfp4.pack_in_memory(ckpt, search=False)
-    return MegakernelEngine(ckpt, variant=variant, xray=True, packed=packed)
+        _PACKS[fmt] = pack_nvfp4.pack_in_memory(ckpt, search=False)
+    elif fmt == "fp8" and fmt not in _PACKS:
+        from monolith.quant import pack_fp8
+        _PACKS[fmt] = pack_fp8.pack_in_memory(ckpt)
+    return MegakernelEngine(ckpt, variant=variant, xray=True, packed=_PACKS.get(fmt))
 
 
 def trace_fidelity(mk, ext, alt: str, position: int, prompt: list[int], out_dir: Path) -> dict:
@@ -160,7 +172,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variants", default=",".join(SHIPPED))
     ap.add_argument("--positions", default="16,128,1024,2048")
-    ap.add_argument("--alts", default="compact,full", help=f"X-ray record layouts to build and time ({', '.join(ALTS)})")
+    ap.add_argument("--alts", default="compact,full,lean", help=f"X-ray record layouts to build and time ({', '.join(ALTS)})")
     ap.add_argument("--tokens", type=int, default=64, help="decode launches per timed window")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--trace-position", type=int, default=128, help="position of the fidelity traces (0: none)")
@@ -185,7 +197,6 @@ def run(variants, positions, alts, tokens, runs, trace_position, out: Path) -> i
     from monolith.checkpoint import ensure_checkpoint, load_checkpoint
     from monolith.envinfo import collect
     from monolith.megakernel import load_extension
-    from monolith.xray import overhead as O
 
     t0 = time.time()
     out.mkdir(parents=True, exist_ok=True)
@@ -202,15 +213,31 @@ def run(variants, positions, alts, tokens, runs, trace_position, out: Path) -> i
            "env": collect(), "weights": ckpt.describe(), "shipped_layout": shipped, "alts": alts,
            "builds": {k: v.build_info for k, v in exts.items()}, "variants": {}}
     failures = []
+    doc["trace_position"] = trace_position
     for v in variants:
-        tv = time.time()
         try:
-            mk = make_engine(ckpt, v)
+            res = measure_variant(ckpt, v, exts, alts, shipped, positions, tokens, runs, trace_position, prompt, out,
+                                  failures)
         except MonolithError as e:
-            print(f"[xo] {v}: skipped: {e}", flush=True)
-            doc["variants"][v] = {"error": str(e)}
+            print(f"[xo] {v}: FAILED: {e}", flush=True)
+            res = {"error": str(e)}
             failures.append(v)
-            continue
+        doc["variants"][v] = res
+        (out / "xray_overhead.json").write_text(json.dumps(doc, indent=1))
+        torch.cuda.empty_cache()
+    doc["seconds"] = round(time.time() - t0, 1)
+    (out / "xray_overhead.json").write_text(json.dumps(doc, indent=1))
+    print_table(doc)
+    print(f"[xo] wrote {out / 'xray_overhead.json'} in {doc['seconds']} s" + (f"; FAILED: {failures}" if failures else ""))
+    return 1 if failures else 0
+
+
+def measure_variant(ckpt, v, exts, alts, shipped, positions, tokens, runs, trace_position, prompt, out, failures) -> dict:
+    from monolith.xray import overhead as O
+
+    tv = time.time()
+    mk = make_engine(ckpt, v)
+    try:
         attrs = {alt: dict(exts[alt].attributes(mk.variant_id, True)) for alt in alts}
         attrs["plain"] = dict(exts[shipped].attributes(mk.variant_id, False))
         for alt in alts:
@@ -236,17 +263,11 @@ def run(variants, positions, alts, tokens, runs, trace_position, out: Path) -> i
                              if r["build"] == "plain" and r["position"] == trace_position), None)
             res["fidelity"] = fidelity(res["traces"], plain_us, shipped)
         res["seconds"] = round(time.time() - tv, 1)
-        doc["variants"][v] = res
         if not all(all(x.values()) for x in res["tokens_equal"].values()):
             failures.append(f"{v} tokens")
-        (out / "xray_overhead.json").write_text(json.dumps(doc, indent=1))
+        return res
+    finally:
         del mk
-        torch.cuda.empty_cache()
-    doc["seconds"] = round(time.time() - t0, 1)
-    (out / "xray_overhead.json").write_text(json.dumps(doc, indent=1))
-    print_table(doc)
-    print(f"[xo] wrote {out / 'xray_overhead.json'} in {doc['seconds']} s" + (f"; FAILED: {failures}" if failures else ""))
-    return 1 if failures else 0
 
 
 def fidelity(traces: dict, plain_us: float | None, shipped: str) -> dict:

@@ -200,3 +200,58 @@ def test_the_ab_script_rewrites_one_line_of_a_copy(tmp_path, monkeypatch):
     assert len(a) == len(b) and sum(x != y for x, y in zip(a, b, strict=True)) == 1
     assert (REPO_ROOT / "kernel" / "xray.cuh").read_text() == (tmp_path / "kernel" / "xray.cuh").read_text()
     assert X.main(["--alts", "nope"]) == 2
+
+
+def test_measure_engine_keeps_the_positions_that_fit():
+    class Fake:
+        context_cap = 1100
+
+    with pytest.raises(MonolithError, match="no position of"):
+        O.measure_engine(Fake(), positions=(2048,), tokens=64)
+
+
+def test_the_ab_script_runs_end_to_end_on_fakes(tmp_path, monkeypatch, capsys):
+    """scripts/xray_overhead.py's plumbing with every GPU piece faked: builds, engines, timings and
+    traces; the JSON has every variant and layout, and the table comes last."""
+    import json
+    import types
+
+    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    import xray_overhead as X
+
+    import monolith.checkpoint as ck
+    import monolith.megakernel as M
+
+    class Ext:
+        def __init__(self, name):
+            self.build_info = {"tag": name}
+
+        def attributes(self, vid, xray):
+            return {"num_regs": 96 if xray else 95, "local_size_bytes": 0, "shared_size_bytes": 32512}
+
+        def max_coresident(self, vid, xray, dev):
+            return 132
+
+    exts = {"compact": Ext("c"), "full": Ext("f")}
+    monkeypatch.setattr(X, "build_all", lambda alts, shipped: None)
+    monkeypatch.setattr(X, "build_alt", lambda alt: exts[alt])
+    monkeypatch.setattr(M, "load_extension", lambda v: exts["compact"])
+    monkeypatch.setattr(ck, "ensure_checkpoint", lambda *a, **k: "ckpt")
+    monkeypatch.setattr(ck, "load_checkpoint", lambda p: types.SimpleNamespace(describe=lambda: {"kind": "fake"}))
+    monkeypatch.setattr(X, "make_engine", lambda ckpt, v: types.SimpleNamespace(
+        variant=v, variant_id=2, blocks=128, device=types.SimpleNamespace(index=0), ext=exts["compact"]))
+    cost = {"plain": 1.0, "compact": 1.005, "full": 1.07}
+    monkeypatch.setattr(O, "engine_timer", lambda mk, ext_of, tokens: lambda b, p: (4e-4 * cost[b], [1, 2]))
+    monkeypatch.setattr(X, "trace_fidelity", lambda mk, ext, alt, pos, prompt, out: {
+        "trace_span_us": 401.0 if alt == "compact" else 430.0, "phase_mean_per_block_us": {"s_qkv": 1.0 + (alt == "full")}})
+    rc = X.run(["bf16-stream", "nvfp4-stream"], [16, 128], ["compact", "full"], 64, 2, 128, tmp_path)
+    assert rc == 0
+    doc = json.loads((tmp_path / "xray_overhead.json").read_text())
+    v = doc["variants"]["nvfp4-stream"]
+    assert v["overhead_pct"]["compact"]["16"] == pytest.approx(0.4975, abs=1e-3)
+    assert v["over_limit"] == {"compact": [], "full": [16, 128]}
+    assert v["fidelity"]["span_vs_plain_token"] == pytest.approx(401 / 400, abs=1e-3)
+    assert v["fidelity"]["phase_us_compact_minus_full"] == {"s_qkv": -1.0}
+    out = capsys.readouterr().out
+    assert out.rstrip().splitlines()[-1].startswith("[xo] wrote")
+    assert "+6.5%*" in out and "X-ray overhead" in out

@@ -121,3 +121,14 @@ def attach(meta: dict, result: dict, build: str | None = None) -> dict:
                                              if r["build"] == result["plain"]},
                              "method": result["method"]}
     return meta
+
+
+def measure_engine(mk, positions=SWEEP_POSITIONS, runs: int = 5, tokens: int = 64,
+                   progress: Callable[[str], None] | None = None) -> dict:
+    """measure() of one X-ray engine (MegakernelEngine(..., xray=True)): its plain kernel against
+    its X-ray kernel at every position whose window fits the context."""
+    cap = int(getattr(mk, "context_cap", 1 << 30))
+    ok = [int(p) for p in positions if int(p) + tokens <= cap]
+    if not ok:
+        raise MonolithError(f"overhead: no position of {list(positions)} leaves room for {tokens} tokens (cap {cap})")
+    return measure(engine_timer(mk, tokens=tokens), ["plain", "xray"], ok, runs=runs, tokens=tokens, progress=progress)

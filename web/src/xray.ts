@@ -5,6 +5,7 @@ import { Gantt } from "./gantt";
 import type { Manifest, Version } from "./manifest";
 import { fetchBytes, fileBytes, HttpError } from "./bounded";
 import { parseTraceBytes, type Trace } from "./trace";
+import { overheadNote } from "./overhead";
 
 export interface XrayApi { load(name: string, bytes: Uint8Array): Promise<Trace | null>; gantt: Gantt }
 
@@ -73,6 +74,8 @@ export function mountXray(root: HTMLElement, m: Manifest, onTrace: (t: Trace, v:
       `traced span ${fmt((t.t1 - t.t0) / 1e3, 4)} µs`, t.tokenTimeUs != null ? ` · token ${fmt(t.tokenTimeUs, 4)} µs (CUDA events)` : "",
       ` · position ${String(t.meta.position)}`);
     if (t.synthetic) info.append(" ", h("span", { class: "tag bad", text: "synthetic trace, not measured" }));
+    const ov = overheadNote(t.meta);
+    if (ov) info.append(" · ", h("span", { id: "xray-overhead", class: ov.over ? "tag bad" : "", title: ov.title, text: ov.text }));
     // the legend lists the phases this trace records, not the whole phase table
     const used = new Set(t.phase);
     legend.replaceChildren(...t.phases.filter((p) => used.has(p.id)).map((p) => h("span", { class: `key ${p.kind}`, title: `${p.kind}, once per ${p.scope}` },

@@ -169,6 +169,14 @@ test("a malformed dropped file shows an error and the page keeps working", async
   await page.setInputFiles("#trace-file", { name: "mine.json", mimeType: "application/json", buffer: plain });
   await page.waitForFunction(() => document.querySelector("#xray-version").selectedOptions[0]?.textContent.includes("mine.json"));
   assert.equal(await page.locator("#trace-error").isHidden(), true);
+  assert.equal(await page.locator("#xray-overhead").count(), 0, "a trace with no measured overhead shows none");
+  // a trace whose X-ray build lost more than 3 % of the plain build's tok/s says so beside it
+  const over = JSON.parse(plain.toString());
+  over.meta.xray_overhead = { pct: { "16": 1.1, "2048": 5.8 }, limit_pct: 3 };
+  await page.setInputFiles("#trace-file", { name: "over.json", mimeType: "application/json", buffer: Buffer.from(JSON.stringify(over)) });
+  await page.waitForFunction(() => document.querySelector("#xray-version").selectedOptions[0]?.textContent.includes("over.json"));
+  assert.match(await page.locator("#xray-overhead").innerText(), /above 3 % at position 2048 \(worst 5\.8 %\)/);
+  assert.equal(await page.locator("#xray-overhead").getAttribute("class"), "tag bad");
   await ctx.close();
 });
 
