@@ -308,6 +308,10 @@ def render_final_md(doc: dict) -> str:
         sp = f", {h['speedup']:.2f}× {h['best_baseline']} ({h['best_baseline_tok_s']:,.1f} tok/s)" if h.get("speedup") else ""
         lines += [f"**Headline:** {h['label'] or h['engine']}: {h['tok_s']:,.1f} tok/s{sp}, on {h.get('gpu')}.", ""]
     lines += head[2:]
+    lines += ["", "The table's gate column is each engine's correctness gate against the fp32 oracle on the "
+              "weights it multiplies (for FP8 and NVFP4 rows: the dequantized weights, i.e. the implementation "
+              "gate). Whether quantization keeps the model's quality is the quality gate, listed by name for "
+              "every quantized row below, pass or fail as measured."]
     lines += ["", "Energy (NVML total-energy counter around each row's timed runs):", "",
               "| engine | tok/J | joules | mean W | decode s | method |", "|---|---:|---:|---:|---:|---|"]
     for r in doc["rows"]:
