@@ -103,8 +103,9 @@ def build_alt(alt: str, variant: str = "bf16-stream", verbose: bool = False):
     return ext
 
 
-def build_all(alts: list[str], shipped: str) -> None:
-    """Compile every build at once (one process each; each runs its own ninja)."""
+def build_all(alts: list[str], shipped: str) -> list[str]:
+    """Compile every build at once (one process each; each runs its own ninja). Returns the alts
+    that built; a failed alternative is dropped (its log printed), a failed shipped build is fatal."""
     procs = []
     (REPO / "build").mkdir(exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in (str(REPO), os.environ.get("PYTHONPATH", "")) if x)}
@@ -125,8 +126,11 @@ def build_all(alts: list[str], shipped: str) -> None:
         if rc != 0:
             bad.append(alt)
             print((REPO / "build" / f"xray-ab-{alt}.log").read_text()[-4000:], flush=True)
+    if shipped in bad:
+        raise MonolithError(f"the shipped build failed (log build/xray-ab-{shipped}.log)")
     if bad:
-        raise MonolithError(f"build failed: {bad} (logs build/xray-ab-<alt>.log)")
+        print(f"[xo] build failed, left out of the A/B: {bad} (logs build/xray-ab-<alt>.log)", flush=True)
+    return [a for a in alts if a not in bad]
 
 
 _PACKS: dict = {}
@@ -202,7 +206,9 @@ def run(variants, positions, alts, tokens, runs, trace_position, out: Path) -> i
     out.mkdir(parents=True, exist_ok=True)
     shipped = shipped_alt(REPO / "kernel")
     print(f"[xo] building {alts} (shipped layout: {shipped}) ...", flush=True)
-    build_all(alts, shipped)
+    if shipped not in alts:
+        alts = [shipped, *alts]  # the shipped build is the plain kernel's and the reference
+    alts = build_all(alts, shipped)
     exts = {alt: (load_extension("bf16-stream") if alt == shipped else build_alt(alt)) for alt in alts}
     print(f"[xo] builds ready in {time.time() - t0:.0f} s: " +
           ", ".join(f"{k}={v.build_info['tag']}" for k, v in exts.items()), flush=True)

@@ -233,7 +233,7 @@ def test_the_ab_script_runs_end_to_end_on_fakes(tmp_path, monkeypatch, capsys):
             return 132
 
     exts = {"compact": Ext("c"), "full": Ext("f")}
-    monkeypatch.setattr(X, "build_all", lambda alts, shipped: None)
+    monkeypatch.setattr(X, "build_all", lambda alts, shipped: alts)
     monkeypatch.setattr(X, "build_alt", lambda alt: exts[alt])
     monkeypatch.setattr(M, "load_extension", lambda v: exts["compact"])
     monkeypatch.setattr(ck, "ensure_checkpoint", lambda *a, **k: "ckpt")
