@@ -53,7 +53,8 @@ export function gatesCell(g: Gates): HTMLElement {
 
 function notesOf(r: ResultRow): string[] {
   const out: string[] = [];
-  if (r.status === "ok" && r.reason && r.reason !== r.speed_label) out.push(r.reason);
+  // an ok row's reason names its gate's state, which the gate cell already shows
+  if (r.status === "ok" && r.reason && r.reason !== r.speed_label && r.gate?.applicable !== false) out.push(r.reason);
   if (r.reduced) out.push(r.reduced);
   if (r.runs_note) out.push(r.runs_note);
   return out;
