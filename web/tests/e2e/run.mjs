@@ -33,8 +33,8 @@ function suite(base, server) {
 /** deploy/nginx.conf is a server block for the image's conf.d; wrap it in a main config. */
 export function nginxConfig(serverBlock, prefix, port, root) {
   let s = serverBlock;
-  const listen = /^\s*listen\s+8080\s*;\s*$/m, rootRe = /^\s*root\s+\/usr\/share\/nginx\/html\s*;\s*$/m;
-  if (!listen.test(s) || !rootRe.test(s)) throw new Error("deploy/nginx.conf: expected `listen 8080;` and `root /usr/share/nginx/html;` lines");
+  const listen = /^\s*listen\s+\d+\s*;\s*$/m, rootRe = /^\s*root\s+\/usr\/share\/nginx\/html\s*;\s*$/m;
+  if (!listen.test(s) || !rootRe.test(s)) throw new Error("deploy/nginx.conf: expected a `listen PORT;` line and a `root /usr/share/nginx/html;` line");
   s = s.replace(listen, `    listen 127.0.0.1:${port};`).replace(rootRe, `    root ${root};`);
   return `daemon off;\nworker_processes 1;\npid ${prefix}/nginx.pid;\nerror_log ${prefix}/error.log warn;\n`
     + `events { worker_connections 256; }\nhttp {\n  include /etc/nginx/mime.types;\n  default_type application/octet-stream;\n`
