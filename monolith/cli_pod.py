@@ -3,12 +3,18 @@ Everything printed goes through pod.redact, so the API key cannot reach the term
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import tempfile
+from pathlib import Path
 
 import typer
 from rich.table import Table
 
+from monolith import REPO_ROOT
 from monolith.console import make_console
 
+WIKITEXT = "wikitext-2-raw-v1-test.txt"
 pod_app = typer.Typer(help="Rent a GPU on RunPod (pods named monolith-*; key from RUNPOD_API_KEY).",
                       no_args_is_help=True)
 
@@ -102,6 +108,87 @@ def cost(as_json: bool = typer.Option(False, "--json", help="print JSON instead 
                                           f"{r['uptime_h']:.2f} h", f"{r['spend']:.2f}")))
     make_console().print(t)
     _say(f"running now: ${c['total_per_hr']:.3f}/h; spent by these runs: ${c['total_spend']:.2f}")
+
+
+# ----------------------------------------------------------------------------- the runbook (docs/RUNBOOK.md)
+def _rb():
+    from monolith.infra import runbook  # late, as _pod
+    return runbook
+
+
+def _data_dir(data: Path | None) -> Path | None:
+    if data is not None:
+        return data
+    env = os.environ.get("MONOLITH_DATA_DIR")
+    return Path(env) if env else REPO_ROOT.parent / "shared" / "data"
+
+
+@pod_app.command()
+def wait(pod_id: str, timeout: float = typer.Option(900.0, help="give up after this many seconds")) -> None:
+    """Wait until a pod is RUNNING and answers on SSH."""
+    rb = _rb()
+    rb.wait(pod_id, rb.Shell(), timeout, say=_say)
+
+
+@pod_app.command()
+def push(pod_id: str,
+         data: Path = typer.Option(None, help=f"directory holding {WIKITEXT} (default: MONOLITH_DATA_DIR, "
+                                   "else ../shared/data)")) -> None:
+    """Ship this checkout's last commit (a git bundle), bootstrap.sh and the WikiText-2 file to a
+    pod over SSH, then run bootstrap there (clone, driver check, CUDA 13.0, pip install, watchdog)."""
+    rb = _rb()
+    t = rb.target(pod_id)
+    with tempfile.TemporaryDirectory(prefix="monolith-push-") as d:
+        rb.push(t, rb.Shell(), REPO_ROOT, _data_dir(data), Path(d), say=_say)
+    _say(f"pushed and bootstrapped {t.name}")
+
+
+@pod_app.command("exec")
+def exec_(pod_id: str, command: list[str] = typer.Argument(..., help="the command, after --: e.g. -- monolith m0")) -> None:
+    """Run a command in the pod's checkout (toolkit and data set up as bootstrap left them); exits
+    with its status."""
+    rb = _rb()
+    rc = rb.run_step(rb.target(pod_id), rb.Shell(), " ".join(shlex.quote(c) for c in command), None)
+    if rc != 0:
+        raise typer.Exit(rc)
+
+
+@pod_app.command()
+def pull(pod_id: str, dest: Path = typer.Option(None, help="where the files go (default: results/pods/<pod name>/)")) -> None:
+    """Copy back every file the pod's commands created or changed under results/ and
+    web/public/traces/ (the pod checkout's git status), keeping their paths."""
+    rb = _rb()
+    t = rb.target(pod_id)
+    rb.pull(t, rb.Shell(), dest or REPO_ROOT / "results" / "pods" / t.name, say=_say)
+
+
+@pod_app.command()
+def runbook(
+    pod_id: str = typer.Option(None, "--pod", help="use this running pod instead of creating one"),
+    gpu: str = typer.Option("RTX 5090,RTX PRO 6000", help="GPU patterns to create on, in order"),
+    name: str = typer.Option("sm120", help="pod name suffix after 'monolith-'"),
+    step: list[str] = typer.Option(None, "--step", help="a command to run on the pod (repeatable; default: "
+                                   "the milestones that run on sm_120 today, docs/RUNBOOK.md)"),
+    data: Path = typer.Option(None, help=f"directory holding {WIKITEXT} (default: MONOLITH_DATA_DIR, else ../shared/data)"),
+    dest: Path = typer.Option(REPO_ROOT / "results" / "pods", help="results come back into DEST/<pod name>/"),
+    max_hours: float = typer.Option(6.0, help="the pod's watchdog stops it after this long in any case"),
+    keep: bool = typer.Option(False, "--keep", help="leave the pod running at the end (default: stop it)"),
+    wait_s: float = typer.Option(900.0, help="seconds to wait for the pod to answer on SSH"),
+) -> None:
+    """The whole runbook in one command: create a pod (RTX 5090 first), wait, push + bootstrap, run
+    each milestone that works there, copy the results back, stop the pod: on failure too."""
+    rb = _rb()
+    w = rb.run_all(shell=rb.Shell(), repo=REPO_ROOT, dest_root=dest, data_dir=_data_dir(data),
+                   commands=tuple(step) if step else rb.SM120_STEPS, pod_id=pod_id,
+                   create_kwargs={"suffix": name, "gpu": gpu, "max_hours": max_hours}, keep=keep,
+                   wait_s=wait_s, say=_say)
+    t = Table("step", "exit")
+    for s_, rc in w.steps:
+        t.add_row(s_, str(rc))
+    make_console().print(t)
+    _say(f"pod {w.pod_id}: {'stopped' if w.stopped else 'still running'}; {len(w.pulled)} files pulled")
+    if not w.ok:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
