@@ -228,6 +228,8 @@ def predict(gpu_key: str, root: Path = REPO, ring_slots: int | None = None, hop_
     return {
         "schema": "monolith.predictions/1", "label": "predicted (not measured on this GPU)", "gpu": asdict(gpu),
         "h200": asdict(h200), "upstream_published_5090": UPSTREAM_5090,
+        "sm90_ring": {"slots": H200_RING_SLOTS, "ring_kb": H200_RING_SLOTS * SLOT_KB,
+                      "needs_kb": H200_RING_SLOTS * SLOT_KB + BLOCK_STATE_KB},
         "ring": {"slots": slots, "slot_kb": SLOT_KB, "ring_kb": slots * SLOT_KB, "block_state_kb": BLOCK_STATE_KB,
                  "smem_per_block_kb": gpu.smem_per_block_kb, "slots_that_fit": fits,
                  "dram_latency_ns_assumed": lat,

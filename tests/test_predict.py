@@ -1,6 +1,7 @@
 """bench/predict.py: predictions for the sm_120 cards from the H200's measured pieces (CPU only)."""
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -95,3 +96,19 @@ def test_cli_writes_json_and_md(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         P.main(["--gpu", "mi300x"])
     assert e.value.code == 2
+
+
+def test_readme_gpu_table_matches_the_predictions_file():
+    """README's GPUs x variants table: each sm_120 cell's predicted tok/s is the file's, and a
+    streaming cell says 'does not launch' exactly while the file says it cannot launch today."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    pred = json.loads((REPO_ROOT / "results" / "predictions_sm120.json").read_text())["gpus"]
+    rows = {m.group(1): m.group(0) for m in
+            re.finditer(r"^\| `([\w-]+)` \| runs; measured .*$", readme, re.M)}
+    assert set(rows) == set(P.VARIANTS)
+    for v, line in rows.items():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        for cell, gpu in zip(cells[2:], ("rtx5090", "rtxpro6000"), strict=True):
+            row = next(x for x in pred[gpu]["rows"] if x["variant"] == v)
+            assert cell.endswith(f"predicted {row['tok_s']:,.0f}"), (v, gpu, cell)
+            assert cell.startswith("does not launch") == (not row["launches_today"]), (v, gpu, cell)
