@@ -88,6 +88,14 @@ def test_image_is_pinned_and_unprivileged():
     if port < 1024:  # uid 101 binds it only where the container's namespace allows unprivileged low ports
         sysctls = _service().get("sysctls") or []
         assert "net.ipv4.ip_unprivileged_port_start=0" in sysctls, f"uid {user[-1]} cannot bind port {port}"
+        # `nginx -t` binds the port too, in a build step that may not allow it: that step runs as
+        # root and removes the temp dirs it created, so none stays root-owned in the image
+        who = None
+        for word, rest in _instructions(df):
+            who = rest.strip() if word == "USER" else who
+            if word == "RUN" and "nginx -t" in rest:
+                assert who in ("root", "0"), f"`nginx -t` as {who} cannot bind port {port} in a build step"
+                assert "rm -rf /tmp/client_temp" in rest.split("nginx -t", 1)[1], "nginx -t's temp dirs stay root-owned"
 
 
 # --- deploy/nginx.conf served by the real nginx on loopback (the same wrapping as web/tests/e2e/run.mjs)
