@@ -116,6 +116,15 @@ def remote_command(cmd: str, remote_dir: str = REMOTE_DIR) -> str:
             f"export MONOLITH_DATA_DIR={REMOTE_DATA} && {cmd}")
 
 
+def pod_env(pod_id: str) -> str:
+    """Shell prefix giving an SSH session the variables RunPod set for the container (its PID 1):
+    RUNPOD_POD_ID and the pod-scoped key runpodctl uses, MAX_POD_HOURS for the watchdog. An SSH
+    login does not always inherit them; the pod id is known here in any case."""
+    return ("while IFS= read -r -d '' kv; do case \"$kv\" in RUNPOD_*=*|MAX_POD_HOURS=*) export \"$kv\";; esac; "
+            "done 2>/dev/null < /proc/1/environ; "
+            f"export RUNPOD_POD_ID=\"${{RUNPOD_POD_ID:-{shlex.quote(pod_id)}}}\"; ")
+
+
 def make_bundle(repo: Path, branch: str, path: Path) -> Path:
     """`branch` of `repo` as one git bundle file (bootstrap.sh clones from it)."""
     r = subprocess.run(["git", "-C", str(repo), "bundle", "create", str(path), branch], capture_output=True,
@@ -150,7 +159,8 @@ def push(t: Target, shell: Shell, repo: Path, data_dir: Path | None, work: Path,
         if shell.run(t.ssh(remote), stdin=local) != 0:
             raise MonolithError(f"copying {what} to pod {t.pod_id} failed")
     say("push: bootstrap (clone, driver check, CUDA 13.0, pip install, watchdog)")
-    if shell.run(t.ssh(f"bash /workspace/bootstrap.sh /workspace/monolith.bundle {shlex.quote(branch)}"),
+    if shell.run(t.ssh(pod_env(t.pod_id) + f"bash /workspace/bootstrap.sh /workspace/monolith.bundle "
+                       f"{shlex.quote(branch)}"),
                  log=work / "bootstrap.log") != 0:
         raise MonolithError(f"bootstrap failed on pod {t.pod_id} (log: {work / 'bootstrap.log'})")
 

@@ -152,7 +152,8 @@ def test_the_documented_walk_runs_each_step_and_stops_the_pod(real_bundle, env):
     assert remote[0] == "true"                                                   # wait: ssh answers
     assert any("cat > /workspace/monolith.bundle" in r for r in remote)
     assert any(f"cat > /workspace/shared/data/{rb.WIKITEXT}" in r for r in remote)
-    assert any(r.startswith("bash /workspace/bootstrap.sh /workspace/monolith.bundle ") for r in remote)
+    boot = [r for r in remote if "bash /workspace/bootstrap.sh /workspace/monolith.bundle " in r]
+    assert len(boot) == 1 and "/proc/1/environ" in boot[0] and f"RUNPOD_POD_ID:-{POD}" in boot[0]
     ran = [re.search(r"&& (monolith m\d.*)$", r).group(1) for r in remote if "&& monolith m" in r]
     assert ran == ["monolith m0", "monolith m1", "monolith m2", "monolith m3 --steps tests,pack,bench,xray"]
     assert all("source /workspace/.monolith/env.sh" in r and "MONOLITH_DATA_DIR=" in r
@@ -250,6 +251,21 @@ def test_pull_refuses_paths_outside_dest(env, tmp_path):
     with pytest.raises(MonolithError, match="unreadable"):
         rb.pull(t, Evil(), tmp_path / "d", say=lambda *a: None)
     assert not (tmp_path / "escape.txt").exists()
+
+
+def test_pod_env_imports_runpods_variables(tmp_path):
+    """pod_env's loop, fed a fake PID-1 environment, exports RUNPOD_* and MAX_POD_HOURS only, and
+    falls back to the pod id it was given."""
+    env1 = tmp_path / "environ"
+    env1.write_bytes(b"PATH=/x\0RUNPOD_POD_ID=fromenv\0MAX_POD_HOURS=2.5\0OTHER=no\0")
+    prefix = rb.pod_env("abc").replace("/proc/1/environ", str(env1))
+    out = subprocess.run(["bash", "-c", prefix + 'echo "$RUNPOD_POD_ID $MAX_POD_HOURS ${OTHER:-unset}"'],
+                         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, check=True).stdout
+    assert out.split() == ["fromenv", "2.5", "unset"]
+    out = subprocess.run(["bash", "-c", rb.pod_env("abc").replace("/proc/1/environ", str(tmp_path / "none"))
+                          + 'echo "$RUNPOD_POD_ID"'], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin"}, check=True).stdout
+    assert out.strip() == "abc"
 
 
 def test_remote_command_quotes_and_sets_up():
