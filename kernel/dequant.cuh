@@ -295,7 +295,7 @@ __device__ __forceinline__ float dot8_e2m1_biased(uint32_t w, float4 a0, float4 
 // The half2 path (the streaming kernel's NVFP4 rows; dot16B above is the fp32 form): HFMA2 straight
 // on the decoded pairs against inputs that are already f16, so no f16 -> f32 widening and one
 // fused op per two weights. Why it pays: NVFP4's rows were bound by their instruction stream at
-// ~3.6 instructions per weight (decode 1.5, widen 1, FMA 1; ncu, twelfth session); the M5 probe
+// ~3.6 instructions per weight (decode 1.5, widen 1, FMA 1; ncu); the M5 probe
 // (probes/e2m1_decode.cu, lop3_h2 against lop3_f32) turned 5.02 TB/s of codes against 3.48.
 // Range: the caller pre-scales each 32-element word of x by 2^(kE2M1UnbiasLog2 - E), E the
 // exponent of the word's largest |x| (schedule_stream.cuh store_xh2), so the decoded values (e2m1

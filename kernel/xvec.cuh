@@ -2,8 +2,8 @@
 // swizzled for NVFP4 rows (XFull, nv_swz), NVFP4's half2 words (XH2, store_xh2) and fp8's f16 words
 // (XE16, store_xe), with the per-word exponent both f16 forms share (word_exp, pow2f).
 //
-// Moved out of schedule_stream.cuh (eighteenth session) so that a probe (probes/act_store.cu) times
-// the kernel's own stores; it needs only dequant.cuh (kE2M1UnbiasLog2). Device code only.
+// A header of its own so that a probe (probes/act_store.cu) times the kernel's own stores; it needs
+// only dequant.cuh (kE2M1UnbiasLog2). Device code only.
 #pragma once
 #include <cstdint>
 #include <cuda_fp16.h>
@@ -59,9 +59,8 @@ __device__ __forceinline__ XH2 load_xh2(const float* buf, int i) {
 }
 // Word i's element 32 i + lane is v; called by all 32 lanes of a warp. The word's max |x| is one
 // redux.sync on the bit patterns (non-negative floats order as their bits), and each lane stores
-// its own f16 (element k and k + 4 share a 32-bit word, low and high half: no shuffle). The first
-// version reduced with 5 shuffles and paired values with a 6th: the down phase's 6 words per
-// thread made its activation hop ~1 us longer (X-ray, thirteenth session, call 3).
+// its own f16 (element k and k + 4 share a 32-bit word, low and high half: no shuffle): reducing
+// with 5 shuffles and pairing with a 6th made the down phase's activation hop ~1 us longer (X-ray).
 // The exponent E of the largest |v| over the warp's 32 lanes (one word), clamped; every lane gets it.
 __device__ __forceinline__ int word_exp(float v) {
   const uint32_t m = __reduce_max_sync(0xffffffffu, __float_as_uint(fabsf(v)));

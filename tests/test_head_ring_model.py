@@ -1,5 +1,5 @@
-"""A CPU model of the warp LM head's two claims (kernel/schedule_stream.cuh, MONOLITH_HEAD_WARP and
-MONOLITH_HEAD_GROUPS; NOTES.md, fifteenth session).
+"""A CPU model of the warp LM head's two claims (kernel/schedule_stream.cuh, Policy::kHeadWarp and
+kHeadGroups; docs/EXPERIMENTS.md).
 
 1. Parity waits are sound only when every consumer of a ring slot consumed the slot's previous copy
    itself. The model runs the ring (in-order producer, copies landing late, consumer warps in random

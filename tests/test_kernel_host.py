@@ -196,13 +196,19 @@ def test_seek_refuses_positions_outside_the_context_and_sets_valid_ones():
     assert seen == [C.CONTEXT_CAP - 1, 300]
 
 
+def stream_source() -> str:
+    """The streaming schedule's source: its parts (kernel/stream_*.cuh) and schedule_stream.cuh."""
+    kdir = REPO_ROOT / "kernel"
+    return "".join(p.read_text() for p in [*sorted(kdir.glob("stream_*.cuh")), kdir / "schedule_stream.cuh"])
+
+
 def test_fixed_attention_splits_tile_the_positions():
     """The default split rule (kernel/schedule_stream.cuh make_plan / split_of; the source's
     expressions checked, then modelled): pos / 64 + 1 splits of 64 cached positions, the last one
     partial and also holding this position; they tile [0, pos) at every position up to the
     context cap, and the partials fit kMaxSplits. The short and long kernels always take it: only
     the wide kernel (kWide) widens."""
-    src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
+    src = stream_source()
     assert "s.nsplit = pos / split_width<kWide>(pos, s.ng) + 1;" in src
     assert "const int w = split_width<kWide>(pos, s.ng);" in src
     assert "t0 = sp * w;" in src and "t1 = min(t0 + w, pos);" in src
@@ -231,7 +237,7 @@ def test_wide_attention_splits_tile_the_positions(wide, wide_min, even):
     bound), its scores fit the sm.x it borrows, the partials fit kMaxSplits, and everywhere else the
     splits are the default's 64. The host launches the wide kernel where k (for blocks / 8 per
     group) is in range: at 128 blocks and 3 / 3, positions 2,048-3,071."""
-    src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
+    src = stream_source()
     assert "return (pos / kSplitPositions + ng) / ng; }" in src
     assert "if (k >= kWideMinSlots && k <= kWideSlots) return (pos + ng) / ng;" in src
     assert "return min((nh + kSplitPositions - 1) / kSplitPositions, kSplitSlotsMax);" in src
@@ -330,7 +336,7 @@ def test_long_kernel_dispatch_rule():
     # every streaming format has the long kernel (StreamCfg's); only the upstream schedule has one kernel
     assert "static constexpr bool kLongKernel = true;" in cu
     assert cu.count("static constexpr bool kLongKernel = false;") == 1
-    sched = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
+    sched = stream_source()
     assert "constexpr int kBatch = kMergeBatch;" in sched
     py = (REPO_ROOT / "monolith" / "megakernel.py").read_text()
     # every launch site passes a position, and the decode loops the one each launch consumes
@@ -346,7 +352,7 @@ def test_merge_halves_rule():
     the upper (m, num, den) into the lower one equals the sequential online merge (fp64 model)."""
     import numpy as np
 
-    src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
+    src = stream_source()
     assert "const int mh = kBatch * ((np() + 2 * kBatch - 1) / (2 * kBatch));" in src
     assert "auto pend = [&] { return kMergeHalves && !upper ? min(np(), mh) : np(); };" in src
     assert "for (int sp0 = upper ? mh : 0; sp0 < pend() && ok; sp0 += kRound) {" in src  # kRound: below
@@ -392,7 +398,7 @@ def test_merge_ml_lanes_rule():
     round, or split 0's past its end), and the lanes above 2 kRound repeat the lanes below (no new L2
     sectors). With halves (mh unchanged) a long kernel's half holds <= 8 partials at 16 blocks a group,
     so a round of 8 takes it in one L2 round trip instead of two."""
-    src = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
+    src = stream_source()
     pol = (REPO_ROOT / "kernel" / "policy.cuh").read_text()
     assert "static constexpr bool kMergeMlLanes = !kNvfp4 && (kLong || kE4M3 || !kSm120);" in pol
     assert "constexpr bool kMl = P::kMergeMlLanes;" in src

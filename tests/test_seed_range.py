@@ -1,4 +1,4 @@
-"""MONOLITH_SEED_RANGE (kernel/schedule_stream.cuh, seed_o): block b seeds residual element i when
+"""The seed range (kernel/schedule_stream.cuh, seed_o): block b seeds residual element i when
 (i * G) >> log2(kHidden) == b. The residual words count one seed per element, so the rule must give
 every element exactly one seeding block, for every grid size the host may launch; and it must use
 every block (none idles while another seeds twice as many). Checked here for all G up to kHidden,
@@ -9,7 +9,8 @@ import pytest
 
 from monolith import REPO_ROOT, kernel_spec
 
-SRC = (REPO_ROOT / "kernel" / "schedule_stream.cuh").read_text()
+SRC = "".join(p.read_text() for p in [*sorted((REPO_ROOT / "kernel").glob("stream_*.cuh")),
+                                      REPO_ROOT / "kernel" / "schedule_stream.cuh"])
 HIDDEN = int(kernel_spec.config_constants()["kHidden"])
 SHIFT = HIDDEN.bit_length() - 1
 

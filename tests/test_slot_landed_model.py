@@ -1,6 +1,6 @@
-"""A CPU model of MONOLITH_SLOT_LANDED's claims (kernel/schedule_stream.cuh: producer_land,
-producer_publish_landed, the issue loop and the consumers' acquire_n; NOTES.md, twenty-first
-session; `=-1`, on for E4M3, is the default since the twenty-second session).
+"""A CPU model of the landed count's claims (Policy::kSlotLanded, on for E4M3; kernel/stream_ring.cuh
+producer_land, producer_publish_landed, the issue loop, and the consumers' acquire_n in
+kernel/schedule_stream.cuh; docs/EXPERIMENTS.md).
 
 The producer keeps a count in shared memory: copies 0 .. count - 1 have landed. Thread 0 of the
 consumers skips the mbarrier tests of every slot below the count. Two claims carry it:
