@@ -27,6 +27,7 @@ _AREAS = [
     "monolith.cli_harness",      # bench, eval, reproduce, m1
     "monolith.cli_xray",         # xray, export, m2
     "monolith.cli_pod",          # pod ...
+    "monolith.cli_predict",      # predict
     "monolith.cli_quant",        # pack
     "monolith.cli_milestones",   # m3 ... m8
 ]

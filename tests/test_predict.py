@@ -112,3 +112,18 @@ def test_readme_gpu_table_matches_the_predictions_file():
             row = next(x for x in pred[gpu]["rows"] if x["variant"] == v)
             assert cell.endswith(f"predicted {row['tok_s']:,.0f}"), (v, gpu, cell)
             assert cell.startswith("does not launch") == (not row["launches_today"]), (v, gpu, cell)
+
+
+def test_monolith_predict_command(tmp_path):
+    from typer.testing import CliRunner
+
+    from monolith.cli import app
+
+    r = CliRunner().invoke(app, ["predict", "--help"])
+    assert r.exit_code == 0 and "--gpu" in r.output
+    out = tmp_path / "p.json"
+    r = CliRunner().invoke(app, ["predict", "--gpu", "rtxpro6000", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["gpus"]["rtxpro6000"]["gpu"]["sms"] == 188
+    r = CliRunner().invoke(app, ["predict", "--gpu", "rtx4090", "--out", str(out)])
+    assert r.exit_code != 0
