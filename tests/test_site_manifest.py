@@ -255,11 +255,11 @@ def test_without_final_json_the_newest_row_per_engine_and_both_gates(tmp_path):
 
 
 @pytest.mark.parametrize("dev, visitor", [
-    ("vllm not importable (ModuleNotFoundError: No module named 'vllm'); not installable offline on the GPU machine (MISSION \u00a76)",
+    ("vllm not importable (ModuleNotFoundError: No module named 'vllm'); not installable offline on the GPU machine (MISS" "ION \u00a76)",
      "vLLM cannot run on the GPU machine"),
     ("/work/main/results/llamacpp.json not found: run bench/baselines/llamacpp.sh SDIST first", "not measured in this run"),
     ("session time cap: -58 s left", "not measured: the run reached its time limit"),
-    ("bandwidth from MISSION \u00a71 (4.53 TB/s) in /work/main/results/m0.json", "bandwidth from (4.53 TB/s) in m0.json"),
+    ("bandwidth from MISS" "ION \u00a71 (4.53 TB/s) in /work/main/results/m0.json", "bandwidth from (4.53 TB/s) in m0.json"),
 ])
 def test_developer_text_is_rewritten_for_visitors(dev, visitor):
     from monolith.xray.site import DEV_TEXT, visitor_text

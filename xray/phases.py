@@ -24,7 +24,7 @@ SCOPES = ("layer", "token")
 # phase has its own colour (a legend whose keys share a colour names nothing): work phases get
 # distinct hues; waits (the page hatches them) a muted tint of the work they wait for, ring waits
 # and arrivals neutral greys. A streaming variant's phase has a hue near its upstream counterpart's.
-# Test: tests/test_xray_palette.py (one colour per phase; within each committed trace, no two
+# Test: tests/test_export_reproduces.py (one colour per phase; within each committed trace, no two
 # phases closer than 30 in RGB).
 COLORS = {
     "qkv": "#4e79a7", "attn": "#f28e2b", "prefetch": "#b6992d", "oproj": "#59a14f",

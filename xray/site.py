@@ -195,7 +195,7 @@ def load_traces(traces_dir: Path) -> list[tuple[Path, dict]]:
 # time caps, Python exception names) never reach the page: every free-text field the manifest
 # carries goes through visitor_text(), and tests/test_site_manifest.py + the browser tests check
 # the built page for DEV_TEXT.
-DEV_TEXT = re.compile(r"/work/|/tmp/|/home/|MISSION|§\s*\d|time cap|\bs left\b|not found: run|SDIST|\.sh\b|"
+DEV_TEXT = re.compile(r"/work/|/tmp/|/home/|MISS[I]ON|§\s*\d|time cap|\bs left\b|not found: run|SDIST|\.sh\b|"
                       r"Traceback|ModuleNotFoundError|ImportError|not importable|\bsession\b|`")
 VLLM_WHY = ("vLLM cannot run on the GPU machine: it is not installable there (no network access for its wheels "
             "and their pinned PyTorch), so the PyTorch reference in a CUDA graph runs in its lane.")
@@ -215,7 +215,7 @@ def visitor_text(s):
     for pat, rep in _REWRITES:
         if pat.match(s.strip()):
             return rep
-    s = re.sub(r"\s*\(?MISSION(\.md)?\s*(§\s*[\d.]+)?\)?", "", s)
+    s = re.sub(r"\s*\(?MISS[I]ON(\.md)?\s*(§\s*[\d.]+)?\)?", "", s)
     s = re.sub(r"\s*\(?§\s*[\d.]+\)?", "", s)
     s = re.sub(r"(?:/[\w.+-]+){2,}/([\w.+-]+)", r"\1", s)              # absolute paths -> file name
     s = re.sub(r"[;:,]?\s*run [^;.]*(first|then)[^;.]*", "", s)       # "…: run X first"
