@@ -56,10 +56,11 @@ class Shell:
             logf = open(log, "ab") if log else None
             try:
                 for line in proc.stdout:
-                    sys.stdout.write(podlib.redact(line.decode(errors="replace")))
+                    text = podlib.redact(line.decode(errors="replace"))  # the terminal and the log alike
+                    sys.stdout.write(text)
                     sys.stdout.flush()
                     if logf:
-                        logf.write(line)
+                        logf.write(text.encode())
             finally:
                 if logf:
                     logf.close()

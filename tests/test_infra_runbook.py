@@ -273,3 +273,20 @@ def test_remote_command_quotes_and_sets_up():
     assert c.startswith("set -o pipefail; cd /workspace/monolith && source /workspace/.monolith/env.sh")
     assert c.endswith("&& monolith m0")
     assert subprocess.run(["bash", "-n", "-c", c], check=False).returncode == 0
+
+
+def test_the_real_shell_streams_logs_feeds_stdin_and_captures_stdout(tmp_path, capsys, monkeypatch):
+    sh = rb.Shell()
+    monkeypatch.setenv("RUNPOD_API_KEY", "rpa_SECRETSECRETSECRET01")
+    leak = tmp_path / "leak.log"
+    assert sh.run(["bash", "-c", "echo key=rpa_SECRETSECRETSECRET01"], log=leak) == 0
+    assert "SECRET" not in leak.read_text() and "SECRET" not in capsys.readouterr().out
+    log = tmp_path / "x.log"
+    assert sh.run(["bash", "-c", "echo one; echo two >&2; exit 3"], log=log) == 3
+    assert log.read_text().split() == ["one", "two"] and "one" in capsys.readouterr().out
+    src = tmp_path / "in.bin"
+    src.write_bytes(b"\x00\x01payload")
+    got = tmp_path / "out.bin"
+    assert sh.run(["cat"], stdin=src, stdout_to=got) == 0 and got.read_bytes() == b"\x00\x01payload"
+    with pytest.raises(MonolithError, match="not found"):
+        sh.run(["/nonexistent/ssh"])
