@@ -127,3 +127,14 @@ def test_monolith_predict_command(tmp_path):
     assert json.loads(out.read_text())["gpus"]["rtxpro6000"]["gpu"]["sms"] == 188
     r = CliRunner().invoke(app, ["predict", "--gpu", "rtx4090", "--out", str(out)])
     assert r.exit_code != 0
+
+
+def test_the_committed_predictions_are_what_the_model_writes_now(tmp_path):
+    """results/predictions_sm120.json is regenerated from the committed inputs (H200 results, chain
+    files, probes, kernel/config.cuh's sm_120 budget); when they change, rerun `monolith predict`
+    and update README's GPU table (the test above checks it against the file)."""
+    out = tmp_path / "p.json"
+    assert P.main(["--out", str(out)]) == 0
+    committed = json.loads((REPO_ROOT / "results" / "predictions_sm120.json").read_text())
+    assert json.loads(out.read_text()) == committed, \
+        "results/predictions_sm120.json is stale: run `monolith predict` and update README's GPU table"
