@@ -85,11 +85,11 @@ def ring_slots_that_fit(smem_kb: int, slot_kb: int = SLOT_KB, state_kb: int = BL
 
 
 def sm120_config_built(root: Path = REPO) -> bool:
-    """Whether kernel/config.cuh asserts a ring against sm_120's 99 KB per block (the sm_120
-    configuration exists). Until then the streaming variants cannot launch on sm_120."""
-    p = root / "kernel" / "config.cuh"
-    text = p.read_text() if p.is_file() else ""
-    return bool(re.search(r"static_assert\([^;]*99\s*\*\s*1024", text))
+    """Whether the kernel asserts a ring budget against sm_120's per-block limit: a static_assert in
+    kernel/*.cuh that names 99 * 1024, 101376 (99 KB) or sm_120 / Sm120. Until one exists the
+    streaming variants cannot launch on sm_120."""
+    rx = re.compile(r"static_assert\s*\((?:[^;]*?)(?:\b99\s*\*\s*1024\b|\b101376\b|sm_?120)", re.I | re.S)
+    return any(rx.search(p.read_text(errors="replace")) for p in sorted((root / "kernel").glob("*.cuh")))
 
 
 def dram_latency_ns(probes: dict) -> float:

@@ -78,8 +78,13 @@ def test_sm120_configuration_is_detected_from_config_cuh(tmp_path):
     cfg = tmp_path / "kernel" / "config.cuh"
     cfg.write_text('static_assert(kRingBytes + 32 * 1024 <= 227 * 1024, "sm_90");\n')
     assert not P.sm120_config_built(tmp_path)
-    cfg.write_text(cfg.read_text() + 'static_assert(kRingBytes120 + 32 * 1024 <= 99 * 1024, "sm_120");\n')
-    assert P.sm120_config_built(tmp_path)
+    (tmp_path / "kernel" / "other.cuh").write_text('// 99 * 1024 in a comment is not a budget\n')
+    assert not P.sm120_config_built(tmp_path)
+    for line in ('static_assert(kRingBytes120 + 32 * 1024 <= 99 * 1024, "ring");',
+                 'static_assert(Sm120Policy::kRingBytes + kState <= kSmemOptin, "fits");',
+                 'static_assert(kRing + kState <= 101376, "fits");'):
+        cfg.write_text(line + "\n")
+        assert P.sm120_config_built(tmp_path), line
 
 
 def test_cli_writes_json_and_md(tmp_path, capsys):
