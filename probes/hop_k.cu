@@ -406,11 +406,11 @@ int main(int argc, char** argv) {
     all_ok = all_ok && ok;
     const double tbs = c.mode != kIdle ? double(loaded) / (ms * 1e-3) / 1e12 : 0.0;
     if (g_json)
-      printf("%s{\"kind\": \"%s\", \"base\": %d, \"k\": %d, \"elements\": %d, \"words\": %d, \"contributors\": %d, \"mode\": \"%s\", "
+      printf("%s{\"kind\": \"%s\", \"base\": %d, \"k\": %d, \"elements\": %d, \"words\": %d, \"passes\": %d, \"contributors\": %d, \"mode\": \"%s\", "
              "\"ready_first_us\": %.3f, \"ready_last_us\": %.3f, \"ready_last_p90_us\": %.3f, \"ready_first_mean_us\": %.3f, "
              "\"ready_last_mean_us\": %.3f, \"thread0_first_us\": %.3f, \"thread0_last_us\": %.3f, \"producer_spread_us\": %.3f, "
              "\"load_tbs\": %.2f, \"bad_words\": %u, \"timed_out\": %s, \"ok\": %s}",
-             ci ? ", " : "", kKindNames[c.kind], c.base, c.k, elements, n_words, c.kind == kCounted ? c.contributors : 1,
+             ci ? ", " : "", kKindNames[c.kind], c.base, c.k, elements, n_words, K > kBatch ? K / kBatch : 1, c.kind == kCounted ? c.contributors : 1,
              kModeNames[c.mode], probe_median(rf), probe_median(rl), probe_quantile(rl, 0.9), mean(rf), mean(rl), probe_median(tf),
              probe_median(tl), probe_median(sp), tbs, flags[2], flags[1] ? "true" : "false", ok ? "true" : "false");
     else
