@@ -91,7 +91,7 @@ __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uin
 // two E4M3 codes (low byte: the lower k) -> f16x2 (low half: the lower k)
 __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t two) {
   uint32_t r;
-  asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t; }" : "=r"(r) : "r"(two));
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(static_cast<unsigned short>(two & 0xFFFFu)));
   return r;
 }
 // byte offset of row r's 32-element chunk c (bf16: 64-byte chunks, rows 2 KB apart; E4M3: 32-byte
