@@ -294,9 +294,13 @@ def _pf(v) -> str:
     return {True: "pass", False: "FAIL", None: "not measured"}[v]
 
 
-def render_final_md(doc: dict) -> str:
+def render_final_md(doc: dict, results_dir=None) -> str:
     """The results table (results.render_md) plus the matrix's own sections: provenance, energy,
-    both gates of each quantized row, the race's lanes."""
+    both gates of each quantized row (and why the quality gate fails on synthetic weights: the
+    paragraph of results/quality_margins.json that the page's methodology prints too), the race's
+    lanes."""
+    from monolith.quant import margins
+
     f = doc["final"]
     w = f["window"]
     head = results.render_md(doc).rstrip("\n").split("\n")
@@ -338,6 +342,9 @@ def render_final_md(doc: dict) -> str:
                          f"{_pf(q.get('passed'))}{' (' + q['reason'] + ')' if q.get('reason') else ''} | "
                          f"{_f(q.get('ppl_ratio'), '{:.4f}')} | {_f(q.get('agreement'), '{:.2%}')} | "
                          f"{_f(q.get('kl'), '{:.3g}')} | {_f(fl.get('agreement'), '{:.2%}')} |")
+        why = margins.paragraph(results_dir)
+        if why:
+            lines += ["", why]
     ung = [r for r in doc["rows"] if r.get("speed_label")]
     if ung:
         lines += ["", "Rows marked *" + UNGATED_LABEL + "*: their gate ran, agreed with the oracle, and failed only "

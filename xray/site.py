@@ -532,6 +532,12 @@ def build_race(table: dict | None, timelines: list[dict]) -> tuple[list[dict], l
 
 
 
+def _quality_explanation(results_dir: Path) -> str | None:
+    from monolith.quant import margins  # torch-heavy module: imported when the page is built only
+
+    return margins.paragraph(results_dir)
+
+
 def build_manifest(root: Path, results_dir: Path, traces_dir: Path, kernel_dir: Path, page_root: Path) -> tuple[dict, list[dict]]:
     results = load_results(results_dir, root)
     timelines = load_timelines(results_dir / "timelines")
@@ -593,6 +599,8 @@ def build_manifest(root: Path, results_dir: Path, traces_dir: Path, kernel_dir: 
         else [{"engine": "vllm", "label": "vLLM", "why": VLLM_WHY}],
         "tour": extract_tour(kernel_dir, root), "notes": notes,
         "chains": load_chains(results_dir / "chain", root),
+        # the methodology's quality paragraph: the same text final.md prints (quant/margins.py)
+        "quality_explanation": _quality_explanation(results_dir),
     }
     return manifest, race_timelines
 

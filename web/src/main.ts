@@ -51,6 +51,7 @@ async function main() {
   if (hl) $("#headline-slot").replaceWith(hl, headlineSub(m) ?? "");
   if (m.fixture) $("#banner").append(h("p", { class: "banner", text: "Test fixture data: these numbers were not measured." }));
   for (const n of m.notes) $("#banner").append(h("p", { class: "note", text: n }));
+  if (m.quality_explanation) $("#method").append(h("p", { class: "quality-why", text: m.quality_explanation }));
   $("#built").textContent = `data exported ${m.created}`;
 
   const budget = mountBudget($("#budget"), m);

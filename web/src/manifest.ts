@@ -173,6 +173,7 @@ export interface Manifest {
   tour: TourEntry[];
   notes: string[];
   chains?: Chain[];           // absent in manifests written before the twenty-eighth session
+  quality_explanation?: string | null;  // why the quality gate fails on synthetic weights (final.md's words)
 }
 
 export interface Timeline {
