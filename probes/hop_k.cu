@@ -21,6 +21,9 @@
 //            phase's last round after its last hand-back), stores, gathers and drops the mark; the
 //            loader issues no copy while the mark is up, for at most --hold-cycles (the kernel's
 //            hop hold, 2,000 for E4M3);
+//   drained  as quiet, with a window of --drain-ns (default 6,000: the grid's 25 MB of copies in
+//            flight drain in ~5.4 us at 4.7 TB/s) and the loader held until the mark drops: the
+//            hop after the memory system went quiet, the floor a perfect hold would reach;
 //   stream   the loader streams without a hold (only with --modes ...,stream).
 // Per round and block, %globaltimer stamps: the block's stores out, thread 0 has its words, the
 // block has all its words (after a block barrier). Reported per configuration, against the last
@@ -31,8 +34,8 @@
 //
 // Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I probes \
 //          -o /tmp/hop_k probes/hop_k.cu
-// Run:   /tmp/hop_k [--json] [--rounds 200] [--ks 1,2,4,8] [--modes idle,quiet] [--quiet-ns 600]
-//        [--hold-cycles 2000] [--timeout-ms 2000]       (48 configurations, seconds on an H200)
+// Run:   /tmp/hop_k [--json] [--rounds 200] [--ks 1,2,4,8] [--modes idle,quiet,drained] [--quiet-ns 600]
+//        [--drain-ns 6000] [--hold-cycles 2000] [--timeout-ms 2000]   (72 configurations, seconds on an H200)
 #define PROBE_NAME "hop_k"
 #include <cstring>
 #include <string>
@@ -51,7 +54,8 @@ constexpr int kMaxK = 8;
 constexpr size_t kMaxWords = size_t(3072) * kMaxK;
 
 enum Kind { kTagged = 0, kPacked = 1, kCounted = 2 };
-enum Mode { kIdle = 0, kQuiet = 1, kStream = 2 };
+enum Mode { kIdle = 0, kQuiet = 1, kStream = 2, kDrained = 3 };
+constexpr int kModes = 4;
 
 struct Params {
   unsigned long long* words;
@@ -59,7 +63,7 @@ struct Params {
   unsigned long long* stamps;
   unsigned long long* loaded;
   const uint8_t* load_buf;
-  int kind, n_words, contributors, rounds, mode, quiet_ns;
+  int kind, n_words, contributors, rounds, mode, quiet_ns, drain_ns;
   long long hold_cycles;
   unsigned long long timeout_ns;
 };
@@ -179,10 +183,10 @@ __device__ void consumer(const Params& p, int* s_ok, volatile int* s_hold) {
     if (t == 0 && probe_arrive_and_wait(p.flags, p.flags + 1, unsigned(r) * G, p.timeout_ns) != 0) *s_ok = 0;
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory");
     if (*(volatile int*)s_ok == 0) break;
-    if (p.mode == kQuiet) {  // the hop mark, then the phase's last round (a quiet window)
+    if (p.mode == kQuiet || p.mode == kDrained) {  // the hop mark, then the phase's last round (a quiet window)
       if (t == 0) *s_hold = ++hword;
-      const uint64_t q0 = globaltimer();
-      while (globaltimer() - q0 < uint64_t(p.quiet_ns)) {
+      const uint64_t q0 = globaltimer(), window = uint64_t(p.mode == kQuiet ? p.quiet_ns : p.drain_ns);
+      while (globaltimer() - q0 < window) {
       }
     }
     if (p.kind == kCounted) {
@@ -205,7 +209,7 @@ __device__ void consumer(const Params& p, int* s_ok, volatile int* s_hold) {
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory");
     if (t == 0) {
       st[2] = globaltimer();
-      if (p.mode == kQuiet) *s_hold = ++hword;  // the next phase's opening drops the mark
+      if (p.mode == kQuiet || p.mode == kDrained) *s_hold = ++hword;  // the next phase's opening drops the mark
     }
   }
   if (bad) atomicAdd(p.flags + 2, bad);
@@ -227,7 +231,8 @@ __global__ void __launch_bounds__(kThreads, 1) hop_k_kernel(Params p) {
   if (threadIdx.x >= kConsumers) {
     if (threadIdx.x == kConsumers && p.mode != kIdle)
       kt::ring_loader<kLoadSlots, kLoadSlotBytes>(p.load_buf, kLoadBufBytes, ring, full, &s_stop, &s_hold,
-                                                  p.mode == kQuiet ? p.hold_cycles : 0, p.timeout_ns, p.loaded);
+                                                  p.mode == kQuiet ? p.hold_cycles : p.mode == kDrained ? (1ll << 40) : 0,
+                                                  p.timeout_ns, p.loaded);
     return;
   }
   consumer<K>(p, &s_ok, &s_hold);
@@ -265,35 +270,36 @@ struct Config {
   int kind, base, k, contributors, mode;
 };
 static const char* kKindNames[3] = {"tagged", "packed", "counted"};
-static const char* kModeNames[3] = {"idle", "quiet", "stream"};
+static const char* kModeNames[kModes] = {"idle", "quiet", "stream", "drained"};
 
 int main(int argc, char** argv) {
-  int rounds = 200, quiet_ns = 600, hold = 2000;
+  int rounds = 200, quiet_ns = 600, drain_ns = 6000, hold = 2000;
   double timeout_ms = 2000;
   std::vector<int> ks{1, 2, 4, 8};
-  std::vector<int> modes{kIdle, kQuiet};
+  std::vector<int> modes{kIdle, kQuiet, kDrained};
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--json")) g_json = true;
     else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--quiet-ns") && i + 1 < argc) quiet_ns = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--drain-ns") && i + 1 < argc) drain_ns = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--hold-cycles") && i + 1 < argc) hold = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--timeout-ms") && i + 1 < argc) timeout_ms = atof(argv[++i]);
     else if (!strcmp(argv[i], "--ks") && i + 1 < argc) ks = parse_list(argv[++i]);
     else if (!strcmp(argv[i], "--modes") && i + 1 < argc) {
       modes.clear();
       const std::string s = argv[++i];
-      for (int m = 0; m < 3; ++m)
+      for (int m = 0; m < kModes; ++m)
         if (s.find(kModeNames[m]) != std::string::npos) modes.push_back(m);
     } else {
-      fprintf(stderr, "usage: %s [--json] [--rounds N] [--ks 1,2,4,8] [--modes idle,quiet,stream] [--quiet-ns NS] "
+      fprintf(stderr, "usage: %s [--json] [--rounds N] [--ks 1,2,4,8] [--modes idle,quiet,drained,stream] [--quiet-ns NS] [--drain-ns NS] "
                       "[--hold-cycles C] [--timeout-ms MS]\n", argv[0]);
       return 2;
     }
   }
-  bool args_ok = rounds >= 1 && rounds <= 100000 && quiet_ns >= 0 && hold >= 0 && timeout_ms > 0 && !ks.empty() && !modes.empty();
+  bool args_ok = rounds >= 1 && rounds <= 100000 && quiet_ns >= 0 && drain_ns >= 0 && hold >= 0 && timeout_ms > 0 && !ks.empty() && !modes.empty();
   for (int k : ks) args_ok = args_ok && (k == 1 || k == 2 || k == 4 || k == 8);
   if (!args_ok) {
-    fprintf(stderr, "hop_k: --rounds 1..100000, --ks from {1, 2, 4, 8}, --modes from idle/quiet/stream, --quiet-ns / --hold-cycles >= 0\n");
+    fprintf(stderr, "hop_k: --rounds 1..100000, --ks from {1, 2, 4, 8}, --modes from idle/quiet/drained/stream, --quiet-ns / --drain-ns / --hold-cycles >= 0\n");
     return 2;
   }
   cudaDeviceProp prop;
@@ -327,6 +333,7 @@ int main(int argc, char** argv) {
   p.load_buf = lb;
   p.rounds = rounds;
   p.quiet_ns = quiet_ns;
+  p.drain_ns = drain_ns;
   p.hold_cycles = hold;
   p.timeout_ns = (unsigned long long)(timeout_ms * 1e6);
 
@@ -343,9 +350,9 @@ int main(int argc, char** argv) {
   std::vector<unsigned long long> st(size_t(rounds) * G * kStamps);
   bool all_ok = true;
   if (g_json)
-    printf("{\"probe\": \"hop_k\", \"device\": \"%s\", \"sm_count\": %d, \"blocks\": %d, \"rounds\": %d, \"quiet_ns\": %d, "
+    printf("{\"probe\": \"hop_k\", \"device\": \"%s\", \"sm_count\": %d, \"blocks\": %d, \"rounds\": %d, \"quiet_ns\": %d, \"drain_ns\": %d, "
            "\"hold_cycles\": %d, \"unit\": \"us after the last block's stores\", \"rows\": [",
-           prop.name, prop.multiProcessorCount, G, rounds, quiet_ns, hold);
+           prop.name, prop.multiProcessorCount, G, rounds, quiet_ns, drain_ns, hold);
   else
     printf("%-8s %5s %2s %2s %6s %6s | %8s %8s %8s %8s %8s | %8s %8s | %6s %5s %s\n", "kind", "base", "k", "C", "words", "mode",
            "first", "last", "last p90", "mean 1st", "mean last", "t0 first", "t0 last", "spread", "TB/s", "check");

@@ -42,7 +42,9 @@ LAYER_HOPS = (("residual -> qkv", "tagged", 1024, 1), ("qkv -> attention", "tagg
 # Predictions (written before the run; notes/ktoken.md gives the reasoning)
 # ---------------------------------------------------------------------------------------------
 # quiet mode: the kernel's hops sit ~0.07-0.1 us above the idle probe at k = 1 (bench/chainmodel.py:
-# qkv's hop 0.84 against the floor's 0.77); the words beyond share the L2 with the landing copies
+# qkv's hop 0.84 against the floor's 0.77); the words beyond share the L2 with the landing copies.
+# drained mode (the copies in flight landed before the stores): the idle hop. stream mode (no hold):
+# not predicted (results/m4_hop_latency.json has it for k = 1: 12-13 us)
 QUIET_EXTRA_US = 0.10
 QUIET_SLOPE_FACTOR = 1.5
 # the GEMV rounds (cycles): the mma count does not depend on k, the stores do (k x rows words)
@@ -83,16 +85,20 @@ def hop_model(results: Path = RESULTS) -> dict:
             "source": "results/m4_hop_latency.json S0 idle; results/m4_cluster_fold.json F0 128 blocks idle"}
 
 
-def predict_hop(model: dict, kind: str, base: int, k: int, contributors: int = 1, mode: str = "idle") -> float:
-    """Predicted ready_last (us after the last block's stores) of one hop of k vectors."""
-    if kind not in ("tagged", "packed", "counted") or k < 1:
-        raise ValueError(f"no prediction for {kind} k={k}")
+def predict_hop(model: dict, kind: str, base: int, k: int, contributors: int = 1, mode: str = "idle") -> float | None:
+    """Predicted ready_last (us after the last block's stores) of one hop of k vectors; None for the
+    stream mode (no prediction)."""
+    if kind not in ("tagged", "packed", "counted") or k < 1 or mode not in ("idle", "quiet", "drained", "stream"):
+        raise ValueError(f"no prediction for {kind} k={k} mode={mode}")
+    if mode == "stream":
+        return None
+    quiet = mode == "quiet"
     words = base * k // (2 if kind == "packed" else 1)
-    slope = model["slope_us_per_word"] * (QUIET_SLOPE_FACTOR if mode != "idle" else 1.0)
+    slope = model["slope_us_per_word"] * (QUIET_SLOPE_FACTOR if quiet else 1.0)
     t = model["intercept_us"] + slope * words
     if kind == "counted":
         t += base * k * contributors / model["atomics_per_us"]
-    return t + (QUIET_EXTRA_US if mode != "idle" else 0.0)
+    return t + (QUIET_EXTRA_US if quiet else 0.0)
 
 
 def predict_gemv(fmt: str, b: str, k: int) -> dict:
@@ -128,7 +134,8 @@ def summarize_hop(res: dict, model: dict) -> dict:
         pred = predict_hop(model, r["kind"], r["base"], r["k"], r.get("contributors", 1), r["mode"])
         rows.append({key: r.get(key) for key in ("kind", "base", "k", "contributors", "mode", "words", "passes",
                                                  "ready_first_us", "ready_last_us", "ready_last_p90_us",
-                                                 "ready_last_mean_us", "ok")} | {"predicted_us": round(pred, 3)})
+                                                 "ready_last_mean_us", "ok")}
+                    | {"predicted_us": None if pred is None else round(pred, 3)})
     by = {(r["kind"], r["base"], r["contributors"], r["mode"], r["k"]): r for r in rows}
     per_vector = []
     for (kind, base, c, mode, k), r in sorted(by.items()):
@@ -193,8 +200,9 @@ def table(summary: dict) -> str:
             for k in KS:
                 r = next((x for x in hop["rows"] if (x["kind"], x["base"], x["contributors"], x["mode"], x["k"])
                           == (kind, base, c, mode, k)), None)
+                pred = "  -  " if r is None or r["predicted_us"] is None else f"{r['predicted_us']:5.2f}"
                 cells.append(f"{'-':>13}" if r is None else
-                             f"{r['ready_last_mean_us']:6.2f}|{r['predicted_us']:5.2f}{'' if r['ok'] else '!'}".rjust(13))
+                             f"{r['ready_last_mean_us']:6.2f}|{pred}{'' if r['ok'] else '!'}".rjust(13))
             out.append(f"{kind:8} {base:>5} {c:>2} {mode:6} " + " ".join(cells))
         for name, per_k in hop["per_layer"].items():
             out.append(f"per layer, {name}: " + ", ".join(

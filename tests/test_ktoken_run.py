@@ -24,7 +24,7 @@ def hop_row(kind, base, k, mode="idle", c=1, mean=None, ok=True):
             "bad_words": 0, "timed_out": False, "ok": ok}
 
 
-def hop_result(modes=("idle", "quiet"), broken=None):
+def hop_result(modes=("idle", "quiet", "drained"), broken=None):
     rows = []
     for mode in modes:
         for k in kr.KS:
@@ -67,8 +67,12 @@ def test_predictions_grow_as_the_words_do():
         assert kr.predict_hop(m, kind, base, 8, c, "quiet") > ts[-1]
     assert kr.predict_hop(m, "packed", 1024, 8) == pytest.approx(kr.predict_hop(m, "tagged", 1024, 4))
     assert kr.predict_hop(m, "counted", 1024, 4, 9) > kr.predict_hop(m, "counted", 1024, 4, 8)
+    assert kr.predict_hop(m, "tagged", 3072, 8, 1, "drained") == kr.predict_hop(m, "tagged", 3072, 8)
+    assert kr.predict_hop(m, "tagged", 1024, 1, 1, "stream") is None
     with pytest.raises(ValueError):
         kr.predict_hop(m, "vectors", 1024, 1)
+    with pytest.raises(ValueError):
+        kr.predict_hop(m, "tagged", 1024, 1, 1, "busy")
     g1, g8 = kr.predict_gemv("bf16", "round", 1), kr.predict_gemv("bf16", "round", 8)
     assert g1["dots_cycles"] == g8["dots_cycles"] and g8["stores_cycles"] > g1["stores_cycles"]
 
@@ -76,7 +80,7 @@ def test_predictions_grow_as_the_words_do():
 def test_the_hop_summary_prices_each_extra_vector_and_the_layer():
     m = kr.hop_model()
     s = kr.summarize_hop(hop_result(), m)
-    assert len(s["rows"]) == 2 * 4 * 6 and all("predicted_us" in r for r in s["rows"])
+    assert len(s["rows"]) == 3 * 4 * 6 and all("predicted_us" in r for r in s["rows"])
     pv = {(x["kind"], x["base"], x["contributors"], x["mode"], x["k"]): x["extra_per_vector_us"] for x in s["per_vector"]}
     assert pv[("tagged", 1024, 1, "idle", 8)] == pytest.approx(1e-4 * 1024, abs=1e-3)
     assert pv[("packed", 3072, 1, "idle", 8)] == pytest.approx(1e-4 * 1536, abs=1e-3)
@@ -107,10 +111,13 @@ def test_the_gemv_summary_separates_the_bitwise_checks():
 
 
 def test_the_table_names_every_configuration():
-    summary = {"hop": kr.summarize_hop(hop_result(), kr.hop_model()), "gemv": kr.summarize_gemv(gemv_result()),
+    hop = hop_result()
+    hop["rows"].append(hop_row("tagged", 1024, 1, "stream"))
+    summary = {"hop": kr.summarize_hop(hop, kr.hop_model()), "gemv": kr.summarize_gemv(gemv_result()),
                "status": {"hop_k": "ok", "gemv_k": "ok"}}
     text = kr.table(summary)
     assert "counted   1024  9 quiet" in text and "per layer, idle packed" in text
+    assert "per layer, drained:" in text and re.search(r"tagged    1024  1 stream .*\|  -  ", text)
     assert "bitwise batch / slot invariance and determinism: ok" in text
     assert re.search(r"e4m3 hoisted-hi .*k=8", text)
 
