@@ -20,6 +20,7 @@ import datetime as _dt
 import json
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 from monolith.errors import MonolithError
@@ -243,12 +244,13 @@ def run(out: Path, only: list[str], rounds: int, nvcc: str) -> int:
     summary: dict = {"schema": SCHEMA, "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                      "gpu": gpu, "rounds": rounds, "hop_model": model, "status": {}}
     all_ok = True
+    build_dir = Path(tempfile.mkdtemp(prefix="ktoken-build-"))  # binaries stay out of --out
     for name in ("hop_k", "gemv_k"):
         if name.removesuffix("_k") not in only:
             continue
         print(f"[{name}] building for {gpu['arch']}", file=sys.stderr, flush=True)
         try:
-            exe, log = pr.build_probe(name, gpu["arch"], nvcc, out / "build")
+            exe, log = pr.build_probe(name, gpu["arch"], nvcc, build_dir)
         except RuntimeError as e:
             res = {"ok": False, "status": "build failed", "reason": str(e)[-3000:]}
         else:
