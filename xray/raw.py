@@ -31,7 +31,7 @@ MAX_ID = 65535        # phase and layer ids: u16 in the kernel's record
 # A raw trace's arrays are sized from their .npz member headers before any is read: a few MB of
 # zip can declare gigabytes. A real token has ~50k events (132 blocks x ~400); 4 Mi is 80x that.
 MAX_EVENTS = 1 << 22
-MAX_META_CHARS = 1 << 20
+MAX_META_CHARS = 1 << 24  # a synthetic trace carries its generator's answers (~1.4 M characters)
 # %globaltimer's update period: 32 ns on the GPUs this project runs on, about 1 us on older
 # parts. A tick outside [1 ns, 10 us] is a corrupt file, and would move every clock fit.
 TICK_NS_RANGE = (1, 10_000)
