@@ -301,18 +301,19 @@ def render_md(doc: dict) -> str:
 
 
 def explanation(r: dict) -> str:
-    """One paragraph, numbers from the result: what final.md and the page print verbatim."""
-    mq = r["margin_quantiles"]
-    parts = [f"On the synthetic weights the bf16 model's top-2 logit margin has median {mq['p50']:.2g} "
-             f"(10th percentile {mq['p10']:.2g}, 90th {mq['p90']:.2g}; {r['positions']} positions)."]
-    for fmt, f in r["formats"].items():
-        parts.append(f"{fmt.upper()} moves that difference by a median {f['abs_d_quantiles']['p50']:.2g} "
-                     f"(90th percentile {f['q90_abs_d']:.2g}): {f['predicted_top2']:.0%} of positions keep "
-                     f"their token by the top-2 rule, {f['agreement_measured']:.0%} measured; 90 % agreement "
-                     f"would need margins {f['margin_scale_for_90']:.0f}× larger.")
-    parts.append("A trained model's margins decide its agreement; monolith m3 --model DIR measures it on "
-                 "the real checkpoint.")
-    return " ".join(parts)
+    """One paragraph, numbers from the result: what final.md and the page's methodology print verbatim."""
+    mq, fm = r["margin_quantiles"], r["formats"]
+    out = (f"Why the quality gate fails on the synthetic weights: the bf16 model's top-2 logit margin has median "
+           f"{mq['p50']:.2g} (10th percentile {mq['p10']:.2g}, 90th {mq['p90']:.2g}; {r['positions']} positions, "
+           "results/quality_margins.json). ")
+    out += "; ".join(f"{fmt.upper()} changes that difference by a median {f['abs_d_quantiles']['p50']:.2g} (90th "
+                     f"percentile {f['q90_abs_d']:.2g}) and keeps the token at {f['agreement_measured']:.0%} of them"
+                     for fmt, f in fm.items()) + ". "
+    out += ("With these perturbations 90 % agreement would need margins "
+            + " and ".join(f"{f['margin_scale_for_90']:.0f}× ({fmt.upper()})" for fmt, f in fm.items())
+            + " larger. A trained model's margins decide its agreement; monolith m3 --model DIR measures it on the "
+              "real checkpoint.")
+    return out
 
 
 def main(argv=None) -> int:
