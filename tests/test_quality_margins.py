@@ -88,3 +88,15 @@ def test_final_md_and_page_methodology_print_the_same_paragraph(tmp_path):
     with pytest.raises(Exception, match="no explanation"):
         M.paragraph(res)
     assert M.paragraph(tmp_path / "nowhere") is None
+
+
+def test_committed_paragraph_is_visitor_text_with_the_files_numbers():
+    from monolith import REPO_ROOT
+    from monolith.xray.site import DEV_TEXT
+
+    doc = json.loads((REPO_ROOT / "results" / M.FILE).read_text())
+    text = M.paragraph()
+    assert text == M.explanation(doc["result"]) == doc["explanation"]  # regenerated from the file's numbers
+    assert not DEV_TEXT.search(text)  # the page prints it as is
+    for fmt, f in doc["result"]["formats"].items():
+        assert f"{fmt.upper()} changes that difference by a median {f['abs_d_quantiles']['p50']:.2g}" in text
