@@ -244,7 +244,7 @@ PUBLISHED = [
     {"what": "Qwen3 0.6B-72B under RTN/GPTQ/AWQ at 1-8 bits: 8-bit weight-only near-lossless, 4-bit degrades, "
              "the smallest models most (An Empirical Study of Qwen3 Quantization, arXiv:2505.02214)",
      "source": "https://arxiv.org/abs/2505.02214"},
-    {"what": "NVFP4 (RTN, no rotations) on Qwen3-30B-A3B: 98.5 % accuracy recovery on the issue's first task",
+    {"what": "plain NVFP4 (no GPTQ/AWQ, no rotations) on Qwen3-30B-A3B: 98.5 % accuracy recovery on the issue's first task",
      "source": "https://github.com/vllm-project/llm-compressor/issues/3001"},
 ]
 TRAINED_MARGINS = ("no published distribution of a trained model's top-2 logit margins was found; the same-top-token "
