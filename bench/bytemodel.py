@@ -9,11 +9,12 @@ Time model: t_token = L * (bytes_layer/BW + t_sync_layer) + bytes_head/BW + t_ar
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from monolith import jsonio
 from monolith.config import QWEN3_0_6B, ModelShape
+from monolith.errors import MonolithError
 
 BF16 = 2
 DEFAULT_BW_TBS = 4.53          # measured streaming read on the H200 (NOTES.md, Facts)
@@ -116,12 +117,12 @@ def load_bw_tbs(repo_root: Path | None = None) -> tuple[float, str]:
     p = (repo_root or REPO_ROOT) / "results" / "m0_probes.json"
     if p.is_file():
         try:
-            data = json.loads(p.read_text())
+            data = jsonio.load(p)
             for key in ("stream_bw_tbs", "bw_tbs", "bandwidth_tbs"):
                 v = _find_key(data, key)
                 if isinstance(v, int | float) and v > 0:
                     return float(v), f"{p.name}:{key}"
-        except (OSError, ValueError):
+        except MonolithError:  # an unreadable probes file: the documented constant
             pass
     return DEFAULT_BW_TBS, "NOTES.md, Facts (4.53 TB/s measured streaming read)"
 

@@ -41,6 +41,7 @@ import json
 import sys
 from pathlib import Path
 
+from monolith import jsonio
 from monolith.config import QWEN3_0_6B as M
 from monolith.figures import pyplot, save_png
 
@@ -108,7 +109,7 @@ def load_probes(root: Path = REPO) -> dict:
         p = root / rel
         if not p.exists():
             raise FileNotFoundError(f"{rel} is missing: run its probe (scripts/gpu.sh hop / attn / round / probes)")
-        out[k] = json.loads(p.read_text())
+        out[k] = jsonio.load(p)
     return out
 
 

@@ -13,7 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
-from monolith import results
+from monolith import jsonio, results
 from monolith.errors import MonolithError
 
 ROW_SCHEMA = "monolith-m6-row/1"
@@ -72,23 +72,29 @@ def write_row_file(rows_dir: Path, engine: str, rows: list[dict], *, gpu_uuid: s
     doc = {"schema": ROW_SCHEMA, "engine": engine, "gpu_uuid": gpu_uuid, "gpu": gpu, "started": started,
            "ended": ended, "env": env, "weights": weights, "protocol": protocol, "rows": rows}
     path = rows_dir / row_file_name(engine)
-    path.write_text(json.dumps(results._clean(doc), indent=1) + "\n")
-    return path
+    bad = jsonio.non_finite(doc)
+    if bad:  # a NaN is a failed measurement, never a null in the matrix; the copy keeps the rest readable
+        kept = path.with_suffix(".invalid.json")
+        kept.write_text(json.dumps(results._clean(doc), indent=1, allow_nan=False) + "\n")
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise MonolithError(f"{path}: not written (kept as {kept.name}): {bad[0]}{more}")
+    return jsonio.write(path, doc)
 
 
 def load_row_files(rows_dir: Path) -> list[dict]:
     rows_dir = Path(rows_dir)
     if not rows_dir.is_dir():
         raise MonolithError(f"--merge {rows_dir}: not a directory (write rows with `monolith m6 --rows-dir DIR`)")
+    refused = sorted(rows_dir.glob("row-*.invalid.json"))
+    if refused:
+        raise MonolithError(f"--merge {rows_dir}: {refused[0].name} is a row refused for non-finite numbers; "
+                            "measure that engine again (or remove the file) before merging")
     files = sorted(rows_dir.glob("row-*.json"))
     if not files:
         raise MonolithError(f"--merge {rows_dir}: no row-*.json files (write them with `monolith m6 --rows-dir DIR`)")
     docs = []
     for f in files:
-        try:
-            d = json.loads(f.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise MonolithError(f"{f}: cannot be read as JSON ({e})") from None
+        d = jsonio.load(f)
         if not isinstance(d, dict) or d.get("schema") != ROW_SCHEMA:
             raise MonolithError(f"{f}: schema {d.get('schema') if isinstance(d, dict) else None!r}, "
                                 f"expected {ROW_SCHEMA!r}")
@@ -227,7 +233,7 @@ def merge(rows_dir: Path, out: Path, publish_root: Path | None = None, limit_s: 
         raise MonolithError(f"final matrix invalid (kept as {bad}): " + "; ".join(errs[:6]))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results._clean(doc), indent=1) + "\n")
+    jsonio.write(out, doc, "the final matrix")
     out.with_suffix(".md").write_text(render_final_md(doc))
     return doc
 

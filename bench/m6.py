@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from monolith import REPO_ROOT
+from monolith import REPO_ROOT, jsonio
 from monolith.bench import final
 from monolith.errors import MonolithError
 
@@ -147,8 +147,13 @@ def run(cfg: M6Config) -> list[Path]:
         for r in rows:
             decorate(r, name)
         ended = final.now_iso()
-        written.append(final.write_row_file(rows_dir, name, rows, gpu_uuid=uuid, gpu=env.get("gpu"), started=started,
-                                            ended=ended, env=env, weights=ckpt.describe(), protocol=protocol))
+        try:
+            written.append(final.write_row_file(rows_dir, name, rows, gpu_uuid=uuid, gpu=env.get("gpu"),
+                                                started=started, ended=ended, env=env, weights=ckpt.describe(),
+                                                protocol=protocol))
+        except MonolithError as e:  # a non-finite number: refused (the copy is kept), the next engines still run
+            log(f"  refused: {e}")
+            continue
         log(f"  wrote {written[-1]} ({time.perf_counter() - t0:.0f} s)")
     return written
 
@@ -212,7 +217,7 @@ def quality_from_file(path: Path, engine: str, weights: dict) -> dict:
     p = Path(path)
     if not p.is_file():
         return {"passed": None, "reason": f"not measured in this run, and {p.name} is not there"}
-    doc = json.loads(p.read_text())
+    doc = jsonio.load(p)
     sha = (doc.get("weights") or {}).get("sha256")
     if sha != weights.get("sha256"):
         return {"passed": None, "reason": f"not measured in this run; {p.name} is of other weights "

@@ -17,7 +17,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from monolith import REPO_ROOT
+from monolith import REPO_ROOT, jsonio
 from monolith.console import make_console
 from monolith.errors import MonolithError
 
@@ -172,8 +172,8 @@ def experiment_table(pattern: str = "m4_*.json") -> Table:
         t.add_column(c, justify="right" if c == "tok/s median" else "left")
     for f in sorted(RESULTS.glob(pattern)):
         try:
-            d = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError):
+            d = jsonio.load(f)
+        except MonolithError:  # an unreadable file is not an experiment row
             continue
         if not isinstance(d, dict) or d.get("schema") != results.SCHEMA:
             continue
@@ -345,7 +345,7 @@ def register(app: typer.Typer) -> None:
         files = M6.run(M6.M6Config(engines=names, rows_dir=rows_dir, model=model, device=device, quick=quick,
                                    budget_s=budget, llamacpp=str(llamacpp) if llamacpp else None, quality=quality,
                                    xray=xray, log=lambda m: con.print(m, markup=False, highlight=False)))
-        docs = [json.loads(f.read_text()) for f in files]
+        docs = [jsonio.load(f) for f in files]
         _matrix_table({"rows": [r for d in docs for r in d["rows"]]})
         con.print(f"rows in {rows_dir}; merge them with: monolith m6 --merge {rows_dir}")
 
@@ -375,7 +375,7 @@ def register(app: typer.Typer) -> None:
             p = RESULTS / "final.json"
             if not p.is_file():
                 raise MonolithError("results/final.json is not there: run monolith m6, then monolith m6 --merge DIR")
-            errs = final.validate_final(json.loads(p.read_text()))
+            errs = final.validate_final(jsonio.load(p))
             if errs:
                 raise MonolithError("; ".join(errs[:5]))
             return "valid"

@@ -18,7 +18,6 @@ variants.json schema (the kernel owner adds variants; unknown keys are kept and 
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from functools import lru_cache
@@ -37,10 +36,12 @@ VARIANTS_FILE = KERNEL_DIR / "variants.json"
 def load_variants(path: Path | str = VARIANTS_FILE) -> dict:
     """Parse and check variants.json; ValueError naming the problem."""
     path = Path(path)
+    from monolith import jsonio
+
     try:
-        spec = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from e
+        spec = jsonio.load(path)
+    except MonolithError as e:  # this module's contract: ValueError naming the problem
+        raise ValueError(str(e)) from None
     if not isinstance(spec, dict) or not isinstance(spec.get("source"), str) or "variants" not in spec:
         raise ValueError(f"{path}: needs 'source' (a path) and 'variants'")
     extra = spec.get("extra_flags", [])

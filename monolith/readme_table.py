@@ -27,7 +27,6 @@ matrix's "ungated: not bitwise deterministic") shows that label in place of a ga
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
@@ -59,13 +58,14 @@ def _cell(s: str) -> str:
 
 
 def _load(path: Path) -> dict:
+    from monolith import jsonio
+
+    if not Path(path).exists():
+        raise MonolithError(f"{path}: no such results file")
     try:
-        doc = json.loads(Path(path).read_text())
-    except FileNotFoundError as e:
-        raise MonolithError(f"{path}: no such results file") from e
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise MonolithError(f"{path}: cannot be read as JSON ({e})") from e
-    return doc
+        return jsonio.load(path)
+    except jsonio.NotJSON as e:
+        raise MonolithError(f"{path}: cannot be read as JSON ({e.detail})") from None
 
 
 def load_results(path: Path) -> dict:

@@ -298,3 +298,22 @@ def test_m6_one_engine_crashing_is_its_row_only(fake_m6, tmp_path, monkeypatch):
     rows = [json.loads(f.read_text())["rows"][0] for f in m6.run(cfg)]
     assert rows[0]["status"] == "failed" and "no fp8 pack" in rows[0]["reason"] and rows[0]["kind"] == "monolith"
     assert rows[1]["status"] == "ok"
+
+
+def test_m6_a_row_refused_for_a_nan_does_not_stop_the_next_engines(fake_m6, tmp_path, monkeypatch):
+    from monolith.bench import m6
+
+    real = m6.decorate
+
+    def nan_for_fp8(r, name):
+        real(r, name)
+        if name == "megakernel-fp8-stream":
+            r["tok_s"]["median"] = float("nan")
+    monkeypatch.setattr(m6, "decorate", nan_for_fp8)
+    said = []
+    cfg = m6.M6Config(engines=["megakernel-fp8-stream", "reference-graph"], rows_dir=tmp_path, device="cpu",
+                      quick=True, xray=False, quality="none", log=said.append)
+    files = m6.run(cfg)
+    assert [f.name for f in files] == ["row-reference-graph.json"]
+    assert (tmp_path / "row-megakernel-fp8-stream.invalid.json").is_file()
+    assert any(m.startswith("  refused: ") and "tok_s.median is nan" in m for m in said)

@@ -130,3 +130,31 @@ def test_invalid_merge_is_kept_not_written(tmp_path):
     with pytest.raises(MonolithError, match="final matrix invalid"):
         final.merge(tmp_path / "rows", tmp_path / "final.json")
     assert not (tmp_path / "final.json").exists() and (tmp_path / "final.invalid.json").exists()
+
+
+def test_a_row_with_a_nan_is_refused_kept_and_blocks_the_merge(tmp_path):
+    """A non-finite number in a row is a failed measurement: the row file is not written (JSON has
+    no NaN, and a null would read as 'not measured'), the rest is kept beside it as
+    row-<engine>.invalid.json, and a merge of that directory refuses instead of leaving it out."""
+    rows = tmp_path / "rows"
+    m6_fakes.write_rows(rows, ["megakernel-bf16-stream"])
+    r = m6_fakes.row("megakernel-fp8-stream")
+    r["tok_s"]["median"] = float("nan")
+    with pytest.raises(MonolithError, match=r"row-megakernel-fp8-stream\.json: not written .*tok_s\.median is nan"):
+        final.write_row_file(rows, "megakernel-fp8-stream", [r], gpu_uuid=m6_fakes.UUID, gpu="NVIDIA H200",
+                             started=m6_fakes.T0.isoformat(), ended=m6_fakes.T0.isoformat(), env=m6_fakes.ENV,
+                             weights=m6_fakes.WEIGHTS, protocol={"quick": False})
+    assert not (rows / "row-megakernel-fp8-stream.json").exists()
+    kept = json.loads((rows / "row-megakernel-fp8-stream.invalid.json").read_text())
+    assert kept["rows"][0]["tok_s"]["median"] is None and kept["rows"][0]["tok_s"]["runs"]
+    with pytest.raises(MonolithError, match=r"row-megakernel-fp8-stream\.invalid\.json is a row refused"):
+        final.merge(rows, tmp_path / "final.json")
+    assert not (tmp_path / "final.json").exists()
+
+
+def test_a_row_file_with_a_bare_nan_is_refused_in_one_line(tmp_path):
+    p = m6_fakes.write_rows(tmp_path / "rows", ["megakernel-fp8-stream"])[0]
+    p.write_text(p.read_text().replace('"median": 2410.0', '"median": NaN', 1))
+    with pytest.raises(MonolithError, match="NaN") as e:
+        final.merge(tmp_path / "rows", tmp_path / "final.json")
+    assert "\n" not in str(e.value) and not (tmp_path / "final.json").exists()

@@ -6,11 +6,10 @@ interface here, and its numerics differ (GGUF kernels); the row says so.
 """
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
-from monolith import REPO_ROOT, results
+from monolith import REPO_ROOT, jsonio, results
 from monolith.eval.correctness import not_gated
 
 DEFAULT_JSON = REPO_ROOT / "results" / "llamacpp.json"
@@ -27,7 +26,7 @@ def rows_from_json(path: str | Path | None = None) -> list[dict]:
         row = results.base_row("llamacpp", "llama.cpp")
         row["reason"] = f"{p} not found: run bench/baselines/llamacpp.sh SDIST first"
         return [row]
-    doc = json.loads(p.read_text())
+    doc = jsonio.load_object(p)
     if doc.get("status") != "ok":
         row = results.base_row("llamacpp", "llama.cpp")
         row.update(reason=doc.get("reason") or "llamacpp.sh did not run", version=doc.get("version"))

@@ -17,7 +17,9 @@ import subprocess
 import sys
 import time
 
+from monolith import jsonio
 from monolith.bench import power
+from monolith.errors import MonolithError
 
 
 def parse_output(lines: list[tuple[float, str]]) -> list[tuple[float, dict]]:
@@ -28,15 +30,15 @@ def parse_output(lines: list[tuple[float, str]]) -> list[tuple[float, dict]]:
         s = line.strip()
         if s.startswith("{"):
             try:
-                tests.append((t, json.loads(s)))
-            except json.JSONDecodeError:
+                tests.append((t, jsonio.loads(s, "llama-bench output")))
+            except MonolithError:
                 pass
     if tests:
         return tests
     text = "".join(line for _, line in lines).strip()
     try:
-        arr = json.loads(text) if text else []
-    except json.JSONDecodeError:
+        arr = jsonio.loads(text, "llama-bench output") if text else []
+    except MonolithError:
         return []
     last = lines[-1][0] if lines else 0.0
     return [(last, d) for d in (arr if isinstance(arr, list) else [arr]) if isinstance(d, dict)]
