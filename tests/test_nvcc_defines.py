@@ -269,6 +269,48 @@ def _gpu_sh(tmp_path, *stages, **env_kw) -> tuple[subprocess.CompletedProcess, l
     return r, calls.read_text().splitlines(), out
 
 
+def _monolith_calls(calls: list[str]) -> list[list[str]]:
+    """The arguments of every `python3 -m monolith ...` call a _gpu_sh run recorded."""
+    return [c.split(" | ")[0].split()[3:] for c in calls if c.startswith("python3 -m monolith ")]
+
+
+def _milestone_steps(monkeypatch, argv: list[str], tmp_path: Path) -> dict:
+    """`monolith <argv>` (a milestone command gpu.sh calls) through the real CLI on a CPU: the GPU
+    check passes, results/ is tmp_path, and the steps' expensive parts are stood in by recorders:
+    the pack (fmt, dir), the harness session (engines, out, timelines), the X-ray (variant), the
+    kernel tests (variants), and packed_quality (its keyword arguments, the pack dir and device,
+    the file written). Returns {step: what it received}."""
+    from typer.testing import CliRunner
+
+    from monolith import cli_milestones as M
+    from monolith.bench import suite
+    from monolith.cli import app
+    from monolith.quant import fp8_quality
+
+    got: dict = {}
+
+    def quality(ckpt, tok, packed, device, **kw):
+        got["quality"] = dict(kw, packed=Path(packed), device=device)
+        return {"pairs": []}
+
+    with monkeypatch.context() as m:
+        m.setattr(torch.cuda, "is_available", lambda: True)
+        m.setattr(M, "RESULTS", tmp_path)
+        m.setattr(M, "_pack", lambda fmt, model, out, map_file=None: got.setdefault("pack", (fmt, Path(out))) and "")
+        m.setattr(M, "_bench", lambda engines, model, out, quick, title, timelines=None:
+                  got.setdefault("bench", (engines, Path(out), timelines)) and "")
+        m.setattr(M, "_xray", lambda model, v, real: got.setdefault("xray", []).append(v) or "")
+        m.setattr(M, "_kernel_tests", lambda v: got.setdefault("tests", v) and "")
+        m.setattr(M, "_run", lambda cmd, env=None: got.setdefault("run", []).append(cmd) or "")
+        m.setattr(suite, "load_inputs", lambda model: (None, None))
+        m.setattr(fp8_quality, "packed_quality", quality)
+        r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 0, r.output
+    if "quality" in got:
+        got["quality_file"] = sorted(p.name for p in tmp_path.glob("*_quality*.json"))
+    return got
+
+
 def test_gpu_sh_racecheck_stream_runs_release_512_then_the_default_build(tmp_path):
     r, calls, out = _gpu_sh(tmp_path, "racecheck-stream")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -427,14 +469,19 @@ def test_gpu_sh_ncu_default_is_the_environments_build_at_position_129(tmp_path):
     assert not (out / "ncu" / "sets.txt").exists()
 
 
-def test_gpu_sh_m4_timelines_only_when_asked(tmp_path):
-    """M4_TIMELINES adds `--timelines DIR` to the m4 harness call (the page's race streams); without it
-    the call is the one every earlier session ran."""
+def test_gpu_sh_m4_timelines_only_when_asked(tmp_path, monkeypatch):
+    """M4_TIMELINES adds `--timelines DIR` to the m4 call and the harness session writes the
+    timelines there (the page's race streams); without it the call names none and the session
+    writes none. M4_ENGINES and M4_OUT reach the session too."""
     r, calls, _ = _gpu_sh(tmp_path / "a", "m4", M4_ENGINES="megakernel-bf16-stream", M4_OUT="results/x.json")
     assert r.returncode == 0, r.stdout + r.stderr
-    bench = [c for c in calls if "monolith bench" in c]
-    assert len(bench) == 1 and "--timelines" not in bench[0] and "--out results/x.json" in bench[0]
+    (m4,) = [c for c in _monolith_calls(calls) if c[0] == "m4"]
+    assert "--timelines" not in m4
+    got = _milestone_steps(monkeypatch, m4, tmp_path / "a")
+    assert got["bench"] == ("megakernel-bf16-stream", Path("results/x.json"), None)
     r, calls, _ = _gpu_sh(tmp_path / "b", "m4", M4_ENGINES="megakernel-bf16-stream", M4_TIMELINES="results/timelines")
     assert r.returncode == 0, r.stdout + r.stderr
-    bench = [c for c in calls if "monolith bench" in c]
-    assert len(bench) == 1 and "--out results/m4_stream_bf16.json --timelines results/timelines |" in bench[0]
+    (m4,) = [c for c in _monolith_calls(calls) if c[0] == "m4"]
+    assert m4[m4.index("--timelines") + 1] == "results/timelines"
+    got = _milestone_steps(monkeypatch, m4, tmp_path / "b")
+    assert got["bench"] == ("megakernel-bf16-stream", Path("results/m4_stream_bf16.json"), Path("results/timelines"))

@@ -283,15 +283,21 @@ def test_fp8_quality_refuses_bad_pairs_before_any_work(ckpt2, engine, floor, mat
     assert builds == [] and passes == []
 
 
-def test_gpu_sh_m3quality_pairs_are_accepted():
-    """The pairs scripts/gpu.sh m3quality passes, checked as the CLI does before the GPU work."""
-    import re
+def test_gpu_sh_m3quality_pairs_are_accepted(tmp_path, monkeypatch):
+    """The pairs scripts/gpu.sh m3quality measures (its `monolith m3 --steps quality` run through the
+    CLI, the measurement stood in), checked as the CLI does before the GPU work: each fp8 schedule
+    on the pack the step wrote, beside its bf16 schedule, against fp32."""
+    from test_nvcc_defines import _gpu_sh, _milestone_steps, _monolith_calls
 
-    from monolith import REPO_ROOT
     from monolith.quant.fp8_quality import quality_pairs
 
-    sh = (REPO_ROOT / "scripts" / "gpu.sh").read_text()
-    cmd = sh[sh.index("run m3-quality"):].split("--out")[0]
-    engine, floor = (re.search(rf"--{k} (\S+)", cmd).group(1) for k in ("engine", "floor"))
-    assert quality_pairs(engine, floor, "reference-fp32", "cuda") == [
+    r, calls, _ = _gpu_sh(tmp_path, "m3quality")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (m3,) = _monolith_calls(calls)
+    assert m3[:3] == ["m3", "--steps", "quality"]
+    got = _milestone_steps(monkeypatch, m3, tmp_path / "results")
+    q = got["quality"]
+    assert got["pack"] == ("fp8", q["packed"]) and q["fmt"] == "fp8" and q["device"] == "cuda"
+    assert quality_pairs(q["engine"], q["floor"], q["ref"], q["device"], q["fmt"]) == [
         ("megakernel-fp8-upstream", "megakernel-bf16-upstream"), ("megakernel-fp8-stream", "megakernel-bf16-stream")]
+    assert q["ref"] == "reference-fp32" and got["quality_file"] == ["m3_fp8_quality.json"]

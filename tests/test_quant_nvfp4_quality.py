@@ -2,7 +2,6 @@
 checkpoint: the fp8 protocol's code (quant/fp8_quality.py) with the format read from the pack, the
 roles checked against that format, and scripts/gpu.sh m5quality's command."""
 import json
-import re
 import subprocess
 
 import pytest
@@ -117,15 +116,28 @@ def test_a_pack_of_the_other_format_is_refused(ckpt2, nvpack, fp8pack2, no_build
         check_roles("reference-fp32", "reference-fp32", "reference", "cpu", "int4")
 
 
-def test_the_nvfp4_kernel_gets_the_dequantized_pack_and_the_floor_the_original(ckpt2, nvpack, fake_registry):
+def _m5quality_roles(tmp_path, monkeypatch) -> dict:
+    """What scripts/gpu.sh m5quality's `monolith m5 --steps quality` hands packed_quality (the CLI
+    run on a CPU, the pack and the measurement stood in), and what the step packed."""
+    from test_nvcc_defines import _gpu_sh, _milestone_steps, _monolith_calls
+
+    r, calls, _ = _gpu_sh(tmp_path, "m5quality")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (m5,) = _monolith_calls(calls)
+    assert m5[:3] == ["m5", "--steps", "quality"]
+    return _milestone_steps(monkeypatch, m5, tmp_path / "results")
+
+
+def test_the_nvfp4_kernel_gets_the_dequantized_pack_and_the_floor_the_original(ckpt2, nvpack, fake_registry, tmp_path,
+                                                                                monkeypatch):
     """scripts/gpu.sh m5quality's roles, cuda path faked: nvfp4-stream built on the dequantized
     nvfp4 checkpoint (the megakernel then runs on its own pack, not an in-memory re-pack), the
     reference and the bf16-stream floor on the original; refused for an fp8 pack's format."""
     from monolith.quant.pack_nvfp4 import PackedNVFP4
 
-    sh = (REPO_ROOT / "scripts" / "gpu.sh").read_text()
-    cmd = sh[sh.index("run m5-quality"):].split("--out")[0]
-    engine, floor, ref = (re.search(rf"--{k} (\S+)", cmd).group(1) for k in ("engine", "floor", "ref"))
+    q = _m5quality_roles(tmp_path, monkeypatch)["quality"]
+    assert q["fmt"] == "nvfp4" and q["device"] == "cuda"
+    (engine,), (floor,), ref = q["engine"], q["floor"], q["ref"]  # one pair: the nvfp4 kernel and its bf16 floor
     assert quality_pairs(engine, floor, ref, "cuda", "nvfp4") == [("megakernel-nvfp4-stream", "megakernel-bf16-stream")]
     with pytest.raises(MonolithError, match="does not read fp8 weights"):
         quality_pairs(engine, floor, ref, "cuda", "fp8")
@@ -171,24 +183,28 @@ def test_eval_quality_cli_nvfp4(synth2, nvpack, fp8pack2, tmp_path):
     assert doc["packed_weights"]["source"]["sha256"] == doc["weights"]["sha256"]
 
 
-def test_gpu_sh_m5quality_packs_then_measures(tmp_path):
-    """The stage, python3 stood in: the synthetic checkpoint, the nvfp4 pack into the dir the
-    quality run reads, then the full protocol (M3's options) into results/m5_nvfp4_quality.json."""
-    from test_nvcc_defines import _gpu_sh
+def test_gpu_sh_m5quality_packs_then_measures(tmp_path, monkeypatch):
+    """The stage, python3 stood in: the synthetic checkpoint, then `monolith m5 --steps quality`,
+    whose steps (run here through the CLI) pack nvfp4 into the dir the quality run reads and measure
+    with M3's full protocol into results/m5_nvfp4_quality.json."""
+    from test_nvcc_defines import _gpu_sh, _milestone_steps, _monolith_calls
 
     r, calls, _ = _gpu_sh(tmp_path, "m5quality")
     assert r.returncode == 0, r.stdout + r.stderr
     cmds = [c.split(" | ")[0] for c in calls]
-    assert len(cmds) == 3 and "ensure_checkpoint" in cmds[0]
-    assert cmds[1] == "python3 -m monolith pack --format nvfp4 --model checkpoints/synth-seed0 --out /tmp/nvfp4pack"
-    assert cmds[2] == ("python3 -m monolith eval quality --nvfp4 /tmp/nvfp4pack --model checkpoints/synth-seed0 "
-                       "--engine megakernel-nvfp4-stream --ref reference-fp32 --floor megakernel-bf16-stream "
-                       "--positions 10000 --context 512 --stride 512 --prompts 100 --agree-tokens 64 "
-                       "--out results/m5_nvfp4_quality.json")
+    assert len(cmds) == 2 and "ensure_checkpoint" in cmds[0]
+    assert cmds[1] == "python3 -m monolith m5 --steps quality"
     table = r.stdout.split("==== summary")[1]
-    assert "m5-pack" in table and "m5-quality" in table
-    sh = (REPO_ROOT / "scripts" / "gpu.sh").read_text()
-    proto = re.compile(r"--positions \S+ --context .*?--agree-tokens \S+")
-    assert proto.search(cmds[2]).group(0) == proto.search(sh[sh.index("run m3-quality"):]).group(0)  # M3's protocol
+    assert "m5-quality" in table
+    m5 = _milestone_steps(monkeypatch, _monolith_calls(calls)[0], tmp_path / "r5")
+    fmt, pack_dir = m5["pack"]
+    assert fmt == "nvfp4" and m5["quality"]["packed"] == pack_dir and m5["quality"]["fmt"] == "nvfp4"
+    assert m5["quality_file"] == ["m5_nvfp4_quality.json"]
+    r, calls, _ = _gpu_sh(tmp_path / "m3", "m3quality")
+    m3 = _milestone_steps(monkeypatch, _monolith_calls(calls)[0], tmp_path / "r3")
+    proto = ("positions", "context", "stride", "prompts", "agree_tokens", "free_running", "device")
+    assert {k: m5["quality"][k] for k in proto} == {k: m3["quality"][k] for k in proto}  # M3's protocol
+    assert {k: m5["quality"][k] for k in proto} == dict(positions=10_000, context=512, stride=512, prompts=100,
+                                                        agree_tokens=64, free_running=True, device="cuda")
     h = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "gpu.sh"), "--help"], capture_output=True, text=True)
     assert "[m3quality] [m5quality]" in h.stdout
