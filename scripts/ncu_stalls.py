@@ -212,9 +212,10 @@ def main(argv=None) -> int:
                     "(a site's share of all samples x warps per block x the duration)")
     ap.add_argument("--warps-per-block", type=int, default=17, help="warps per block (the stream kernel: 16 + 1)")
     ap.add_argument("--source", type=Path, default=Path("kernel/schedule_stream.cuh"),
-                    help="the build's copy of schedule_stream.cuh: each site's line text")
+                    help="the build's copy of schedule_stream.cuh: each site's line text (sites in its "
+                    "phase_*.cuh fragments: the files beside it); --within's file")
     ap.add_argument("--within", metavar="A:B", help="also: the samples of every instruction inlined through "
-                    "schedule_stream.cuh lines A..B (a region such as the attention body), by reason, thread 0's apart")
+                    "--source's lines A..B (a region such as kernel/phase_attn.cuh's), by reason, thread 0's apart")
     a = ap.parse_args(argv)
     kernel_name, rows = read_csv(a.csv)
     mangled = None
@@ -228,10 +229,14 @@ def main(argv=None) -> int:
         raise SystemExit(f"{a.lines}: no .text section for {mangled or kernel_name}")
     warp_us = a.duration_us * a.warps_per_block if a.duration_us else None  # one block's warp-us
     res = {"kernel": kernel_name, **summarize(rows, lines, a.top, warp_us=warp_us)}
-    src = a.source.read_text().splitlines() if a.source.exists() else []
+    srcs: dict[str, list[str]] = {}  # a site in another file of the kernel (a phase_*.cuh): read beside --source
     for s in res["sites"]:
         f, n = s["site"].split(":")[0], int(s["site"].split(":")[-1])
-        s["text"] = src[n - 1].strip() if f == a.source.name and 0 < n <= len(src) else ""
+        path = a.source if f == a.source.name else a.source.parent / f
+        if f not in srcs:
+            srcs[f] = path.read_text().splitlines() if path.is_file() else []
+        src = srcs[f]
+        s["text"] = src[n - 1].strip() if 0 < n <= len(src) else ""
     print(f"{res['kernel']}: {res['samples']} warp samples, {res['instructions']} instructions")
     print("  " + ", ".join(f"{k} {v['share']:.1%}" for k, v in list(res["by_reason"].items())[:8]))
     print(f"  one-thread instructions (thread 0, the producer lane): {res['one_thread_samples'] / res['samples']:.1%}")

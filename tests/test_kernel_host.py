@@ -197,9 +197,11 @@ def test_seek_refuses_positions_outside_the_context_and_sets_valid_ones():
 
 
 def stream_source() -> str:
-    """The streaming schedule's source: its parts (kernel/stream_*.cuh) and schedule_stream.cuh."""
+    """The streaming schedule's source: its parts (kernel/stream_*.cuh), its phases (kernel/phase_*.cuh)
+    and schedule_stream.cuh."""
     kdir = REPO_ROOT / "kernel"
-    return "".join(p.read_text() for p in [*sorted(kdir.glob("stream_*.cuh")), kdir / "schedule_stream.cuh"])
+    parts = [*sorted(kdir.glob("stream_*.cuh")), *sorted(kdir.glob("phase_*.cuh")), kdir / "schedule_stream.cuh"]
+    return "".join(p.read_text() for p in parts)
 
 
 def test_fixed_attention_splits_tile_the_positions():

@@ -24,9 +24,10 @@ XVEC = REPO_ROOT / "kernel" / "xvec.cuh"  # the input vectors' stores and loads,
 
 
 def schedule_text() -> str:
-    """The streaming schedule's source: its parts (kernel/stream_*.cuh), schedule_stream.cuh and the
-    xvec.cuh it stands on."""
-    parts = sorted((REPO_ROOT / "kernel").glob("stream_*.cuh"))
+    """The streaming schedule's source: its parts (kernel/stream_*.cuh), its phases (kernel/phase_*.cuh),
+    schedule_stream.cuh and the xvec.cuh it stands on."""
+    kdir = REPO_ROOT / "kernel"
+    parts = [*sorted(kdir.glob("stream_*.cuh")), *sorted(kdir.glob("phase_*.cuh"))]
     return "".join(p.read_text() for p in parts) + SCHEDULE.read_text() + XVEC.read_text()
 
 

@@ -32,26 +32,26 @@ def dump(sites: dict[int, int]) -> str:
 
 def test_counts_per_site_and_the_difference(tmp_path, capsys):
     a, b = tmp_path / "a.sass", tmp_path / "b.sass"
-    a.write_text(dump({1458: 5, 2069: 3}))
-    b.write_text(dump({1458: 5, 2069: 1, 1750: 7}))
+    a.write_text(dump({158: 5, 269: 3}))
+    b.write_text(dump({158: 5, 269: 1, 175: 7}))
     assert ss.main([str(a), "--json", str(tmp_path / "a.json")]) == 0
     doc = json.loads((tmp_path / "a.json").read_text())
     assert doc["instructions_a"] == 8  # the other kernel's NOP is not counted
-    assert [(r["site"], r["instructions"]) for r in doc["sites"]] == [("schedule_stream.cuh:1458", 5),
-                                                                       ("schedule_stream.cuh:2069", 3)]
+    assert [(r["site"], r["instructions"]) for r in doc["sites"]] == [("schedule_stream.cuh:158", 5),
+                                                                       ("schedule_stream.cuh:269", 3)]
     src = (Path(__file__).parents[1] / "kernel" / "schedule_stream.cuh").read_text().splitlines()
-    assert doc["sites"][0]["statement"] == src[1457].strip()[:70]  # this checkout's line text
+    assert doc["sites"][0]["statement"] == src[157].strip()[:70]  # this checkout's line text
     assert ss.main([str(a), "--compare", str(b), "--json", str(tmp_path / "ab.json")]) == 0
     ab = json.loads((tmp_path / "ab.json").read_text())
     assert (ab["instructions_a"], ab["instructions_b"]) == (8, 13)
-    assert [(r["site"], r["delta"]) for r in ab["sites"]] == [("schedule_stream.cuh:1750", 7),
-                                                              ("schedule_stream.cuh:2069", -2),
-                                                              ("schedule_stream.cuh:1458", 0)]
+    assert [(r["site"], r["delta"]) for r in ab["sites"]] == [("schedule_stream.cuh:175", 7),
+                                                              ("schedule_stream.cuh:269", -2),
+                                                              ("schedule_stream.cuh:158", 0)]
     assert "13" in capsys.readouterr().out
 
 
 def test_refuses_a_dump_without_the_kernel(tmp_path):
     p = tmp_path / "x.sass"
-    p.write_text(dump({1458: 2}).replace(K, "something_else"))
+    p.write_text(dump({158: 2}).replace(K, "something_else"))
     with pytest.raises(SystemExit, match="no .text"):
         ss.main([str(p)])

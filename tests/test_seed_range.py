@@ -10,6 +10,7 @@ import pytest
 from monolith import REPO_ROOT, kernel_spec
 
 SRC = "".join(p.read_text() for p in [*sorted((REPO_ROOT / "kernel").glob("stream_*.cuh")),
+                                      *sorted((REPO_ROOT / "kernel").glob("phase_*.cuh")),
                                       REPO_ROOT / "kernel" / "schedule_stream.cuh"])
 HIDDEN = int(kernel_spec.config_constants()["kHidden"])
 SHIFT = HIDDEN.bit_length() - 1
