@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -27,7 +28,7 @@ BASELINES = ("llamacpp", "hf-eager", "hf-static", "hf-compile", "reference-graph
 # HF modes whose gate fails on determinism alone: their speed is shown, labelled ungated
 UNGATED_OK = ("hf-static", "hf-compile")
 # lanes of the page's race: the best of each family
-RACE_LANES = (("monolith", "megakernel-"), ("llamacpp", "llamacpp-"), ("hf", "hf-"), ("reference-graph", "reference-graph"))
+RACE_LANES = (("monolith", ("megakernel-", "monolith-")), ("llamacpp", "llamacpp-"), ("hf", "hf-"), ("reference-graph", "reference-graph"))
 
 
 def engine_name(name: str) -> str:
@@ -135,7 +136,9 @@ def check_lease(docs: list[dict], limit_s: float = WINDOW_LIMIT_S) -> dict:
 
 
 def _median(r: dict) -> float | None:
-    return (r.get("tok_s") or {}).get("median") if r.get("status") == "ok" else None
+    """An ok row's median tok/s, or None (also for a value that is not a finite positive number)."""
+    m = (r.get("tok_s") or {}).get("median") if r.get("status") == "ok" else None
+    return float(m) if isinstance(m, int | float) and not isinstance(m, bool) and math.isfinite(m) and m > 0 else None
 
 
 def headline(rows: list[dict], gpu: str | None) -> dict | None:

@@ -309,34 +309,15 @@ def _page_row(r: dict, source: dict | None = None) -> dict:
 
 
 def _headline(rows: list[dict], gpu: str | None) -> dict | None:
-    """bench/final.py's rule: the fastest gated monolith row (not experimental) against the fastest
-    baseline with a speed."""
-    mono = [r for r in rows if r.get("kind") == "monolith" and _median(r) and not r.get("experimental")
-            and (r.get("gate") or {}).get("passed") is True]
-    base = [r for r in rows if r.get("kind") == "baseline" and _median(r)]
-    if not mono:
-        return None
-    best = max(mono, key=_median)
-    out = {"engine": best["engine"], "label": best.get("label"), "tok_s": _median(best), "gpu": gpu,
-           "best_baseline": None, "best_baseline_tok_s": None, "speedup": None}
-    if base:
-        b = max(base, key=_median)
-        out.update(best_baseline=b["engine"], best_baseline_tok_s=_median(b), speedup=_median(best) / _median(b))
-    return out
+    """The headline by bench/final.py's rule (one definition for final.md and the page)."""
+    from monolith.bench.final import headline
+    return headline(rows, gpu)
 
 
 def _race_plan(rows: list[dict]) -> list[dict]:
-    """bench/final.py's lanes: per family the fastest row with a speed."""
-    lanes = []
-    for lane, prefix in (("monolith", ("megakernel-", "monolith-")), ("llamacpp", ("llamacpp-",)), ("hf", ("hf-",)),
-                         ("reference-graph", ("reference-graph",))):
-        cands = [r for r in rows if r["engine"].startswith(prefix) and _median(r)
-                 and not (lane == "monolith" and r.get("experimental"))]
-        if cands:
-            b = max(cands, key=_median)
-            lanes.append({"lane": lane, "engine": b["engine"], "label": b.get("label"), "tok_s": _median(b),
-                          "speed_label": b.get("speed_label"), "timeline": b.get("timeline")})
-    return lanes
+    """The race's lanes by bench/final.py's plan."""
+    from monolith.bench.final import race
+    return race(rows)
 
 
 def load_table(results_dir: Path, root: Path) -> dict | None:
