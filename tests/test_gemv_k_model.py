@@ -12,6 +12,7 @@ and of vector g's chunk (16 B); step s of a chunk uses the lane's element pairs 
 """
 import numpy as np
 import pytest
+from smem_banks import conflict_free
 
 K, COLS, WARPS, KRANGES, CHUNKS = 1024, 8, 16, 8, 4
 
@@ -122,19 +123,6 @@ def test_a_zero_padded_column_leaves_the_others_alone():
         y = round_model(False, w, alone)
         assert np.array_equal(y[:, j], full[:, j])
         assert not np.any(np.delete(y, j, axis=1))
-
-
-def banks(addr, width):
-    return [((addr // 4) + i) % 32 for i in range(width // 4)]
-
-
-def conflict_free(addrs, width):
-    """Lanes of one shared-memory phase: every bank serves one 4-byte word (equal words broadcast)."""
-    words = {}
-    for addr in addrs:
-        for i, b in enumerate(banks(addr, width)):
-            words.setdefault(b, set()).add(addr // 4 + i)
-    return all(len(v) == 1 for v in words.values())
 
 
 def load_phases(e4, swizzle=True):

@@ -14,6 +14,7 @@ C[g][g % 4] + C[g][g % 4 + 4]; a row's K ranges are added in order.
 """
 import numpy as np
 import pytest
+from smem_banks import conflict_free
 
 K, ROWS, WARPS = 1024, 32, 16
 
@@ -121,20 +122,6 @@ def test_a_wrong_chunk_rotation_is_caught():
 
     w, x = _inputs(3)
     assert np.abs(round_model(w, x, Wrong(1)) - w @ x.astype(np.float64)).max() > 1e-2
-
-
-def banks(addr_bytes, width):
-    """The 4-byte banks one lane's load touches."""
-    return [((addr_bytes // 4) + i) % 32 for i in range(width // 4)]
-
-
-def conflict_free(addrs, width):
-    """Lanes of one shared-memory phase: every bank serves one word (equal addresses broadcast)."""
-    words = {}
-    for addr in addrs:
-        for i, b in enumerate(banks(addr, width)):
-            words.setdefault(b, set()).add(addr // 4 + i)
-    return all(len(v) == 1 for v in words.values())
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
