@@ -206,10 +206,15 @@ if want abpatch; then
       tee -a "$OUT/log.txt"
     summary+=("abpatch                rc=2   no AB_PATCH")
   elif run abpatch-tree make_tree; then
+    # AB_PROMPTS: comma list of prompt lengths (each its own rows; default dev_bench's), e.g. 128,1500
+    IFS=, read -ra ab_prompts <<< "${AB_PROMPTS:-default}"
     for side in base patch base2; do
       dir=$ab_root; [ "$side" = patch ] && dir=$ab_tree
-      run "abpatch-dev-$side" in_tree "$dir" python3 scripts/dev_bench.py --variant "$ab_v" --blocks 128 --runs 3 \
-        ${ab_ref[@]+"${ab_ref[@]}"} --out "$ab_root/results/ab/dev-$side.json" || break
+      for pl in "${ab_prompts[@]}"; do
+        pl_args=(); sfx=""; [ "$pl" = default ] || { pl_args=(--prompt-len "$pl"); sfx="-p$pl"; }
+        run "abpatch-dev-$side$sfx" in_tree "$dir" python3 scripts/dev_bench.py --variant "$ab_v" --blocks 128 --runs 3 \
+          ${pl_args[@]+"${pl_args[@]}"} ${ab_ref[@]+"${ab_ref[@]}"} --out "$ab_root/results/ab/dev-$side$sfx.json" || break 2
+      done
     done
     if [ "${AB_XRAY:-1}" != 0 ]; then
       for side in base patch; do
