@@ -17,7 +17,8 @@ Functions are found by a small brace matcher, not a C++ parser:
   optionally followed by qualifiers, a trailing return type or a constructor's initializer list);
 - everything inside a function body, lambdas and local classes included, belongs to that function.
 A function's length runs from its declaration's first line (a `template <...>` line included) to
-its closing brace, both counted.
+its closing brace, both counted, plus the lines of every `#include "..."` inside its body (a file the
+preprocessor pastes into a function is that function's code).
 
 A macro read: an identifier MONOLITH_[A-Z0-9_]+ in `#if/#ifdef/#ifndef/#elif` (so `defined(...)`
 too), in a `#define`'s body, or in code. Not a read: an include guard, and a macro a kernel header
@@ -232,10 +233,11 @@ class Function:
     name: str
     start: int  # the declaration's first line (its template line included)
     end: int  # the closing brace's line
+    included: int = 0  # lines #included inside the body (a file pasted into a function is part of it)
 
     @property
     def lines(self) -> int:
-        return self.end - self.start + 1
+        return self.end - self.start + 1 + self.included
 
 
 def _close(toks: list[Token], i: int, open_: str, close: str) -> int:
@@ -501,6 +503,32 @@ def kernel_files(kernel_dir: Path) -> list[Path]:
     return sorted(out)
 
 
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def _included_lines(lines: list[str], lo: int, hi: int, base: Path, seen: frozenset[Path]) -> int:
+    """Lines that the `#include "..."`s among lines[lo:hi] paste in, beyond their own line (recursively,
+    each file once per chain)."""
+    extra = 0
+    for line in lines[lo:hi]:
+        m = _INCLUDE.match(line)
+        inc = (base / m.group(1)).resolve() if m else None
+        if inc is None or inc in seen or not inc.is_file():
+            continue
+        sub = inc.read_text(encoding="utf-8", errors="replace")
+        sub_lines = sub.split("\n")
+        extra += _line_count(sub) - 1 + _included_lines(sub_lines, 0, len(sub_lines), inc.parent, seen | {inc})
+    return extra
+
+
+def with_includes(f: Function, text: str, base: Path) -> Function:
+    """`f` with the lines of every `#include "..."` inside its body added: a phase pasted into a
+    function by the preprocessor makes that function longer."""
+    lines = text.split("\n")
+    # 0-based indices of the lines strictly inside the declaration's first line and the closing brace
+    return Function(f.name, f.start, f.end, f.included + _included_lines(lines, f.start, f.end - 1, base, frozenset()))
+
+
 def shape(kernel_dir: Path, root: Path | None = None) -> tuple[list[FileShape], MacroScan]:
     root = root or kernel_dir.parent
     files, sources = [], {}
@@ -510,7 +538,9 @@ def shape(kernel_dir: Path, root: Path | None = None) -> tuple[list[FileShape], 
         longest = None
         if p.suffix in C_SUFFIXES:
             sources[rel] = text
-            longest = max(functions(text), key=lambda f: f.lines, default=None)
+            longest = max(
+                (with_includes(f, text, p.parent) for f in functions(text)), key=lambda f: f.lines, default=None
+            )
         files.append(FileShape(rel, _line_count(text), longest))
     return files, scan_macros(sources)
 

@@ -322,3 +322,19 @@ def test_table_lists_every_file(tmp_path: Path):
     out = ks.table(files, macros)
     assert "kernel/a.cuh" in out and "kernel/notes.json" in out and "MONOLITH_Q  kernel/a.cuh:3" in out
     assert ks.violations(files, macros) == []
+
+
+def test_a_file_included_inside_a_function_body_counts_toward_it(tmp_path: Path):
+    """A phase #included into a function is that function's code: 10 + 295 + 10 lines is one
+    function of ~314 lines, caught; the same include at namespace scope adds nothing."""
+    k = tmp_path / "kernel"
+    k.mkdir()
+    (k / "phase.cuh").write_text(body(295))
+    (k / "nested.cuh").write_text('#include "phase.cuh"\n')
+    (k / "a.cuh").write_text("void f() {\n" + body(5) + '#include "nested.cuh"\n' + body(5) + "}\n")
+    (k / "b.cuh").write_text('#include "phase.cuh"\nvoid g() {\n' + body(5) + "}\n")
+    files, macros = ks.shape(k, tmp_path)
+    longest = {f.path: f.longest for f in files}
+    assert longest["kernel/a.cuh"].lines == 12 + 295  # f's own 13 lines, the include line replaced by 295
+    assert longest["kernel/b.cuh"].lines == 7
+    assert any("a.cuh:1: f is 307 lines" in v for v in ks.violations(files, macros))
