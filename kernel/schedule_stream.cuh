@@ -5,12 +5,15 @@
 // header, and it is compiled once per build like the rest of the kernel. Its parts, in the order
 // included below: stream_words.cuh (the hops' word protocol), stream_gemv.cuh (norms, input
 // vectors, a slot's row dot products), stream_plan.cuh (StreamPlan, the attention's splits),
-// stream_ring.cuh (the ring's protocol and thread 0's slot tests), stream_reader.cuh (the
-// consumers' acquire, rounds and hand-back), one file per phase (phase_*.cuh: a type whose `load`
-// is the producer's part of the stream and whose `consume` is the consumers', side by side),
-// stream_producer.cuh (the ring's writer: the phases' loads in order); here the consumers' layer
-// loop (stream_consumer: the phases' `consume` in order) and the kernel body (stream_step). The
-// measured per-format / per-kernel choices are kernel/policy.cuh's Policy.
+// stream_ring.cuh (the ring: its producer and thread 0's slot tests); here the consumers
+// (stream_consumer) and the kernel body (stream_step). The measured per-format / per-kernel
+// choices are kernel/policy.cuh's Policy.
+// stream_consumer's body is the layer loop below, one line per phase; each phase's code is a
+// fragment of that body in a file of its own, included at its place: stream_reader.cuh (the ring
+// reader and the GEMV rounds, as lambdas), phase_qkv.cuh, phase_attn.cuh, phase_merge.cuh,
+// phase_oproj.cuh, phase_mlp.cuh, phase_down.cuh, phase_head.cuh. Fragments, not functions: the
+// compiler sees one function's tokens, as the SASS lock (kernel/sass.lock) requires; a phase made
+// a function of its own compiles to PTX with other register orders, and so to other machine code.
 //
 // The schedule (per block; 16 consumer warps + 1 producer warp):
 //   producer  lane 0 of warp 16 walks this block's whole-token stream list (StreamPlan): its qkv
@@ -140,15 +143,6 @@ static_assert(kRingBytes + int(sizeof(StreamSmem)) + 512 <= kStreamSmemBudget, "
 static_assert(kRingBytes + int(sizeof(StreamSmem)) + kStages * kNvSlotScaleBytes > kStreamSmemBudget,
               "a per-stage scale area would fit now: reconsider reading NVFP4 block scales from L2");
 
-#include "stream_reader.cuh"
-#include "phase_qkv.cuh"
-#include "phase_attn.cuh"
-#include "phase_oproj.cuh"
-#include "phase_mlp.cuh"
-#include "phase_down.cuh"
-#include "phase_head.cuh"
-#include "stream_producer.cuh"
-
 // P: the kernel's Policy; kLong: the long-position kernel (megakernel.cu decode_step_long), which
 // differs where P says; kWide: the wide kernel (decode_step_wide: kLong's, with wider splits)
 template <class Cfg, class P, bool kLong, bool kWide>
@@ -186,12 +180,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   XRAY_BEGIN();
 
   uint32_t kc = 0;  // chunks consumed
-  int hword = 0;
-  StreamReader<Cfg, P> sr{r, sm, kc, hword, S, tmo, tid, warp, lane
-#if defined(MONOLITH_XRAY)
-                          , xr
-#endif
-  };
+  #include "stream_reader.cuh"
 
   const float scale = rsqrtf(float(kHeadDim));
   ResidHist rh = resid_start(acc);
@@ -215,6 +204,15 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   auto stop_after = [&](int L, int phase) {
     return p.stop_layer == L && (p.stop_phase == phase || (p.stop_phase == kFaultBlock0After + phase && b == 0));
   };
+  // Block b seeds element i of a counted stage (the residual connection) when i G / kHidden == b
+  // (kHiddenShift above).
+  auto seed_o = [&](long long* buf, const float v[2]) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int i = tid + e * kStreamConsumerThreads;
+      if ((i * G) >> kHiddenShift == b) resid_add(buf + i, to_fix(v[e]));
+    }
+  };
   for (int L = 0; L < kNumLayers; ++L) {
     const uint16_t* N = p.norms + int64_t(L) * kNormLayerElems;
     const uint32_t tag = layer_tag(steps, L);
@@ -227,37 +225,37 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
     const float* TS = kNv ? p.row_scales + int64_t(L) * kNvTscaleSlots : nullptr;
 
     // ---------------- qkv ----------------
-    if (!PhaseQkv<Cfg, P, kWide>::consume(sr, p, s, token, steps, L, G, b, g, N, tag, acc_o, SC, BS, TS)) return;
+    #include "phase_qkv.cuh"
     XRAY_END(s_qkv, L);
     if (stop_after(L, kStopQKV)) return;
     jitter(L, 1);
 
     // ---------------- attention splits of group g ----------------
-    if (!PhaseAttn<Cfg, P, kLong, kWide>::consume(sr, p, s, pos, L, g, N, tag, scale)) return;
+    #include "phase_attn.cuh"
 
     // ---------------- merge + O partial sums ----------------
-    OScales os;
-    if (!PhaseMerge<Cfg, P, kLong, kWide>::consume(sr, p, s, L, g, tag, SC, BS, TS, os)) return;
+    #include "phase_merge.cuh"
     if (stop_after(L, kStopAttn)) return;
     jitter(L, 2);
-    if (!PhaseO<Cfg, P, kWide>::consume(sr, s, L, g, acc_o, SC, BS, os)) return;
+    #include "phase_oproj.cuh"
     XRAY_END(s_oproj, L);
     if (p.stop_layer == L && p.stop_phase == kFaultBlock0After + kStopO && b == 0) return;
     jitter(L, 3);
 
     // ---------------- MLP 1: RMSNorm, gate/up rows of this block's units, SiLU(gate) * up ------
-    if (!PhaseMlp<Cfg, P, kWide>::consume(sr, p, s, L, b, N, tag, acc_o, rh, SC, BS, TS)) return;
+    #include "phase_mlp.cuh"
     XRAY_END(s_mlp, L);
     jitter(L, 4);
 
     // ---------------- MLP 2: every activation, this block's down rows, the residual -------------
-    if (!PhaseDown<Cfg, P, kWide>::consume(sr, p, s, L, tag, SC, BS, TS)) return;
+    #include "phase_down.cuh"
     XRAY_END(s_down, L);
     if (stop_after(L, kStopGateUp) || stop_after(L, kStopDown)) return;
     jitter(L, 5);
   }
 
-  PhaseHead<Cfg, P, kWide>::consume(sr, p, s, pos, steps, b, rh);
+  // ---------------- final norm + LM head + argmax ----------------
+  #include "phase_head.cuh"
 }
 
 template <class Cfg, bool kLong, bool kWide = false>
@@ -295,7 +293,7 @@ __device__ __forceinline__ void stream_step(const StepParams& p) {
   __syncthreads();  // the schedule's only barrier 0: from here the consumers sync on barrier 1
   const Ring r{ring_slots, full, empty, &quit, &hold, &landed};
   if (tid >= kStreamConsumerThreads) {
-    if (tid == kStreamConsumerThreads) stream_producer<Cfg, P, kLong, kWide>(p, plan, pos, r);
+    if (tid == kStreamConsumerThreads) stream_producer<typename Cfg::Weights, P, kWide>(p, plan, pos, r);
     return;
   }
   const uint32_t steps = *(volatile const uint32_t*)&p.sync->steps;  // names this launch in tagged words
