@@ -545,6 +545,20 @@ def shape(kernel_dir: Path, root: Path | None = None) -> tuple[list[FileShape], 
     return files, scan_macros(sources)
 
 
+# Functions over the limit whose split was built and measured as a loss: (file, function) -> (the most
+# lines allowed, the evidence). Such a function may not grow; the table names the evidence. Splitting
+# stream_consumer's phases into functions moves ptxas' register allocation at the 96-register cap and
+# cost 2.5-3.7 % (bitwise-equal tokens; docs/EXPERIMENTS.md, "the stream phases as types").
+PRICED: dict[tuple[str, str], tuple[int, str]] = {
+    ("kernel/schedule_stream.cuh", "stream_consumer"): (1418, "results/house_ab/README.md"),
+}
+
+
+def priced(f: FileShape) -> tuple[int, str] | None:
+    """The recorded bound and evidence of f's longest function, if it is a priced exception."""
+    return PRICED.get((f.path, f.longest.name)) if f.longest else None
+
+
 def violations(
     files: list[FileShape],
     macros: MacroScan,
@@ -558,7 +572,12 @@ def violations(
     out += [
         f"{f.path}:{f.longest.start}: {f.longest.name} is {f.longest.lines} lines (must be under {function_limit})"
         for f in files
-        if f.longest and f.longest.lines >= function_limit
+        if f.longest and f.longest.lines >= function_limit and not priced(f)
+    ]
+    out += [
+        f"{f.path}:{f.longest.start}: {f.longest.name} is {f.longest.lines} lines (priced at {priced(f)[0]}: it may not grow)"
+        for f in files
+        if priced(f) and f.longest.lines > priced(f)[0]
     ]
     if len(macros.reads) > max_macros:
         out.append(
@@ -581,7 +600,8 @@ def table(files: list[FileShape], macros: MacroScan) -> str:
     rows = [f"{'file':<{w}}  {'lines':>5}  {'longest function':<{fw}}  {'lines':>5}"]
     for f in files:
         fn = (f.longest.name, str(f.longest.lines)) if f.longest else ("-", "-")
-        rows.append(f"{f.path:<{w}}  {f.lines:>5}  {fn[0]:<{fw}}  {fn[1]:>5}")
+        note = f"  (over the limit, priced: {priced(f)[1]})" if priced(f) else ""
+        rows.append(f"{f.path:<{w}}  {f.lines:>5}  {fn[0]:<{fw}}  {fn[1]:>5}{note}")
     rows.append(f"{'total':<{w}}  {sum(f.lines for f in files):>5}")
     rows.append("")
     rows.append(f"MONOLITH_* macros read in kernel/: {len(macros.reads)}")
