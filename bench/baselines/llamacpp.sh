@@ -116,6 +116,16 @@ else
     exit 0
   fi
 fi
+# llama-bench links cuBLAS and the CUDA runtime dynamically. Where those come from pip wheels
+# (torch's nvidia-* dependencies: site-packages/nvidia/cu13/lib, or nvidia/<lib>/lib for CUDA 12)
+# the loader does not search them: append every such dir (a library already on the path wins).
+# A library still missing is a not-run row naming it, rather than llama-bench failing per model.
+NV_LIBS="$("$PY" -c 'import glob, os, nvidia
+print(":".join(sorted({os.path.dirname(p) for b in nvidia.__path__ for p in glob.glob(os.path.join(b, "*", "lib", "lib*.so*"))})))' 2>/dev/null)"
+[ -n "$NV_LIBS" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$NV_LIBS"
+{ echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; echo "ldd $BENCH:"; ldd "$BENCH"; } >>"$LOG" 2>&1
+MISSING="$(ldd "$BENCH" 2>/dev/null | grep 'not found' | awk '{print $1}' | tr '\n' ' ' | sed 's/ $//')"
+[ -z "$MISSING" ] || not_run "llama-bench needs libraries not found (LD_LIBRARY_PATH and site-packages/nvidia searched): $MISSING"
 [ -d "$CKPT" ] || not_run "checkpoint directory not found: $CKPT"
 VERSION="llama-cpp-python ${PKG_VERSION:-unknown}; $("$BENCH" --version 2>&1 | head -n 2 | tr '\n' ' '); $BUILT"
 
