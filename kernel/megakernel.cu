@@ -58,7 +58,7 @@ struct UpstreamCfg {
   static constexpr bool kStream = false;
   using Weights = WeightsBf16;                  // weight format of every GEMV and the embedding (dequant.cuh)
   static constexpr int kBlockThreads = kThreads;
-  static constexpr int kDynamicSmem = 0;
+  static constexpr bool kSm120Config = false;  // (StreamCfg)
   static constexpr bool kLongKernel = false;    // one kernel at every position (StreamCfg's has two)
   static constexpr bool kPreloadL2 = false;     // step 0 of M4: see VariantCfg<kVariantBf16UpstreamL2Pre>
   // Upstream's "productive wait": while 16 blocks do attention, the others ask L2 for the next
@@ -111,7 +111,11 @@ struct StreamCfg {
   static constexpr bool kStream = true;
   using Weights = WeightsBf16;  // what the ring's slots hold (schedule_stream.cuh, StreamFmt)
   static constexpr int kBlockThreads = kStreamThreads;
-  static constexpr int kDynamicSmem = kRingBytes;
+  // The sm_120 configuration (policy.cuh: the 4-slot ring and sm_120's choices) on every arch; else
+  // the arch's own (sm_120a builds are always the sm_120 configuration). The ring is the dynamic
+  // shared memory: the host sizes it from the device (ring_bytes_on).
+  static constexpr bool kSm120Config = false;
+  static constexpr int kBaseVariant = -1;  // an sm_120-configuration variant: the variant it configures
   // A second kernel for positions >= kLongKernelFrom (decode_step_long; policy.cuh's kMergeHalves):
   // faster at long positions on every format, slower at short ones (docs/EXPERIMENTS.md).
   static constexpr bool kLongKernel = true;
@@ -131,6 +135,36 @@ template <>
 struct VariantCfg<kVariantNvfp4Stream> : StreamCfg {
   using Weights = WeightsNvfp4;
 };
+// The sm_120 configuration of each streaming variant, for any arch. An sm_120a build compiles the
+// base variants in that configuration already, so there these ids launch their base's kernels
+// (kernel_for) and their own compile to nothing (stream_compiled).
+template <int kBase>
+struct Sm120Cfg : VariantCfg<kBase> {
+  static constexpr bool kSm120Config = true;
+  static constexpr int kBaseVariant = kBase;
+};
+template <>
+struct VariantCfg<kVariantBf16StreamSm120> : Sm120Cfg<kVariantBf16Stream> {};
+template <>
+struct VariantCfg<kVariantFp8StreamSm120> : Sm120Cfg<kVariantFp8Stream> {};
+template <>
+struct VariantCfg<kVariantNvfp4StreamSm120> : Sm120Cfg<kVariantNvfp4Stream> {};
+// Whether this pass compiles Cfg's streaming kernels (see Sm120Cfg).
+template <class Cfg>
+__host__ __device__ constexpr bool stream_compiled() {
+  return !(Cfg::kSm120Config && kArchSm120);
+}
+// The ring (dynamic shared memory) of a streaming Cfg on a device of the sm_120 family or not: the
+// ring of the Policy its kernels were compiled with (stream_step), 0 for the upstream schedule.
+template <class Cfg>
+__host__ __device__ constexpr int ring_bytes_on(bool device_sm120) {
+  if constexpr (!Cfg::kStream) {
+    return 0;
+  } else {
+    return Cfg::kSm120Config || device_sm120 ? Policy<typename Cfg::Weights, KernelKind::kShort, true>::kRingBytes
+                                             : Policy<typename Cfg::Weights, KernelKind::kShort, false>::kRingBytes;
+  }
+}
 
 __device__ __forceinline__ int64_t part_begin(int64_t n, int parts, int i) { return n * i / parts; }
 
@@ -520,7 +554,7 @@ template <int kVariant>
 __global__ void __launch_bounds__(VariantCfg<kVariant>::kBlockThreads, 1) decode_step(const StepParams p) {
   using Cfg = VariantCfg<kVariant>;
   if constexpr (Cfg::kStream) {
-    stream_step<Cfg, false>(p);
+    if constexpr (stream_compiled<Cfg>()) stream_step<Cfg, false>(p);
   } else {
     upstream_step<Cfg>(p);
   }
@@ -534,7 +568,7 @@ template <int kVariant>
 __global__ void __launch_bounds__(VariantCfg<kVariant>::kBlockThreads, 1) decode_step_long(const StepParams p) {
   using Cfg = VariantCfg<kVariant>;
   static_assert(Cfg::kStream && Cfg::kLongKernel, "a long-position kernel exists for streaming variants only");
-  stream_step<Cfg, true>(p);
+  if constexpr (stream_compiled<Cfg>()) stream_step<Cfg, true>(p);
 }
 // The wide kernel (schedule_stream.cuh's kWideSlots note; bf16 and E4M3: Policy::kWideKernel): the
 // long kernel with wider attention splits, launched only where the rule widens them (wide_applies),
@@ -545,7 +579,7 @@ __global__ void __launch_bounds__(VariantCfg<kVariant>::kBlockThreads, 1) decode
   using Cfg = VariantCfg<kVariant>;
   static_assert(Cfg::kStream && Cfg::kLongKernel && Policy<typename Cfg::Weights, KernelKind::kWide>::kWideKernel,
                 "the wide kernel: a streaming variant's, of a format whose Policy has it");
-  stream_step<Cfg, true, true>(p);
+  if constexpr (stream_compiled<Cfg>()) stream_step<Cfg, true, true>(p);
 }
 // Whether the wide kernel's splits are wider than 64 at this position and grid: k of the rule for
 // the smallest group (blocks / kGroups; groups differ by at most one block) within [MIN, MAX].
@@ -560,40 +594,68 @@ struct KernelInfo {
   const void* fn_long;  // positions >= kLongKernelFrom (decode_step_long), or nullptr: fn at every position
   const void* fn_wide;  // where wide_applies (decode_step_wide, Policy::kWideKernel), or nullptr
   int threads;
-  int dynamic_smem;
+  int dynamic_smem;  // the ring of the configuration that runs on the device (ring_bytes_on)
   bool row_scaled;  // reads StepParams::codes / row_scales / embed_codes / embed_scales
   bool stream;      // the streaming schedule (its own minimum grid: whole KV groups)
 };
 
 template <int kVariant>
-KernelInfo info_of() {
+KernelInfo info_of(bool device_sm120) {
   using Cfg = VariantCfg<kVariant>;
   const void* fn_long = nullptr;
   const void* fn_wide = nullptr;
   if constexpr (Cfg::kLongKernel) fn_long = reinterpret_cast<const void*>(&decode_step_long<kVariant>);
   if constexpr (Cfg::kStream && Cfg::kLongKernel && Policy<typename Cfg::Weights, KernelKind::kWide>::kWideKernel)
     fn_wide = reinterpret_cast<const void*>(&decode_step_wide<kVariant>);
-  return {reinterpret_cast<const void*>(&decode_step<kVariant>), fn_long, fn_wide, Cfg::kBlockThreads, Cfg::kDynamicSmem,
-          Cfg::Weights::kRowScale, Cfg::kStream};
+  return {reinterpret_cast<const void*>(&decode_step<kVariant>), fn_long, fn_wide, Cfg::kBlockThreads,
+          ring_bytes_on<Cfg>(device_sm120), Cfg::Weights::kRowScale, Cfg::kStream};
+}
+// An sm_120-configuration variant on an sm_120 device: its base variant's kernels (the same
+// configuration there; its own compile to nothing on sm_120a, stream_compiled).
+template <int kVariant>
+KernelInfo info_on(bool device_sm120) {
+  using Cfg = VariantCfg<kVariant>;
+  if constexpr (Cfg::kSm120Config) {
+    if (device_sm120) return info_of<Cfg::kBaseVariant>(true);
+  }
+  return info_of<kVariant>(device_sm120);
 }
 
-static KernelInfo kernel_for(int variant) {  // {nullptr, ...}: not a variant of this build
+// The device of the sm_120 family (compute capability 12.x): the host's side of kArchSm120 (the
+// extension is built for the device's own arch, sm_90a or sm_120a: monolith/megakernel.py).
+static bool device_sm120(int device) {
+  int major = 0;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 12;
+}
+
+static KernelInfo kernel_for(int variant, bool sm120) {  // {nullptr, ...}: not a variant of this build
   switch (variant) {
     case kVariantBf16Upstream:
-      return info_of<kVariantBf16Upstream>();
+      return info_on<kVariantBf16Upstream>(sm120);
     case kVariantBf16UpstreamL2Pre:
-      return info_of<kVariantBf16UpstreamL2Pre>();
+      return info_on<kVariantBf16UpstreamL2Pre>(sm120);
     case kVariantBf16Stream:
-      return info_of<kVariantBf16Stream>();
+      return info_on<kVariantBf16Stream>(sm120);
     case kVariantFp8Upstream:
-      return info_of<kVariantFp8Upstream>();
+      return info_on<kVariantFp8Upstream>(sm120);
     case kVariantFp8Stream:
-      return info_of<kVariantFp8Stream>();
+      return info_on<kVariantFp8Stream>(sm120);
     case kVariantNvfp4Stream:
-      return info_of<kVariantNvfp4Stream>();
+      return info_on<kVariantNvfp4Stream>(sm120);
+    case kVariantBf16StreamSm120:
+      return info_on<kVariantBf16StreamSm120>(sm120);
+    case kVariantFp8StreamSm120:
+      return info_on<kVariantFp8StreamSm120>(sm120);
+    case kVariantNvfp4StreamSm120:
+      return info_on<kVariantNvfp4StreamSm120>(sm120);
     default:
       return {nullptr, nullptr, nullptr, 0, 0, false, false};
   }
+}
+static KernelInfo kernel_for_current(int variant) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return {nullptr, nullptr, nullptr, 0, 0, false, false};
+  return kernel_for(variant, device_sm120(device));
 }
 
 // The ring lives in dynamic shared memory beyond the 48 KB default: opt in once per variant
@@ -607,7 +669,7 @@ static cudaError_t prepare(const KernelInfo& k) {
 }
 
 cudaError_t launch_step(const StepParams& p, int variant, int blocks, int position, cudaStream_t stream) {
-  const KernelInfo k = kernel_for(variant);
+  const KernelInfo k = kernel_for_current(variant);
   const int min_blocks = k.stream ? kMinStreamBlocks : kMinBlocks;
   if (k.fn == nullptr || blocks < min_blocks || blocks > kMaxGrid) return cudaErrorInvalidValue;
   // a row-scaled variant without its codes and scales would read through null pointers
@@ -626,7 +688,7 @@ cudaError_t launch_step(const StepParams& p, int variant, int blocks, int positi
 }
 
 int max_coresident_blocks(int variant, int device, cudaError_t* err) {
-  const KernelInfo k = kernel_for(variant);
+  const KernelInfo k = kernel_for(variant, device_sm120(device));
   if (k.fn == nullptr) {
     *err = cudaErrorInvalidValue;
     return 0;
@@ -658,7 +720,7 @@ int max_coresident_blocks(int variant, int device, cudaError_t* err) {
 }
 
 cudaError_t kernel_attributes(int variant, cudaFuncAttributes* out) {
-  const KernelInfo k = kernel_for(variant);
+  const KernelInfo k = kernel_for_current(variant);
   if (k.fn == nullptr) return cudaErrorInvalidValue;
   return cudaFuncGetAttributes(out, k.fn);
 }

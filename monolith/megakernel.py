@@ -67,6 +67,8 @@ WAITS["bf16-upstream-l2pre"] = WAITS["bf16-upstream"]
 WAITS["fp8-upstream"] = WAITS["bf16-upstream"]  # the same schedule on fp8 weights
 WAITS["fp8-stream"] = WAITS["bf16-stream"]  # likewise
 WAITS["nvfp4-stream"] = WAITS["bf16-stream"]  # likewise
+for _base in ("bf16-stream", "fp8-stream", "nvfp4-stream"):  # their sm_120 configurations: the same waits
+    WAITS[f"{_base}-sm120"] = WAITS["bf16-stream"]
 
 
 def variant_spec(name: str) -> dict:
@@ -208,6 +210,29 @@ def default_blocks(spec: dict, sm_count: int, groups: int, min_blocks: int) -> i
     return b if b >= min_blocks else int(sm_count)
 
 
+def stream_ring(spec: dict, capability: tuple[int, int], k: dict) -> dict:
+    """The weight ring a streaming variant runs with on a GPU of this compute capability
+    (kernel/policy.cuh: Policy::kStages): an sm_120 GPU (12.x, 99 KB of shared memory per block)
+    runs the sm_120 configuration, and so does a variant whose variants.json "config" is "sm120"
+    (the same configuration on any GPU); every other GPU the sm_90 one. `k`: the extension's
+    constants() (stages_*, ring_bytes_*, smem_per_block_*)."""
+    cfg = "sm120" if spec.get("config") == "sm120" or int(capability[0]) >= 12 else "sm90"
+    return {"config": cfg, "stages": int(k[f"stages_{cfg}"]), "ring_bytes": int(k[f"ring_bytes_{cfg}"]),
+            "smem_per_block_budget": int(k[f"smem_per_block_{cfg}"])}
+
+
+def check_smem_fits(variant: str, ring: dict, static_bytes: int, optin: int | None, gpu: str) -> None:
+    """Refuse, in one line, a streaming configuration whose ring (dynamic shared memory) and block
+    state (the kernel's static shared memory) exceed the GPU's opt-in shared memory per block
+    (cudaDevAttrMaxSharedMemoryPerBlockOptin). optin None: not reported, nothing to check."""
+    need = int(ring["ring_bytes"]) + int(static_bytes)
+    if optin is not None and need > int(optin):
+        raise MonolithError(
+            f"{variant} cannot launch on {gpu}: its {ring['config']} configuration needs {need / 1024:.1f} KB of shared "
+            f"memory per block ({ring['stages']}-slot ring {ring['ring_bytes'] // 1024} KB + block state "
+            f"{static_bytes / 1024:.1f} KB), the GPU allows {int(optin) / 1024:.1f} KB; refusing")
+
+
 def check_constants(k: dict) -> None:
     """The compiled kernel's layout must be exactly the one this module packs for."""
     bad = {name: (v, k.get(name)) for name, v in expected_constants().items() if k.get(name) != v}
@@ -267,6 +292,13 @@ class MegakernelEngine(Engine):
         self.blocks = int(blocks or default_blocks(self.spec, self.sm_count, self.k["groups"], min_blocks))
         if not (min_blocks <= self.blocks <= self.k["max_grid"]):
             raise MonolithError(f"blocks must be in [{min_blocks}, {self.k['max_grid']}], got {self.blocks}")
+        # the ring of the configuration this device runs (dynamic shared memory: megakernel.cu sizes
+        # it the same way, from the device), refused in one line where it and the block state
+        # exceed the device's opt-in shared memory per block
+        self.ring = stream_ring(self.spec, (props.major, props.minor), self.k) if self.stream else None
+        if self.ring is not None:
+            static = int(dict(self.ext.attributes(self.variant_id, self.xray))["shared_size_bytes"])
+            check_smem_fits(variant, self.ring, static, getattr(props, "shared_memory_per_block_optin", None), props.name)
         fit = self.ext.max_coresident(self.variant_id, self.xray, self.device.index or 0)
         if self.blocks > fit:
             raise MonolithError(
@@ -300,7 +332,7 @@ class MegakernelEngine(Engine):
                      # (phase diff: 0.8% relative on the last layer's residual), so it gets a
                      # tolerance 4x tighter than the 2.0 used for bf16-compute engines.
                      "gate_tolerance": 0.5,
-                     "sm_count": self.sm_count, "coresident_limit": fit, "kernel_attributes": attrs,
+                     "sm_count": self.sm_count, "coresident_limit": fit, "kernel_attributes": attrs, "ring": self.ring,
                      "build": self.ext.build_info, "context_cap": C.CONTEXT_CAP,
                      "grid_barriers_per_layer": self.spec["grid_barriers_per_layer"],
                      "flag_syncs_per_layer": self.spec["flag_syncs_per_layer"],

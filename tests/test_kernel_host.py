@@ -305,7 +305,7 @@ def test_wide_kernel_formats_mask():
     assert "static constexpr bool kBf16 = !W::kRowScale, kE4M3 = W::kRowScale && !W::kBlockScaled, kNvfp4 = W::kBlockScaled;" in pol
     assert "static constexpr bool kWideKernel = !kNvfp4;" in pol
     cu = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
-    info = cu[cu.index("KernelInfo info_of() {"):]
+    info = cu[cu.index("KernelInfo info_of(bool device_sm120) {"):]
     info = info[: info.index("\n}\n")]
     wide = "Policy<typename Cfg::Weights, KernelKind::kWide>::kWideKernel"
     assert f"if constexpr (Cfg::kStream && Cfg::kLongKernel && {wide})" in info

@@ -90,8 +90,9 @@ def test_stream_slot_geometry_is_the_layouts():
     # one lane's 16-byte load = two whole blocks: the two scale bytes it needs are one aligned u16
     assert 16 * 2 == 2 * L.BLOCK and f["kRowBytes1024"] == 32 * 16
     text = schedule_text()
-    assert "static_assert(kRingBytes + int(sizeof(StreamSmem)) + 512 <= kStreamSmemBudget" in text
-    assert "kStages * kNvSlotScaleBytes > kStreamSmemBudget" in text
+    assert "static_assert(kRingBytesSm90 + int(sizeof(StreamSmem)) + 512 <= kStreamSmemBudget" in text
+    assert "kStagesSm90 * kNvSlotScaleBytes > kStreamSmemBudget" in text  # and the sm_120 ring's:
+    assert "kStagesSm120 * kNvSlotScaleBytes > kStreamSmemBudgetSm120" in text
 
 
 # ---- a Python model of the producer's issue list and the consumers' reads -------------------------
