@@ -153,7 +153,10 @@ def load_extension(variant: str = "bf16-upstream", verbose: bool = False):
     from torch.utils.cpp_extension import load
 
     cuda_flags = [*kernel_spec.build_flags(variant, extra_defines=extra), *_arch_flags()]
-    h = hashlib.sha256(" ".join(cuda_flags).encode())
+    # a variant of a configuration of its own (variants.json "config": the sm_120 one's) adds that
+    # configuration's translation units; every other extension skips their compile
+    config = variant_spec(variant).get("config")
+    h = hashlib.sha256(" ".join(cuda_flags + ([f"config={config}"] if config else [])).encode())
     for f in sorted(KERNEL_DIR.glob("*")):
         if f.suffix in {".cu", ".cuh", ".cpp", ".def", ".h"}:
             h.update(f.name.encode() + f.read_bytes())
@@ -162,12 +165,15 @@ def load_extension(variant: str = "bf16-upstream", verbose: bool = False):
         return _EXT[tag]
     plain, xray = kernel_spec.build_sources()
     sources = [KERNEL_DIR / "bindings.cpp", plain, xray or KERNEL_DIR / "megakernel_xray.cu"]
+    if config:
+        sources += list(kernel_spec.config_sources(config))
     build_dir = REPO_ROOT / "build" / f"ext-{tag}"
     build_dir.mkdir(parents=True, exist_ok=True)
     ext = load(name=f"monolith_mk_{tag}", sources=[str(s) for s in sources], extra_cuda_cflags=cuda_flags,
                extra_cflags=["-O2", "-std=c++17"], extra_include_paths=[str(KERNEL_DIR)],
                build_directory=str(build_dir), verbose=verbose)
-    ext.build_info = {"tag": tag, "nvcc_flags": cuda_flags, "build_dir": str(build_dir), "extra_defines": extra}
+    ext.build_info = {"tag": tag, "nvcc_flags": cuda_flags, "build_dir": str(build_dir), "extra_defines": extra,
+                      "config_sources": config or None}
     _EXT[tag] = ext
     return ext
 

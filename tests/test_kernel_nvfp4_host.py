@@ -260,7 +260,7 @@ def test_nvfp4_variant_is_registered_everywhere():
     assert "experimental" in v["description"].lower()
     assert mk.NVFP4_LAYOUTS[v["layout"]] == L.LAYOUT
     assert mk.WAITS["nvfp4-stream"] == mk.WAITS["bf16-stream"]
-    src = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
+    src = "".join((REPO_ROOT / "kernel" / f).read_text() for f in ("megakernel.cu", "decode_step.cuh"))  # + its kernels
     hdr = (REPO_ROOT / "kernel" / "megakernel.cuh").read_text()
     assert "kVariantNvfp4Stream = 5" in hdr and "case kVariantNvfp4Stream:" in src
     assert re.search(r"struct VariantCfg<kVariantNvfp4Stream> : StreamCfg \{\s*using Weights = WeightsNvfp4;", src)

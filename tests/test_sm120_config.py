@@ -167,3 +167,31 @@ def test_ring_models_at_the_shallow_depth(monkeypatch):
     for ng in (4, 2, 1):  # kHeadGroups = 4 divides both depths
         for seed in range(20):
             assert head.run_ring("groups", ng, nslots=75, seed=seed) == [], (ng, seed)
+
+
+def test_the_sm120_variants_have_a_translation_unit_of_their_own():
+    """Ordinary extensions (every variant without a "config") do not compile the sm_120
+    configuration's kernels: megakernel.cu instantiates none of them, megakernel_sm120.cu does, and
+    only a -sm120 variant's extension (load_extension) and CI (compile_all) build it."""
+    cu = (KERNEL / "megakernel.cu").read_text()
+    for n in ("Bf16", "Fp8", "Nvfp4"):
+        assert f"info_of<kVariant{n}StreamSm120>" not in cu
+        assert f"info_of<kVariant{n}StreamSm120>(false)" in (KERNEL / "megakernel_sm120.cu").read_text()
+    assert "sm120_kernels = &sm120_config_kernels" in (KERNEL / "megakernel_sm120.cu").read_text()
+    assert '#include "megakernel_sm120.cu"' in (KERNEL / "megakernel_sm120_xray.cu").read_text()
+    plain, xray = kernel_spec.config_sources("sm120")
+    assert (plain.name, xray.name) == ("megakernel_sm120.cu", "megakernel_sm120_xray.cu")
+    with pytest.raises(MonolithError):
+        kernel_spec.config_sources("sm100")
+    src = (REPO_ROOT / "monolith" / "megakernel.py").read_text()
+    assert 'config = variant_spec(variant).get("config")' in src
+    assert "sources += list(kernel_spec.config_sources(config))" in src
+
+    from tests.test_probe_compile_all import ca  # scripts/compile_all.py, loaded as that test does
+
+    targets = ca.load_variants(KERNEL / "variants.json")
+    by_source = {t.source.name: t for t in targets}
+    assert by_source["megakernel.cu"].variants == "all" and by_source["megakernel_xray.cu"].variants == "all"
+    sm120 = by_source["megakernel_sm120.cu"]
+    assert sm120.variants == "bf16-stream-sm120+fp8-stream-sm120+nvfp4-stream-sm120" and sm120.build == "plain"
+    assert by_source["megakernel_sm120_xray.cu"].build == "xray"
