@@ -99,7 +99,14 @@ py::dict constants() {
   d["acc_buffers"] = kAccBuffers;
   d["acc_words"] = kAccWords;
   d["fix_shift"] = kFixShift;
-  d["ring_bytes"] = kRingBytes;
+  // the weight ring per configuration (kernel/policy.cuh: sm_120 devices and the *-sm120 variants
+  // run the sm_120 one) and the per-block shared memory each is asserted against
+  d["stages_sm90"] = kStagesSm90;
+  d["stages_sm120"] = kStagesSm120;
+  d["ring_bytes_sm90"] = kRingBytesSm90;
+  d["ring_bytes_sm120"] = kRingBytesSm120;
+  d["smem_per_block_sm90"] = kSmemPerBlockSm90;
+  d["smem_per_block_sm120"] = kSmemPerBlockSm120;
   d["max_grid"] = kMaxGrid;
   d["layer_elems"] = kLayerElems;
   d["off_qkv"] = kOffQKV;

@@ -136,8 +136,16 @@ constexpr int kStreamConsumerWarps = 16;
 constexpr int kStreamConsumerThreads = kStreamConsumerWarps * 32;
 constexpr int kStreamThreads = kStreamConsumerThreads + 32;  // + one producer warp (lane 0 issues copies)
 constexpr int kSlotBytes = 16 * 1024;   // one bulk copy; 8 rows of K=1024 bf16
-constexpr int kStages = 12;             // ring depth: 192 KB per SM in flight (see NOTES.md, M4)
-constexpr int kRingBytes = kStages * kSlotBytes;
+// The ring's depth is a configuration (Policy::kStages picks one per kernel): sm_90 keeps 12 slots
+// (192 KB in flight per SM); sm_120's per-block limit of 99 KB holds 4 beside the block's ~33 KB of
+// StreamSmem (schedule_stream.cuh asserts both budgets by name). A round of slots must fit in the
+// ring (Policy's kRoundSlots note), so the shallow ring also bounds the rounds.
+constexpr int kStagesSm90 = 12;
+constexpr int kStagesSm120 = 4;
+constexpr int kRingBytesSm90 = kStagesSm90 * kSlotBytes;
+constexpr int kRingBytesSm120 = kStagesSm120 * kSlotBytes;
+constexpr int kSmemPerBlockSm90 = 227 * 1024;   // the opt-in shared memory per block (cudaDevAttrMaxSharedMemoryPerBlockOptin)
+constexpr int kSmemPerBlockSm120 = 99 * 1024;
 constexpr int kGroups = kNumKVHeads;    // a group computes one KV head's q/k/v rows, attention, O columns
 constexpr int kGroupRows = (kHeadsPerKV + 2) * kHeadDim;  // 512 qkv rows per group
 constexpr int kGroupCols = kHeadsPerKV * kHeadDim;        // 256 O columns per group
@@ -183,7 +191,8 @@ static_assert(kIntermediate % kHidden == 0, "down rows are cut into whole 1024-w
 static_assert(kContextCap % kSplitPositions == 0, "splits tile the context");
 static_assert(kStreamConsumerThreads * 2 == kHidden, "each consumer thread holds 2 residual elements");
 static_assert(kIntermediate % kStreamConsumerThreads == 0, "each consumer thread gathers whole activations");
-static_assert(kRingBytes + 32 * 1024 <= 227 * 1024, "ring + static shared memory must fit an sm_90 block");
+static_assert(kRingBytesSm90 + 32 * 1024 <= kSmemPerBlockSm90, "ring + static shared memory must fit an sm_90 block");
+static_assert(kRingBytesSm120 + 32 * 1024 <= kSmemPerBlockSm120, "ring + static shared memory must fit an sm_120 block");
 
 // ---- the phases a test can stop after (phase diff) ----------------------------------------
 enum StopPhase : int { kStopQKV = 0, kStopAttn = 1, kStopO = 2, kStopGateUp = 3, kStopDown = 4, kStopNever = 99,

@@ -18,6 +18,11 @@ enum Variant : int {
   kVariantFp8Upstream = 3,        // the upstream schedule on E4M3 weights with fp32 row scales (rowmajor-v1)
   kVariantFp8Stream = 4,          // the streaming schedule on the same E4M3 codes (rows in the stream order)
   kVariantNvfp4Stream = 5,        // the streaming schedule on NVFP4 layers (nvfp4-rowmajor-v1) with the FP8 LM head
+  // the sm_120 configuration of the three streaming variants (4-slot ring, Policy<..., true>) on any
+  // arch: what an sm_120 GPU runs for 2, 4 and 5, built for sm_90a too so that an H200 can run it
+  kVariantBf16StreamSm120 = 6,
+  kVariantFp8StreamSm120 = 7,
+  kVariantNvfp4StreamSm120 = 8,
 };
 
 struct StepParams {

@@ -41,7 +41,7 @@ if constexpr (P::kHeadWarp) {  // the warp head: no block barrier per round (kHe
   constexpr int NG = kHeadGroups;
   constexpr int G = kStreamConsumerWarps / NG, RW = R / G;
   constexpr int kArrivals = kEmptyArrivals / G;  // each warp's share of a slot's release
-  static_assert(kStages % NG == 0 && NG * G <= kStreamConsumerWarps, "groups tile the ring and the warps");
+  static_assert(P::kStages % NG == 0 && NG * G <= kStreamConsumerWarps, "groups tile the ring and the warps");
   static_assert(R % G == 0 && RW <= 32 && 32 % RW == 0, "a warp's rows of a slot reduce-scatter over one warp");
   static_assert(kEmptyArrivals % G == 0 && (kArrivals < 32 || kArrivals % 32 == 0),
                 "a slot's arrivals split evenly over its group's warps (MONOLITH_RING_RELEASE=1: groups of one warp)");
@@ -57,14 +57,14 @@ if constexpr (P::kHeadWarp) {  // the warp head: no block barrier per round (kHe
   const int nslots = (s.v1 - s.v0 + R - 1) / R, my_r = rbase + scatter_row<RW>(lane);
   const bool owner = lane % (32 / RW) == 0;
   for (int j = group; active && j < nslots; j += NG) {  // slot (kc + group) % kStages, every time
-    const uint32_t c = kc + uint32_t(j), slot = c % kStages;
+    const uint32_t c = kc + uint32_t(j), slot = c % P::kStages;
     const int r0 = s.v0 + j * R, nr = min(R, s.v1 - r0);
     float sc = 1.f;  // E4M3: this lane's row scale, asked for before the slot wait
     if constexpr (HW::kRowScale)
       if (owner && my_r < nr) sc = __ldg(p.embed_scales + r0 + my_r);
     bool wok = true;
     auto wait_head_slot = [&] {  // bounded; a timeout names the LM head (layer 28, wait 12)
-      return mbar_wait_bounded(&r.full[slot], (c / kStages) & 1u, S, tmo, kErrRingTimeout, uint32_t(kNumLayers) * 16u + 12u);
+      return mbar_wait_bounded(&r.full[slot], (c / P::kStages) & 1u, S, tmo, kErrRingTimeout, uint32_t(kNumLayers) * 16u + 12u);
     };
     if constexpr (kHeadLaneWait) {  // racecheck's reference build: every lane acquires the slot itself
       wok = __all_sync(0xffffffffu, wait_head_slot());

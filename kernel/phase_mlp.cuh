@@ -23,7 +23,7 @@
       }
   };
   float scg, scu;
-  pair_scales(s.u0, min(kMlpRoundUnits, s.u1 - s.u0), scg, scu);
+  pair_scales(s.u0, min(P::kMlpRoundUnits, s.u1 - s.u0), scg, scu);
   // NVFP4: the block's gate/up rows 16 u0 .. 16 u1 as one row range; the first round's block
   // scales and the gate and up tensor scales, before the wait
   const int ngu = 2 * kMlpUnitCols * (s.u1 - s.u0);
@@ -35,7 +35,7 @@
     tsg = WeightsNvfp4::row_scale<kNv>(__ldg(TS + kTsGate));
     tsu = WeightsNvfp4::row_scale<kNv>(__ldg(TS + kTsUp));
   }
-  auto mlp_slots0 = [&] { return F::kSlotsPerUnit * min(kMlpRoundUnits, s.u1 - s.u0); };  // bf16 / E4M3: round 0's
+  auto mlp_slots0 = [&] { return F::kSlotsPerUnit * min(P::kMlpRoundUnits, s.u1 - s.u0); };  // bf16 / E4M3: round 0's
   const bool ok = resid_poll(acc_o, kGroups + 1, rh, fix, S, tmo, uint32_t(L) * 16u + 10u);
   __syncwarp();  // converge after the poll (the note at gather_vec)
   XRAY_WORDS_NOTE(&sm.xwords);
@@ -77,7 +77,7 @@
     // each in pieces of at most kRoundSlots slots. The first round's opening barrier publishes
     // hval, x and the sums of squares.
     constexpr int kSpu = F::kSlotsPerUnit;
-    static_assert(kMlpRoundUnits * kSpu <= 2 * kRoundSlots, "an MLP round is at most two pieces");
+    static_assert(P::kMlpRoundUnits * kSpu <= kMlpRoundSlots, "an MLP round: at most two pieces, in part[]");
     if (!acquire_n(mlp_slots0(), kPhase_s_mlp, L, ok, true)) return;
     XRAY_WORDS_CUT(&sm.xwords, L);
     XRAY_END(s_gather, L);  // every thread's counted words are in
@@ -88,8 +88,8 @@
       if constexpr (kE4H2Mlp) return load_xe_half<kHidden / 32>(sm.x);
       else return load_xhalf<W>(sm.x);
     }();
-    for (int u = s.u0, rd = 0; u < s.u1; u += kMlpRoundUnits, ++rd) {
-      const int nu = min(kMlpRoundUnits, s.u1 - u), n = kSpu * nu;
+    for (int u = s.u0, rd = 0; u < s.u1; u += P::kMlpRoundUnits, ++rd) {
+      const int nu = min(P::kMlpRoundUnits, s.u1 - u), n = kSpu * nu;
       float* part = sm.part[rd & 1];
       if (rd > 0) {
         pair_scales(u, nu, scg, scu);
@@ -109,7 +109,7 @@
         tagged_store(acc + kTagAct + j, av, tag);
         scr[kScrAct + j] = av;  // for the phase diff
       }
-      if (u + kMlpRoundUnits >= s.u1) hop_mark();
+      if (u + P::kMlpRoundUnits >= s.u1) hop_mark();
       hand_back(n);
       if (rd == 0) XRAY_SUB(x_out, L);
     }

@@ -4,6 +4,7 @@
 // code its policy picks. The measurements behind each choice (and the alternatives that lost) are
 // rows of docs/EXPERIMENTS.md; the fields name the row.
 #pragma once
+#include "config.cuh"
 #include "dequant.cuh"
 
 namespace monolith {
@@ -12,23 +13,36 @@ namespace monolith {
 // decode_step_long from there, decode_step_wide where its wider attention splits apply.
 enum class KernelKind { kShort, kLong, kWide };
 
-// This compilation pass is sm_120a's (where registers are tighter: ptxas at usage level 0).
+// This compilation pass is sm_120a's (where registers are tighter: ptxas at usage level 0, and the
+// block's shared memory is 99 KB). The host makes the same choice from the device's compute
+// capability (major >= 12: megakernel.cu device_sm120), so the dynamic shared memory it launches
+// with is the ring of the code that runs.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
 constexpr bool kArchSm120 = true;
 #else
 constexpr bool kArchSm120 = false;
 #endif
 
+// kSm120: the sm_120 configuration (the sm_120a build, or a variant that asks for it on any arch:
+// VariantCfg::kSm120Config, so that an sm_90 GPU can run the same ring and choices).
 template <class W, KernelKind K, bool kSm120 = kArchSm120>
 struct Policy {
   static constexpr bool kBf16 = !W::kRowScale, kE4M3 = W::kRowScale && !W::kBlockScaled, kNvfp4 = W::kBlockScaled;
   static constexpr bool kLong = K != KernelKind::kShort;  // the wide kernel is a long kernel too
 
-  // ring: how thread 0 tests a round's slots, and how long the producer holds at a hop
-  static constexpr bool kSlotTestBatch = kBf16;          // tests issued back to back (slot_tests_batched)
-  static constexpr bool kSlotLanded = kE4M3;             // the producer's shared count of landed copies
-  static constexpr bool kPretestO = kBf16 && !kLong;     // O's first slots tested before the merge's wait
+  // ring: how thread 0 tests a round's slots, and how long the producer holds at a hop; sm_120's bf16
+  // kernels test one slot after another and skip O's pretest (both cost registers at its 96 cap)
+  static constexpr bool kSlotTestBatch = kBf16 && !kSm120;          // tests issued back to back (slot_tests_batched)
+  static constexpr bool kSlotLanded = kE4M3;                        // the producer's shared count of landed copies
+  static constexpr bool kPretestO = kBf16 && !kLong && !kSm120;     // O's first slots tested before the merge's wait
   static constexpr long long kHopHoldCycles = kBf16 ? 1500 : 2000;  // producer's hold per hop mark
+  // ring depth (config.cuh): 12 x 16 KB on sm_90, 4 x 16 KB within sm_120's 99 KB per block
+  static constexpr int kStages = kSm120 ? kStagesSm120 : kStagesSm90;
+  static constexpr int kRingBytes = kStages * kSlotBytes;
+  static constexpr int kSmemPerBlock = kSm120 ? kSmemPerBlockSm120 : kSmemPerBlockSm90;
+  // MLP-1's gate/up units per round (bf16: 2 slots each, E4M3: 1): 3, or as many as the ring holds
+  // whole (a round's slots are all held before any goes back: more than kStages would never land)
+  static constexpr int kMlpRoundUnits = 3 * (kBf16 ? 2 : 1) <= kStages ? 3 : kStages / (kBf16 ? 2 : 1);
 
   // GEMV inputs: E4M3 phases that read f16 words (mask: 1 qkv, 2 O, 4 gate/up, 8 down); NVFP4's
   // layers read half2 words in every phase; the LM head's input is swizzled except under NVFP4

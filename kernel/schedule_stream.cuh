@@ -18,7 +18,7 @@
 // The schedule (per block; 16 consumer warps + 1 producer warp):
 //   producer  lane 0 of warp 16 walks this block's whole-token stream list (StreamPlan): its qkv
 //             rows, the K/V history of its attention splits, its O rows, its MLP units, its down
-//             rows, every layer, then its LM-head rows, and keeps a ring of kStages bulk copies of
+//             rows, every layer, then its LM-head rows, and keeps a ring of P::kStages bulk copies of
 //             kSlotBytes in shared memory full. It never waits on activations, only on free slots.
 //   consumers per layer L (blocks form 8 KV groups of G/8; words as in kernel/config.cuh):
 //     wait_resid  the residual after layer L-1: tagged words, this thread's two   [grid hop]
@@ -135,12 +135,22 @@ struct StreamSmem {
 static_assert(offsetof(StreamSmem, q) % 16 == 0 && offsetof(StreamSmem, vpart) % 16 == 0 &&
                   (kGroupCols * sizeof(float)) % 16 == 0,
               "attention reads q and writes the V partials as float4");
-// The shared-memory budget of a streaming block (sm_90: 227 KB per block): the ring, StreamSmem and
-// ~0.2 KB of barriers, flags and the plan. NVFP4's block scales do not fit beside it (StreamFmt<WeightsNvfp4>).
+// The shared-memory budget of a streaming block, per configuration (Policy::kStages): the ring,
+// StreamSmem and ~0.2 KB of barriers, flags and the plan. sm_90: 227 KB per block. sm_120: 99 KB per
+// block (100 KB per SM, one block per SM); its 4-slot ring leaves ~3 KB free, of which the assert
+// keeps 2 KB as headroom for StreamSmem to grow. NVFP4's block scales do not fit beside either ring
+// (StreamFmt<WeightsNvfp4>).
 constexpr int kStreamSmemBudget = 227 * 1024;
+constexpr int kStreamSmemBudgetSm120 = 99 * 1024;
+constexpr int kStreamSmemHeadroomSm120 = 2 * 1024;
+static_assert(kStreamSmemBudget == kSmemPerBlockSm90 && kStreamSmemBudgetSm120 == kSmemPerBlockSm120,
+              "the budgets are config.cuh's per-block limits");
 constexpr int kNvSlotScaleBytes = StreamFmt<WeightsNvfp4>::kRows1024 * StreamFmt<WeightsNvfp4>::kBsRow1024;  // 2 KB
-static_assert(kRingBytes + int(sizeof(StreamSmem)) + 512 <= kStreamSmemBudget, "ring + StreamSmem fit one block");
-static_assert(kRingBytes + int(sizeof(StreamSmem)) + kStages * kNvSlotScaleBytes > kStreamSmemBudget,
+static_assert(kRingBytesSm90 + int(sizeof(StreamSmem)) + 512 <= kStreamSmemBudget, "ring + StreamSmem fit one block");
+static_assert(kRingBytesSm120 + int(sizeof(StreamSmem)) + 512 + kStreamSmemHeadroomSm120 <= kStreamSmemBudgetSm120,
+              "the sm_120 ring + StreamSmem fit one sm_120 block, with headroom");
+static_assert(kRingBytesSm90 + int(sizeof(StreamSmem)) + kStagesSm90 * kNvSlotScaleBytes > kStreamSmemBudget &&
+                  kRingBytesSm120 + int(sizeof(StreamSmem)) + kStagesSm120 * kNvSlotScaleBytes > kStreamSmemBudgetSm120,
               "a per-stage scale area would fit now: reconsider reading NVFP4 block scales from L2");
 
 // P: the kernel's Policy; kLong: the long-position kernel (megakernel.cu decode_step_long), which
@@ -258,9 +268,26 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   #include "phase_head.cuh"
 }
 
+// Every round of the schedule fits in P's ring: a round's slots are all held before any goes back,
+// and a parity test of slot kc + i is sound only for i < kStages (slot_tests_batched). The rounds:
+// qkv, O (bf16), down and NVFP4 kRoundSlots; MLP-1 P::kMlpRoundUnits units; a split's K or V
+// kSplitSlotsMax; the bf16 LM head HF::kHeadSlots; O's pretest at most kRoundSlots. The warp head's
+// groups tile the ring (kHeadGroups divides kStages: phase_head.cuh).
+template <class Cfg, class P>
+__host__ __device__ constexpr bool ring_fits() {
+  using F = StreamFmt<typename Cfg::Weights>;
+  using HF = StreamFmt<typename Cfg::Weights::Head>;
+  return kRoundSlots <= P::kStages && P::kMlpRoundUnits * F::kSlotsPerUnit <= P::kStages &&
+         kSplitSlotsMax <= P::kStages && (P::kHeadWarp || HF::kHeadSlots <= P::kStages) &&
+         (!P::kHeadWarp || P::kStages % kHeadGroups == 0);
+}
+
 template <class Cfg, bool kLong, bool kWide = false>
 __device__ __forceinline__ void stream_step(const StepParams& p) {
-  using P = Policy<typename Cfg::Weights, kernel_kind(kLong, kWide)>;
+  using P = Policy<typename Cfg::Weights, kernel_kind(kLong, kWide), Cfg::kSm120Config || kArchSm120>;
+  static_assert(ring_fits<Cfg, P>(), "every round of the schedule fits in the ring");
+  static_assert(P::kRingBytes + int(sizeof(StreamSmem)) + 512 <= P::kSmemPerBlock, "ring + StreamSmem fit one block");
+  constexpr int kStages = P::kStages;
   extern __shared__ __align__(128) uint8_t ring_slots[];
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
   __shared__ int quit, hold;

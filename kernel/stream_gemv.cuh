@@ -272,16 +272,20 @@ constexpr int kRoundSlots = 4;
 // MLP-1 takes a block's gate/up units (3 at 128 blocks: 6 slots) in one round: two pieces of
 // round_1024 between one pair of barriers.
 constexpr int kMlpRoundSlots = 6;
-static_assert(kRoundSlots <= kStages / 2 && kMlpRoundSlots <= kStages / 2, "a round leaves the producer half the ring");
+// (sm_90's ring: a round leaves the producer half of it. The shallow sm_120 ring only holds every
+// round whole: stream_step's ring_fits, and Policy::kMlpRoundUnits there.)
+static_assert(kRoundSlots <= kStagesSm90 / 2 && kMlpRoundSlots <= kStagesSm90 / 2, "a round leaves the producer half the ring");
 static_assert(kMlpRoundSlots % 2 == 0 && kMlpRoundSlots <= 2 * kRoundSlots, "whole units, at most two pieces");
-constexpr int kMlpRoundUnits = kMlpRoundSlots / 2;  // units per MLP-1 round (bf16: 2 slots each; E4M3: 1)
+static_assert(Policy<WeightsBf16, KernelKind::kShort, false>::kMlpRoundUnits == kMlpRoundSlots / 2 &&
+                  Policy<WeightsE4M3, KernelKind::kShort, false>::kMlpRoundUnits == kMlpRoundSlots / 2,
+              "sm_90's MLP-1 rounds: kMlpRoundSlots / 2 units (bf16: 2 slots each; E4M3: 1)");
 // 8-row blocks of one round: a bf16 MLP round (6 slots of 8 rows) or an E4M3 round (4 slots of 16)
 // The LM head's rounds (StreamFmt::kHeadSlots): E4M3 takes 6 slots per round, in two pieces like
 // MLP-1, because its rounds are consumer-bound (the e4m3 cvt, ~1 us per 64 KB) and a round's
 // fixed cost (waits, two barriers, the combine) is then paid per 96 KB; bf16 keeps 4 (its LM
 // head streams at ~4.2 TB/s, DRAM-bound).
 constexpr int kHeadRoundSlotsMax = 6;
-static_assert(kHeadRoundSlotsMax <= kStages / 2 && kHeadRoundSlotsMax <= 2 * kRoundSlots, "at most two pieces, half the ring");
+static_assert(kHeadRoundSlotsMax <= kStagesSm90 / 2 && kHeadRoundSlotsMax <= 2 * kRoundSlots, "at most two pieces, half the ring");
 constexpr int kRoundRbMax = kMlpRoundSlots > 2 * kHeadRoundSlotsMax ? kMlpRoundSlots : 2 * kHeadRoundSlotsMax;
 constexpr int kPartBlk = kStreamConsumerWarps;  // part[] floats per 8-row block
 

@@ -28,7 +28,7 @@ auto hop_unmark = [&] {
   if (tid == 0 && (hword & 1)) atomicExch(r.hold, ++hword);
 };
 // thread 0's batched tests of this round's slots (slot_tests_batched above)
-auto test_slots = [&](int n, uint32_t known) -> uint32_t { return slot_tests_batched(r.full, kc, n, known); };
+auto test_slots = [&](int n, uint32_t known) -> uint32_t { return slot_tests_batched<P::kStages>(r.full, kc, n, known); };
 // Before a phase's input wait: thread 0 tests the first n slots the phase's opening acquire_n
 // will take, and leaves what it found in sm.pre_* (in shared memory, not registers: NVFP4 spilled).
 // An acquire_n at the same kc reuses it; a stale record never matches (kc only grows, and every
@@ -72,7 +72,7 @@ auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true, bool
   }
   // thread 0: slot i of the round has not landed yet: wait for it (bounded; the X-ray's `ring`)
   auto wait_slot = [&](int i) {
-    const uint32_t slot = (kc + i) % kStages, par = ((kc + i) / kStages) & 1u;
+    const uint32_t slot = (kc + i) % P::kStages, par = ((kc + i) / P::kStages) & 1u;
     hop_unmark();
     XRAY_STAMP(tg, tcy);
     ok = mbar_wait_bounded(&r.full[slot], par, S, tmo, kErrRingTimeout, uint32_t(layer) * 16u + 12u);
@@ -92,7 +92,7 @@ auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true, bool
       if (sub) XRAY_SUB2(x_count, layer);  // (SUB=2: the count's read, apart from the tests above it)
     }
     for (int i = i0; i < n && ok; ++i)
-      if (!mbar_test_wait(&r.full[(kc + i) % kStages], ((kc + i) / kStages) & 1u)) wait_slot(i);
+      if (!mbar_test_wait(&r.full[(kc + i) % P::kStages], ((kc + i) / P::kStages) & 1u)) wait_slot(i);
   }
   if (sub) XRAY_SUB2(x_slots, layer);
   const bool all = csync_and(ok);
@@ -100,7 +100,7 @@ auto acquire_n = [&](int n, uint16_t work_phase, int layer, bool ok = true, bool
   return all;
 };
 auto slot_at = [&](int i) -> const uint4* {
-  return reinterpret_cast<const uint4*>(r.slots + size_t((kc + i) % kStages) * kSlotBytes);
+  return reinterpret_cast<const uint4*>(r.slots + size_t((kc + i) % P::kStages) * kSlotBytes);
 };
 // The end of a round: after a barrier (every thread is done with the slots) the slots go back
 // to the producer (kEmptyArrivals arrivals each, above), which refills them at once. Phases
@@ -112,7 +112,7 @@ auto hand_back = [&](int n) {
   if constexpr (kEmptyArrivals == kStreamConsumerWarps) __syncwarp();  // the warp's reads, then lane 0's arrive
   const bool arrives = kEmptyArrivals == 1 ? tid == 0 : kEmptyArrivals == kStreamConsumerWarps ? lane == 0 : true;
   if (arrives)
-    for (int i = 0; i < n; ++i) mbar_arrive(&r.empty[(kc + i) % kStages]);
+    for (int i = 0; i < n; ++i) mbar_arrive(&r.empty[(kc + i) % P::kStages]);
   kc += n;
 };
 auto release_n = [&](int n) {
@@ -128,7 +128,7 @@ auto hand_back_split = [&](int n) {
   if (arrives) {
 #pragma unroll
     for (int i = 0; i < kSplitSlotsMax; ++i)
-      if (i < n) mbar_arrive(&r.empty[(kc + i) % kStages]);
+      if (i < n) mbar_arrive(&r.empty[(kc + i) % P::kStages]);
   }
   kc += n;
 };

@@ -82,7 +82,8 @@ __device__ __forceinline__ void producer_publish_landed(uint32_t* landed, uint32
 }
 // ... after testing, in ring order, the issued copies (< k) above it. Only copies k - kStages .. k - 1
 // are ever tested (issue() raises the count past a slot's previous copy before refilling it), so
-// a slot's barrier is never a lap ahead of the copy tested on it.
+// a slot's barrier is never a lap ahead of the copy tested on it. kStages: the ring's depth (Policy).
+template <int kStages>
 __device__ __forceinline__ void producer_land(uint64_t* full, uint32_t* landed, uint32_t k) {
   const uint32_t L0 = atomicAdd(landed, 0u);
   uint32_t L = L0;
@@ -98,6 +99,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT
   using NF = StreamFmt<WeightsNvfp4>;
   constexpr bool kNv = W::kBlockScaled;
   constexpr int HE = HF::kElemBytes;
+  constexpr int kStages = P::kStages;  // the ring's depth (config.cuh: per configuration)
   SyncState* S = p.sync;
   const long long tmo = p.timeout_cycles;
   uint32_t k = 0;
@@ -144,7 +146,7 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT
   // the landed count lives only in shared memory (producer_land inlined: out of line, the call
   // made the E4M3 and NVFP4 kernels spill)
   auto land = [&] {
-    if constexpr (P::kSlotLanded) producer_land(r.full, r.landed, k);
+    if constexpr (P::kSlotLanded) producer_land<kStages>(r.full, r.landed, k);
   };
   auto publish_landed = [&](uint32_t L) {
     if constexpr (P::kSlotLanded) producer_publish_landed(r.landed, L);
@@ -280,10 +282,13 @@ __device__ __forceinline__ void stream_producer(const StepParams& p, const PlanT
 }
 
 
-// Thread 0's tests of slots kc .. kc + n - 1 (n <= 2 kRoundSlots) of the ring whose full barriers
-// are `full`, issued back to back, slot and parity stepped, not divided; bit i of the result: slot
-// i had not landed. Bits set in `known` (landed at an earlier test: a landed slot stays landed
-// until this block hands it back) are not tested again.
+// Thread 0's tests of slots kc .. kc + n - 1 (n <= 2 kRoundSlots, n <= kStages) of the ring of
+// depth kStages whose full barriers are `full`, issued back to back, slot and parity stepped, not
+// divided; bit i of the result: slot i had not landed. Bits set in `known` (landed at an earlier
+// test: a landed slot stays landed until this block hands it back) are not tested again. n <=
+// kStages keeps each parity test sound: the block consumed copy kc + i - kStages (i < kStages)
+// itself, so the slot's barrier is in the phase of copy kc + i or the one before it.
+template <int kStages>
 __device__ __forceinline__ uint32_t slot_tests_batched(uint64_t* full, uint32_t kc, int n, uint32_t known) {
   uint32_t slot = kc % kStages, par = (kc / kStages) & 1u, miss = 0u;
 #pragma unroll

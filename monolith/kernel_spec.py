@@ -203,6 +203,17 @@ def build_sources(spec: dict | None = None, repo: Path = REPO_ROOT) -> tuple[Pat
     return repo / spec["source"], (repo / spec["xray_source"]) if spec.get("xray_source") else None
 
 
+def config_sources(config: str, spec: dict | None = None, repo: Path = REPO_ROOT) -> tuple[Path, Path]:
+    """(plain source, X-ray source) of the translation unit that holds the variants whose "config" is
+    `config` (variants.json "config_sources": the sm_120 configuration's variants are compiled only
+    into an extension that runs them, and by CI)."""
+    spec = spec if spec is not None else variants()
+    src = (spec.get("config_sources") or {}).get(config)
+    if not isinstance(src, dict) or not isinstance(src.get("source"), str) or not isinstance(src.get("xray_source"), str):
+        raise MonolithError(f"variants.json: no config_sources entry for configuration {config!r}")
+    return repo / src["source"], repo / src["xray_source"]
+
+
 # ---------------------------------------------------------------- header constants
 
 

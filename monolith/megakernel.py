@@ -67,6 +67,8 @@ WAITS["bf16-upstream-l2pre"] = WAITS["bf16-upstream"]
 WAITS["fp8-upstream"] = WAITS["bf16-upstream"]  # the same schedule on fp8 weights
 WAITS["fp8-stream"] = WAITS["bf16-stream"]  # likewise
 WAITS["nvfp4-stream"] = WAITS["bf16-stream"]  # likewise
+for _base in ("bf16-stream", "fp8-stream", "nvfp4-stream"):  # their sm_120 configurations: the same waits
+    WAITS[f"{_base}-sm120"] = WAITS["bf16-stream"]
 
 
 def variant_spec(name: str) -> dict:
@@ -151,7 +153,10 @@ def load_extension(variant: str = "bf16-upstream", verbose: bool = False):
     from torch.utils.cpp_extension import load
 
     cuda_flags = [*kernel_spec.build_flags(variant, extra_defines=extra), *_arch_flags()]
-    h = hashlib.sha256(" ".join(cuda_flags).encode())
+    # a variant of a configuration of its own (variants.json "config": the sm_120 one's) adds that
+    # configuration's translation units; every other extension skips their compile
+    config = variant_spec(variant).get("config")
+    h = hashlib.sha256(" ".join(cuda_flags + ([f"config={config}"] if config else [])).encode())
     for f in sorted(KERNEL_DIR.glob("*")):
         if f.suffix in {".cu", ".cuh", ".cpp", ".def", ".h"}:
             h.update(f.name.encode() + f.read_bytes())
@@ -160,12 +165,15 @@ def load_extension(variant: str = "bf16-upstream", verbose: bool = False):
         return _EXT[tag]
     plain, xray = kernel_spec.build_sources()
     sources = [KERNEL_DIR / "bindings.cpp", plain, xray or KERNEL_DIR / "megakernel_xray.cu"]
+    if config:
+        sources += list(kernel_spec.config_sources(config))
     build_dir = REPO_ROOT / "build" / f"ext-{tag}"
     build_dir.mkdir(parents=True, exist_ok=True)
     ext = load(name=f"monolith_mk_{tag}", sources=[str(s) for s in sources], extra_cuda_cflags=cuda_flags,
                extra_cflags=["-O2", "-std=c++17"], extra_include_paths=[str(KERNEL_DIR)],
                build_directory=str(build_dir), verbose=verbose)
-    ext.build_info = {"tag": tag, "nvcc_flags": cuda_flags, "build_dir": str(build_dir), "extra_defines": extra}
+    ext.build_info = {"tag": tag, "nvcc_flags": cuda_flags, "build_dir": str(build_dir), "extra_defines": extra,
+                      "config_sources": config or None}
     _EXT[tag] = ext
     return ext
 
@@ -206,6 +214,29 @@ def default_blocks(spec: dict, sm_count: int, groups: int, min_blocks: int) -> i
         return int(sm_count)
     b = int(sm_count) - int(sm_count) % int(groups)
     return b if b >= min_blocks else int(sm_count)
+
+
+def stream_ring(spec: dict, capability: tuple[int, int], k: dict) -> dict:
+    """The weight ring a streaming variant runs with on a GPU of this compute capability
+    (kernel/policy.cuh: Policy::kStages): an sm_120 GPU (12.x, 99 KB of shared memory per block)
+    runs the sm_120 configuration, and so does a variant whose variants.json "config" is "sm120"
+    (the same configuration on any GPU); every other GPU the sm_90 one. `k`: the extension's
+    constants() (stages_*, ring_bytes_*, smem_per_block_*)."""
+    cfg = "sm120" if spec.get("config") == "sm120" or int(capability[0]) >= 12 else "sm90"
+    return {"config": cfg, "stages": int(k[f"stages_{cfg}"]), "ring_bytes": int(k[f"ring_bytes_{cfg}"]),
+            "smem_per_block_budget": int(k[f"smem_per_block_{cfg}"])}
+
+
+def check_smem_fits(variant: str, ring: dict, static_bytes: int, optin: int | None, gpu: str) -> None:
+    """Refuse, in one line, a streaming configuration whose ring (dynamic shared memory) and block
+    state (the kernel's static shared memory) exceed the GPU's opt-in shared memory per block
+    (cudaDevAttrMaxSharedMemoryPerBlockOptin). optin None: not reported, nothing to check."""
+    need = int(ring["ring_bytes"]) + int(static_bytes)
+    if optin is not None and need > int(optin):
+        raise MonolithError(
+            f"{variant} cannot launch on {gpu}: its {ring['config']} configuration needs {need / 1024:.1f} KB of shared "
+            f"memory per block ({ring['stages']}-slot ring {ring['ring_bytes'] // 1024} KB + block state "
+            f"{static_bytes / 1024:.1f} KB), the GPU allows {int(optin) / 1024:.1f} KB; refusing")
 
 
 def check_constants(k: dict) -> None:
@@ -267,6 +298,13 @@ class MegakernelEngine(Engine):
         self.blocks = int(blocks or default_blocks(self.spec, self.sm_count, self.k["groups"], min_blocks))
         if not (min_blocks <= self.blocks <= self.k["max_grid"]):
             raise MonolithError(f"blocks must be in [{min_blocks}, {self.k['max_grid']}], got {self.blocks}")
+        # the ring of the configuration this device runs (dynamic shared memory: megakernel.cu sizes
+        # it the same way, from the device), refused in one line where it and the block state
+        # exceed the device's opt-in shared memory per block
+        self.ring = stream_ring(self.spec, (props.major, props.minor), self.k) if self.stream else None
+        if self.ring is not None:
+            static = int(dict(self.ext.attributes(self.variant_id, self.xray))["shared_size_bytes"])
+            check_smem_fits(variant, self.ring, static, getattr(props, "shared_memory_per_block_optin", None), props.name)
         fit = self.ext.max_coresident(self.variant_id, self.xray, self.device.index or 0)
         if self.blocks > fit:
             raise MonolithError(
@@ -300,7 +338,7 @@ class MegakernelEngine(Engine):
                      # (phase diff: 0.8% relative on the last layer's residual), so it gets a
                      # tolerance 4x tighter than the 2.0 used for bf16-compute engines.
                      "gate_tolerance": 0.5,
-                     "sm_count": self.sm_count, "coresident_limit": fit, "kernel_attributes": attrs,
+                     "sm_count": self.sm_count, "coresident_limit": fit, "kernel_attributes": attrs, "ring": self.ring,
                      "build": self.ext.build_info, "context_cap": C.CONTEXT_CAP,
                      "grid_barriers_per_layer": self.spec["grid_barriers_per_layer"],
                      "flag_syncs_per_layer": self.spec["flag_syncs_per_layer"],

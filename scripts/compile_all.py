@@ -85,16 +85,21 @@ def load_variants(path: Path, repo: Path = REPO) -> list[Target]:
         return []
     spec = kernel_spec.load_variants(path)  # ValueError naming the problem
     src, xsrc = kernel_spec.build_sources(spec, repo)
-    groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[str]] = {}
+    # variants of a configuration with translation units of its own ("config": the sm_120 one's) are
+    # compiled from those, apart; "all" names every variant of the main source
+    main = [v for v in spec["variants"] if not v.get("config")]
+    groups: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[str]] = {}
     for v in spec["variants"]:
-        key = (tuple(kernel_spec.build_flags(v, spec=spec)), tuple(kernel_spec.build_flags(v, xray=True, spec=spec)))
+        key = (v.get("config") or "", tuple(kernel_spec.build_flags(v, spec=spec)),
+               tuple(kernel_spec.build_flags(v, xray=True, spec=spec)))
         groups.setdefault(key, []).append(v["name"])
     targets = []
-    for (plain, xray), names in groups.items():
+    for (config, plain, xray), names in groups.items():
         label = "+".join(names)
-        group = "all" if len(names) == len(spec["variants"]) else label
-        targets.append(Target(f"kernel {label}", src, list(plain), kernel=True, build="plain", variants=group))
-        targets.append(Target(f"kernel {label} [xray]", xsrc or src, list(xray), kernel=True, build="xray",
+        group = "all" if not config and len(names) == len(main) else label
+        psrc, pxsrc = kernel_spec.config_sources(config, spec, repo) if config else (src, xsrc or src)
+        targets.append(Target(f"kernel {label}", psrc, list(plain), kernel=True, build="plain", variants=group))
+        targets.append(Target(f"kernel {label} [xray]", pxsrc, list(xray), kernel=True, build="xray",
                               variants=group))
     return targets
 

@@ -19,7 +19,7 @@ import pytest
 
 from monolith.kernel_spec import config_constants
 
-STAGES = int(config_constants()["kStages"])
+STAGES = int(config_constants()["kStagesSm90"])  # (the sm_120 ring: tests/test_sm120_config.py)
 WARPS = 16  # kStreamConsumerWarps
 
 

@@ -36,7 +36,7 @@ def test_fp8_variant_is_registered_everywhere():
     assert v["id"] == 3 and v["weights"] == "fp8" and v["schedule"] == "upstream"
     assert mk.FP8_LAYOUTS[v["layout"]] == F.LAYOUT
     assert mk.WAITS["fp8-upstream"] == mk.WAITS["bf16-upstream"]
-    src = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
+    src = "".join((REPO_ROOT / "kernel" / f).read_text() for f in ("megakernel.cu", "decode_step.cuh"))  # + its kernels
     hdr = (REPO_ROOT / "kernel" / "megakernel.cuh").read_text()
     assert "kVariantFp8Upstream = 3" in hdr and "case kVariantFp8Upstream:" in src
     assert "VariantCfg<kVariantFp8Upstream>" in src and "using Weights = WeightsE4M3;" in src

@@ -304,8 +304,8 @@ def test_wide_kernel_formats_mask():
     pol = (REPO_ROOT / "kernel" / "policy.cuh").read_text()
     assert "static constexpr bool kBf16 = !W::kRowScale, kE4M3 = W::kRowScale && !W::kBlockScaled, kNvfp4 = W::kBlockScaled;" in pol
     assert "static constexpr bool kWideKernel = !kNvfp4;" in pol
-    cu = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
-    info = cu[cu.index("KernelInfo info_of() {"):]
+    cu = "".join((REPO_ROOT / "kernel" / f).read_text() for f in ("megakernel.cu", "decode_step.cuh"))  # + its kernels
+    info = cu[cu.index("KernelInfo info_of(bool device_sm120) {"):]
     info = info[: info.index("\n}\n")]
     wide = "Policy<typename Cfg::Weights, KernelKind::kWide>::kWideKernel"
     assert f"if constexpr (Cfg::kStream && Cfg::kLongKernel && {wide})" in info
@@ -332,7 +332,7 @@ def test_long_kernel_dispatch_rule():
     assert first == batch * split
     nsplit = lambda pos: pos // split + 1  # noqa: E731 (schedule_stream.cuh StreamPlan, fixed splits)
     assert all(nsplit(pos) <= batch for pos in range(first)) and nsplit(first) == batch + 1
-    cu = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
+    cu = "".join((REPO_ROOT / "kernel" / f).read_text() for f in ("megakernel.cu", "decode_step.cuh"))  # + its kernels
     assert "const void* fn = k.fn_long != nullptr && position >= kLongKernelFrom ? k.fn_long : k.fn;" in cu
     assert "return cudaLaunchKernel(fn, dim3(blocks)" in cu
     # every streaming format has the long kernel (StreamCfg's); only the upstream schedule has one kernel

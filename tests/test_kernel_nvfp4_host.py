@@ -90,8 +90,9 @@ def test_stream_slot_geometry_is_the_layouts():
     # one lane's 16-byte load = two whole blocks: the two scale bytes it needs are one aligned u16
     assert 16 * 2 == 2 * L.BLOCK and f["kRowBytes1024"] == 32 * 16
     text = schedule_text()
-    assert "static_assert(kRingBytes + int(sizeof(StreamSmem)) + 512 <= kStreamSmemBudget" in text
-    assert "kStages * kNvSlotScaleBytes > kStreamSmemBudget" in text
+    assert "static_assert(kRingBytesSm90 + int(sizeof(StreamSmem)) + 512 <= kStreamSmemBudget" in text
+    assert "kStagesSm90 * kNvSlotScaleBytes > kStreamSmemBudget" in text  # and the sm_120 ring's:
+    assert "kStagesSm120 * kNvSlotScaleBytes > kStreamSmemBudgetSm120" in text
 
 
 # ---- a Python model of the producer's issue list and the consumers' reads -------------------------
@@ -259,7 +260,7 @@ def test_nvfp4_variant_is_registered_everywhere():
     assert "experimental" in v["description"].lower()
     assert mk.NVFP4_LAYOUTS[v["layout"]] == L.LAYOUT
     assert mk.WAITS["nvfp4-stream"] == mk.WAITS["bf16-stream"]
-    src = (REPO_ROOT / "kernel" / "megakernel.cu").read_text()
+    src = "".join((REPO_ROOT / "kernel" / f).read_text() for f in ("megakernel.cu", "decode_step.cuh"))  # + its kernels
     hdr = (REPO_ROOT / "kernel" / "megakernel.cuh").read_text()
     assert "kVariantNvfp4Stream = 5" in hdr and "case kVariantNvfp4Stream:" in src
     assert re.search(r"struct VariantCfg<kVariantNvfp4Stream> : StreamCfg \{\s*using Weights = WeightsNvfp4;", src)
