@@ -36,10 +36,12 @@ def _layouts() -> dict:
 
 
 def variants_of(fmt: str) -> list[str]:
-    """The megakernel engines that read `fmt` weights (kernel/variants.json)."""
+    """The megakernel engines that read `fmt` weights (kernel/variants.json), without the sm_120
+    configuration's twins (the same arithmetic as their base variants; a proof build, not a choice)."""
     from monolith import kernel_spec
 
-    return [f"megakernel-{v['name']}" for v in kernel_spec.variants()["variants"] if v.get("weights") == fmt]
+    return [f"megakernel-{v['name']}" for v in kernel_spec.variants()["variants"]
+            if v.get("weights") == fmt and v.get("config") != "sm120"]
 
 
 def pack_format(packed) -> str:
