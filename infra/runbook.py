@@ -24,14 +24,17 @@ REMOTE_DIR = "/workspace/monolith"
 REMOTE_DATA = "/workspace/shared/data"          # ../shared/data beside the pod's checkout
 STATE = "/workspace/.monolith"
 WIKITEXT = "wikitext-2-raw-v1-test.txt"
-# What runs on an RTX 5090 / RTX PRO 6000 today: the barrier schedules and their baselines. The
-# streaming variants (m4, m5, and m3's quality step, which runs them) need the sm_120 configuration
-# (results/predictions_sm120.md says so per variant); add `monolith m4`/`m5` once it exists.
+# What runs on an RTX 5090 / RTX PRO 6000: every milestone that measures a kernel. The streaming
+# variants launch there in the sm_120 configuration (a 4-slot ring within 99 KB per block, picked by
+# the engine from the device). m5 packs NVFP4 with the committed sensitivity map (its sweep is an
+# H200 study, not a per-GPU step).
 SM120_STEPS = (
     "monolith m0",
     "monolith m1",
     "monolith m2",
-    "monolith m3 --steps tests,pack,bench,xray",
+    "monolith m3",
+    "monolith m4",
+    "monolith m5 --steps pack,tests,bench,quality,xray",
 )
 # What the milestones write: results files, X-ray raws and summaries, timelines (results/), and the
 # page's traces (web/public/traces).

@@ -155,7 +155,8 @@ def test_the_documented_walk_runs_each_step_and_stops_the_pod(real_bundle, env):
     boot = [r for r in remote if "bash /workspace/bootstrap.sh /workspace/monolith.bundle " in r]
     assert len(boot) == 1 and "/proc/1/environ" in boot[0] and f"RUNPOD_POD_ID:-{POD}" in boot[0]
     ran = [re.search(r"&& (monolith m\d.*)$", r).group(1) for r in remote if "&& monolith m" in r]
-    assert ran == ["monolith m0", "monolith m1", "monolith m2", "monolith m3 --steps tests,pack,bench,xray"]
+    assert ran == ["monolith m0", "monolith m1", "monolith m2", "monolith m3", "monolith m4",
+                   "monolith m5 --steps pack,tests,bench,quality,xray"]
     assert all("source /workspace/.monolith/env.sh" in r and "MONOLITH_DATA_DIR=" in r
                for r in remote if "&& monolith m" in r)
     assert (dest / "results" / "m0_probes.json").read_text() == '{"ok": true}'
@@ -181,7 +182,7 @@ def test_one_command_walk(env):
     back = env.tmp / "back" / "monolith-sm120"
     assert (back / "results" / "m1_baselines.md").is_file()
     assert sorted(p.name for p in (back / "pod-logs").glob("*.log")) == [
-        "01-m0.log", "02-m1.log", "03-m2.log", "04-m3.log", "bootstrap.log"]
+        "01-m0.log", "02-m1.log", "03-m2.log", "04-m3.log", "05-m4.log", "06-m5.log", "bootstrap.log"]
 
 
 def test_a_failed_milestone_does_not_stop_the_rest_and_the_pod_is_stopped(env):
