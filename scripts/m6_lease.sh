@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# M6 in one lease, without depending on the gaps between device calls: `start` launches every
+# engine group of the final matrix one after another in a process session of its own (setsid), so
+# it runs on after the device call that started it returns; `poll SECONDS` waits up to SECONDS for
+# it (printing progress), and once it has finished copies the rows, the merged final.json/.md and
+# the logs into $OUT. Each poll is one device call that keeps the machine warm; the groups never
+# wait on a call, so a 10-minute call limit cannot cut a row in half.
+#
+# usage: scripts/m6_lease.sh start            (then, in the next calls:)
+#        scripts/m6_lease.sh poll 560          (until it prints "m6-lease: done")
+#   env: M6_LEASE_DIR (default /tmp/m6lease), M6_LLAMACPP (a llama-bench pack dir, e.g. .llamacpp),
+#        M6_LEASE_GROUPS (';'-separated engine groups; default: the variants; reference-graph,
+#        hf-compile, llamacpp; hf-eager; hf-static), M6_LEASE_BEFORE (a command run first, e.g. a
+#        functional proof that belongs to the same lease; its status is logged, it never stops M6).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+D=${M6_LEASE_DIR:-/tmp/m6lease}
+ROWS="$D/rows"
+LOG="$D/log.txt"
+STATE="$D/state"
+GPU_SH=${M6_LEASE_GPU_SH:-scripts/gpu.sh}  # (a test substitutes a fake)
+GROUPS_DEFAULT="bf16-upstream,fp8-upstream,bf16-stream,fp8-stream,nvfp4-stream;reference-graph,hf-compile,llamacpp;hf-eager;hf-static"
+
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+
+drive() {  # the whole matrix, in order; every group's status goes to the log and the state file
+  mkdir -p "$ROWS"
+  local t0=$SECONDS i=0 rc
+  echo "running" >"$STATE"
+  if [ -n "${M6_LEASE_BEFORE:-}" ]; then
+    echo "=== before: $M6_LEASE_BEFORE"
+    bash -c "$M6_LEASE_BEFORE"
+    echo "before rc=$? at $((SECONDS - t0)) s"
+  fi
+  IFS=';' read -ra groups <<<"${M6_LEASE_GROUPS:-$GROUPS_DEFAULT}"
+  for g in "${groups[@]}"; do
+    i=$((i + 1))
+    echo "running group $i/${#groups[@]}: $g" >"$STATE"
+    echo "=== group $i/${#groups[@]}: $g (at $((SECONDS - t0)) s)"
+    OUT="$D/out-$i" M6_ENGINES="$g" M6_ROWS="$ROWS" bash "$GPU_SH" m6
+    rc=$?
+    echo "group $i rc=$rc at $((SECONDS - t0)) s"
+  done
+  echo "=== merge (at $((SECONDS - t0)) s)"
+  OUT="$D/merged" M6_ROWS="$ROWS" bash "$GPU_SH" m6merge
+  rc=$?
+  echo "merge rc=$rc at $((SECONDS - t0)) s"
+  echo "done rc=$rc" >"$STATE"
+}
+
+case "${1:-}" in
+  start)
+    [ -e "$STATE" ] && grep -q '^running' "$STATE" && { echo "m6-lease: already running ($(cat "$STATE"))"; exit 2; }
+    rm -rf "$D" && mkdir -p "$D" || exit 1
+    echo "running" >"$STATE"  # before the session starts: a poll right after this call sees it
+    setsid nohup bash "$0" _drive </dev/null >/dev/null 2>&1 &
+    echo "m6-lease: started (log $LOG)"
+    ;;
+  _drive) drive >>"$LOG" 2>&1 ;;
+  poll)
+    limit=${2:-540}
+    [ -e "$STATE" ] || { echo "m6-lease: nothing started in $D"; exit 2; }
+    while grep -q '^running' "$STATE" && [ "$SECONDS" -lt "$limit" ]; do sleep 10; done
+    echo "m6-lease: $(cat "$STATE") after this poll's $SECONDS s"
+    grep -E '^(===|group|merge|before)' "$LOG" | tail -n 12
+    if grep -q '^done' "$STATE"; then
+      out=${OUT:-/tmp/monolith-out}
+      mkdir -p "$out"
+      tar czf "$out/m6rows.tgz" -C "$D" rows
+      cp "$D"/merged/final.json "$D"/merged/final.md "$out"/ 2>/dev/null
+      logs=(log.txt)
+      for f in "$D"/out-* "$D"/merged; do [ -e "$f" ] && logs+=("$(basename "$f")"); done
+      tar czf "$out/m6logs.tgz" -C "$D" "${logs[@]}"
+      echo "m6-lease: done; rows, final.json/.md and logs in $out"
+    fi
+    ;;
+  -h | --help) usage ;;
+  *) usage; exit 2 ;;
+esac

@@ -1,0 +1,78 @@
+"""scripts/m6_lease.sh: the final matrix's groups run in a process session of their own, in order,
+and a poll returns the rows, the merged matrix and the logs once they are done (gpu.sh faked)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+from monolith import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "scripts" / "m6_lease.sh"
+
+FAKE_GPU_SH = r"""#!/usr/bin/env bash
+# the fake: `m6` writes one row per engine of M6_ENGINES, `m6merge` the matrix from the rows
+mkdir -p "$OUT"
+case "$1" in
+  m6) IFS=, read -ra es <<<"$M6_ENGINES"; for e in "${es[@]}"; do echo "{\"engine\": \"$e\"}" >"$M6_ROWS/row-$e.json"; done
+      echo "m6 $M6_ENGINES" ;;
+  m6merge) ls "$M6_ROWS" >"$OUT/final.md"; echo '{"rows": 3}' >"$OUT/final.json"; echo merged ;;
+esac
+"""
+
+
+def _run(args, env, timeout=60):
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT
+    )
+
+
+def test_start_then_poll_runs_every_group_in_order_and_returns_the_matrix(tmp_path: Path):
+    fake = tmp_path / "gpu.sh"
+    fake.write_text(FAKE_GPU_SH)
+    lease, out = tmp_path / "lease", tmp_path / "out"
+    env = {
+        **os.environ,
+        "M6_LEASE_DIR": str(lease),
+        "M6_LEASE_GPU_SH": str(fake),
+        "OUT": str(out),
+        "M6_LEASE_GROUPS": "a,b;c",
+        "M6_LEASE_BEFORE": "echo proof-first",
+    }
+    r = _run(["start"], env)
+    assert r.returncode == 0 and "started" in r.stdout
+    r = _run(["poll", "30"], env)
+    assert r.returncode == 0, r.stderr
+    assert "m6-lease: done rc=0" in r.stdout and "rows, final.json/.md and logs" in r.stdout
+    log = (lease / "log.txt").read_text()
+    assert log.index("proof-first") < log.index("group 1/2: a,b") < log.index("group 2/2: c") < log.index("=== merge")
+    assert (out / "final.json").read_text().strip() == '{"rows": 3}'
+    assert (out / "final.md").read_text().split() == ["row-a.json", "row-b.json", "row-c.json"]
+    with tarfile.open(out / "m6rows.tgz") as t:
+        assert sorted(n for n in t.getnames() if n.endswith(".json")) == [
+            "rows/row-a.json",
+            "rows/row-b.json",
+            "rows/row-c.json",
+        ]
+    with tarfile.open(out / "m6logs.tgz") as t:
+        assert "log.txt" in t.getnames() and "merged" in t.getnames()
+
+
+def test_poll_without_a_start_and_a_bad_subcommand_are_one_line_refusals(tmp_path: Path):
+    env = {**os.environ, "M6_LEASE_DIR": str(tmp_path / "none")}
+    r = _run(["poll", "1"], env)
+    assert r.returncode == 2 and r.stdout.strip() == f"m6-lease: nothing started in {tmp_path / 'none'}"
+    r = _run(["bogus"], env)
+    assert r.returncode == 2 and "usage" in r.stdout
+    assert "usage" in _run(["--help"], env).stdout
+
+
+def test_shellcheck_clean():
+    import shutil
+
+    sc = shutil.which("shellcheck")
+    assert sc, "shellcheck is not installed: run `make deps`"
+    r = subprocess.run([sc, str(SCRIPT)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
