@@ -51,6 +51,16 @@ drive() {  # the whole matrix, in order; every group's status goes to the log an
 case "${1:-}" in
   start)
     [ -e "$STATE" ] && grep -q '^running' "$STATE" && { echo "m6-lease: already running ($(cat "$STATE"))"; exit 2; }
+    # the llama.cpp rows need a pack (a lease is too short to build one): refuse a named one that is
+    # missing now rather than find a "not run" row after the lease
+    if [ -n "${M6_LLAMACPP:-}" ]; then
+      [ -x "$M6_LLAMACPP/bin/llama-bench" ] || [ -f "$M6_LLAMACPP/pack.tar.xz" ] || [ -f "$M6_LLAMACPP" ] || {
+        echo "m6-lease: M6_LLAMACPP=$M6_LLAMACPP holds no bin/llama-bench or pack.tar.xz (carry it, notes/harness.md)"
+        exit 2
+      }
+    else
+      echo "m6-lease: M6_LLAMACPP not set: the llama.cpp rows will say not run"
+    fi
     rm -rf "$D" && mkdir -p "$D" || exit 1
     echo "running" >"$STATE"  # before the session starts: a poll right after this call sees it
     setsid nohup bash "$0" _drive </dev/null >/dev/null 2>&1 &

@@ -76,3 +76,10 @@ def test_shellcheck_clean():
     assert sc, "shellcheck is not installed: run `make deps`"
     r = subprocess.run([sc, str(SCRIPT)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
+
+
+def test_a_named_llamacpp_pack_must_exist_before_the_lease_starts(tmp_path: Path):
+    env = {**os.environ, "M6_LEASE_DIR": str(tmp_path / "lease"), "M6_LLAMACPP": str(tmp_path / "nopack")}
+    r = _run(["start"], env)
+    assert r.returncode == 2 and "holds no bin/llama-bench or pack.tar.xz" in r.stdout
+    assert not (tmp_path / "lease").exists()  # nothing started
