@@ -559,15 +559,6 @@ KernelInfo info_of(bool device_sm120) {
           ring_bytes_on<Cfg>(device_sm120), Cfg::Weights::kRowScale, Cfg::kStream};
 }
 
-// The kernels of `variant` when it is one of kVariants (the variants a translation unit builds);
-// otherwise KernelInfo{} (fn null: not a variant of this build).
-template <int... kVariants>
-KernelInfo info_of_one_of(int variant, bool device_sm120) {
-  KernelInfo k{};
-  (void)((variant == kVariants && (k = info_of<kVariants>(device_sm120), true)) || ...);
-  return k;
-}
-
 // The sm_120 configuration's variants on an sm_90 device: their kernels live in
 // kernel/megakernel_sm120.cu, which sets this when it is linked into the extension (a static
 // initializer; megakernel.cu defines it null). Null: this build does not hold them.

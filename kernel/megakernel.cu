@@ -76,11 +76,23 @@ static bool device_sm120(int device) {
 template <int kVariant>
 KernelInfo sm120_config_info(int variant, bool sm120) {
   if (sm120) return info_of<VariantCfg<kVariant>::kBaseVariant>(true);
-  return sm120_kernels != nullptr ? sm120_kernels(variant) : KernelInfo{};
+  return sm120_kernels != nullptr ? sm120_kernels(variant) : KernelInfo{nullptr, nullptr, nullptr, 0, 0, false, false};
 }
 
-static KernelInfo kernel_for(int variant, bool sm120) {  // fn null: not a variant of this build
+static KernelInfo kernel_for(int variant, bool sm120) {  // {nullptr, ...}: not a variant of this build
   switch (variant) {
+    case kVariantBf16Upstream:
+      return info_of<kVariantBf16Upstream>(sm120);
+    case kVariantBf16UpstreamL2Pre:
+      return info_of<kVariantBf16UpstreamL2Pre>(sm120);
+    case kVariantBf16Stream:
+      return info_of<kVariantBf16Stream>(sm120);
+    case kVariantFp8Upstream:
+      return info_of<kVariantFp8Upstream>(sm120);
+    case kVariantFp8Stream:
+      return info_of<kVariantFp8Stream>(sm120);
+    case kVariantNvfp4Stream:
+      return info_of<kVariantNvfp4Stream>(sm120);
     case kVariantBf16StreamSm120:
       return sm120_config_info<kVariantBf16StreamSm120>(variant, sm120);
     case kVariantFp8StreamSm120:
@@ -88,13 +100,12 @@ static KernelInfo kernel_for(int variant, bool sm120) {  // fn null: not a varia
     case kVariantNvfp4StreamSm120:
       return sm120_config_info<kVariantNvfp4StreamSm120>(variant, sm120);
     default:
-      return info_of_one_of<kVariantBf16Upstream, kVariantBf16UpstreamL2Pre, kVariantBf16Stream, kVariantFp8Upstream,
-                            kVariantFp8Stream, kVariantNvfp4Stream>(variant, sm120);
+      return {nullptr, nullptr, nullptr, 0, 0, false, false};
   }
 }
 static KernelInfo kernel_for_current(int variant) {
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return KernelInfo{};
+  if (cudaGetDevice(&device) != cudaSuccess) return {nullptr, nullptr, nullptr, 0, 0, false, false};
   return kernel_for(variant, device_sm120(device));
 }
 

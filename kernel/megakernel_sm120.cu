@@ -29,7 +29,16 @@ namespace plain_build {
 #include "decode_step.cuh"
 
 static KernelInfo sm120_config_kernels(int variant) {  // on a device outside the sm_120 family
-  return info_of_one_of<kVariantBf16StreamSm120, kVariantFp8StreamSm120, kVariantNvfp4StreamSm120>(variant, false);
+  switch (variant) {
+    case kVariantBf16StreamSm120:
+      return info_of<kVariantBf16StreamSm120>(false);
+    case kVariantFp8StreamSm120:
+      return info_of<kVariantFp8StreamSm120>(false);
+    case kVariantNvfp4StreamSm120:
+      return info_of<kVariantNvfp4StreamSm120>(false);
+    default:
+      return {nullptr, nullptr, nullptr, 0, 0, false, false};
+  }
 }
 [[maybe_unused]] static const bool sm120_registered = (sm120_kernels = &sm120_config_kernels, true);
 
