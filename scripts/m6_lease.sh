@@ -7,7 +7,8 @@
 # wait on a call, so a 10-minute call limit cannot cut a row in half.
 #
 # usage: scripts/m6_lease.sh start            (then, in the next calls:)
-#        scripts/m6_lease.sh poll 560          (until it prints "m6-lease: done")
+#        scripts/m6_lease.sh poll 560          (until it prints "m6-lease: done"; every poll returns
+#                                              the rows finished so far as m6rows.tgz)
 #   env: M6_LEASE_DIR (default /tmp/m6lease), M6_LLAMACPP (a llama-bench pack dir, e.g. .llamacpp),
 #        M6_LEASE_GROUPS (';'-separated engine groups; default: the variants; reference-graph,
 #        hf-compile, llamacpp; hf-eager; hf-static), M6_LEASE_BEFORE (a command run first, e.g. a
@@ -21,7 +22,7 @@ STATE="$D/state"
 GPU_SH=${M6_LEASE_GPU_SH:-scripts/gpu.sh}  # (a test substitutes a fake)
 GROUPS_DEFAULT="bf16-upstream,fp8-upstream,bf16-stream,fp8-stream,nvfp4-stream;reference-graph,hf-compile,llamacpp;hf-eager;hf-static"
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 
 drive() {  # the whole matrix, in order; every group's status goes to the log and the state file
   mkdir -p "$ROWS"
@@ -70,13 +71,15 @@ case "${1:-}" in
   poll)
     limit=${2:-540}
     [ -e "$STATE" ] || { echo "m6-lease: nothing started in $D"; exit 2; }
-    while grep -q '^running' "$STATE" && [ "$SECONDS" -lt "$limit" ]; do sleep 10; done
+    while grep -q '^running' "$STATE" && [ "$SECONDS" -lt "$limit" ]; do sleep 2; done
     echo "m6-lease: $(cat "$STATE") after this poll's $SECONDS s"
     grep -E '^(===|group|merge|before)' "$LOG" | tail -n 12
+    out=${OUT:-/tmp/monolith-out}
+    mkdir -p "$out"
+    # the rows finished so far come back with every poll: if the lease ends before the matrix does,
+    # the finished rows are not lost with the machine
+    [ -d "$D/rows" ] && tar czf "$out/m6rows.tgz" -C "$D" rows
     if grep -q '^done' "$STATE"; then
-      out=${OUT:-/tmp/monolith-out}
-      mkdir -p "$out"
-      tar czf "$out/m6rows.tgz" -C "$D" rows
       cp "$D"/merged/final.json "$D"/merged/final.md "$out"/ 2>/dev/null
       logs=(log.txt)
       for f in "$D"/out-* "$D"/merged; do [ -e "$f" ] && logs+=("$(basename "$f")"); done

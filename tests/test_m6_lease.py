@@ -16,7 +16,7 @@ FAKE_GPU_SH = r"""#!/usr/bin/env bash
 # the fake: `m6` writes one row per engine of M6_ENGINES, `m6merge` the matrix from the rows
 mkdir -p "$OUT"
 case "$1" in
-  m6) IFS=, read -ra es <<<"$M6_ENGINES"; for e in "${es[@]}"; do echo "{\"engine\": \"$e\"}" >"$M6_ROWS/row-$e.json"; done
+  m6) IFS=, read -ra es <<<"$M6_ENGINES"; for e in "${es[@]}"; do [ "$e" = slow ] && sleep 6; echo "{\"engine\": \"$e\"}" >"$M6_ROWS/row-$e.json"; done
       echo "m6 $M6_ENGINES" ;;
   m6merge) ls "$M6_ROWS" >"$OUT/final.md"; echo '{"rows": 3}' >"$OUT/final.json"; echo merged ;;
 esac
@@ -58,6 +58,29 @@ def test_start_then_poll_runs_every_group_in_order_and_returns_the_matrix(tmp_pa
         ]
     with tarfile.open(out / "m6logs.tgz") as t:
         assert "log.txt" in t.getnames() and "merged" in t.getnames()
+
+
+def test_a_poll_before_the_end_returns_the_rows_finished_so_far(tmp_path: Path):
+    fake = tmp_path / "gpu.sh"
+    fake.write_text(FAKE_GPU_SH)
+    lease, out = tmp_path / "lease", tmp_path / "out"
+    env = {
+        **os.environ,
+        "M6_LEASE_DIR": str(lease),
+        "M6_LEASE_GPU_SH": str(fake),
+        "OUT": str(out),
+        "M6_LEASE_GROUPS": "a;slow",
+    }
+    assert _run(["start"], env).returncode == 0
+    r = _run(["poll", "2"], env)
+    assert r.returncode == 0 and "m6-lease: running group 2/2: slow" in r.stdout and "done" not in r.stdout
+    with tarfile.open(out / "m6rows.tgz") as t:
+        assert sorted(n for n in t.getnames() if n.endswith(".json")) == ["rows/row-a.json"]
+    assert not (out / "final.json").exists()
+    r = _run(["poll", "30"], env)
+    assert "m6-lease: done rc=0" in r.stdout
+    with tarfile.open(out / "m6rows.tgz") as t:
+        assert sorted(n for n in t.getnames() if n.endswith(".json")) == ["rows/row-a.json", "rows/row-slow.json"]
 
 
 def test_poll_without_a_start_and_a_bad_subcommand_are_one_line_refusals(tmp_path: Path):
