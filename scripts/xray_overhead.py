@@ -1,7 +1,8 @@
 """The X-ray's overhead on every shipped variant, and an A/B of its record layouts, in one GPU call.
 
 usage: python scripts/xray_overhead.py [--variants V,...] [--positions 16,128,1024,2048]
-       [--alts compact,full] [--tokens 64] [--runs 5] [--trace-position 128] [--out DIR]
+       [--alts compact,full] [--tokens 64] [--runs 5] [--trace-position 128]
+       [--fidelity-layer L [--fidelity-reps 31] [--fidelity-traces 5]] [--out DIR]
 
 Builds: the extension as monolith.megakernel.load_extension builds it (plain + the shipped X-ray,
 kernel/xray.cuh as committed) and, for every other --alts name, the same sources copied to
@@ -19,6 +20,16 @@ bitwise (gate). Then one trace per (variant, alt) at --trace-position, its span 
 plain kernel's token time there, and the compact trace's per-phase sums against the full one's
 (fidelity). Writes DIR/xray_overhead.json and DIR/traces/<alt>/<variant>.raw.npz; prints a table
 last. Dev timing, not a headline number (those come from `monolith bench`).
+
+--fidelity-layer L (monolith.xray.fidelity; 0: off): at every --positions entry, launches of the
+plain kernel and of each X-ray build stopped after each phase of layer L (and after layer L-1's
+last), against full traced launches of each X-ray build in the same protocol. The stop points and
+the records that close them follow the variant's schedule (kernel/variants.json). JSON
+variants.<v>.phase_fidelity: per position and X-ray build, per segment between stop points the plain
+difference (µs), the trace's, the error and relative error, the token span against the plain
+build's time per token from the overhead rows, and pass/fail under fidelity.PASS_RULE;
+phase_fidelity.pass is the shipped layout's verdict at every position. A variant that cannot be
+measured (a missing record, a failed launch) fails the script; a rule's FAIL is reported, not fatal.
 """
 from __future__ import annotations
 
@@ -180,6 +191,11 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=64, help="decode launches per timed window")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--trace-position", type=int, default=128, help="position of the fidelity traces (0: none)")
+    ap.add_argument("--fidelity-layer", type=int, default=0,
+                    help="per-phase fidelity of this layer (1..27) at every position: stopped plain and X-ray "
+                         "launches against traced ones (0: off)")
+    ap.add_argument("--fidelity-reps", type=int, default=31, help="stopped launches per build, stop point and position")
+    ap.add_argument("--fidelity-traces", type=int, default=5, help="traced launches per X-ray build and position")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/monolith-out") + "/xray_overhead")
     a = ap.parse_args(argv)
     try:
@@ -189,13 +205,26 @@ def main(argv=None) -> int:
             raise MonolithError(f"--alts: unknown {unknown} (known: {', '.join(ALTS)})")
         variants = [v for v in a.variants.split(",") if v]
         positions = [int(p) for p in a.positions.split(",") if p]
-        return run(variants, positions, alts, a.tokens, a.runs, a.trace_position, Path(a.out))
+        fid = None
+        if a.fidelity_layer:
+            from monolith.config import NUM_LAYERS
+            from monolith.xray import fidelity as F
+
+            if not 1 <= a.fidelity_layer < NUM_LAYERS:
+                raise MonolithError(f"--fidelity-layer: 1..{NUM_LAYERS - 1}, or 0 for none; got {a.fidelity_layer}")
+            if a.fidelity_reps < 4 or a.fidelity_traces < 1:
+                raise MonolithError(f"--fidelity-reps >= 4 and --fidelity-traces >= 1; got {a.fidelity_reps}, "
+                                    f"{a.fidelity_traces}")
+            for v in variants:  # every variant's schedule before any GPU work: refusals are cheap
+                F.schedule_of(v)
+            fid = {"layer": a.fidelity_layer, "reps": a.fidelity_reps, "traces": a.fidelity_traces}
+        return run(variants, positions, alts, a.tokens, a.runs, a.trace_position, Path(a.out), fid)
     except MonolithError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
 
-def run(variants, positions, alts, tokens, runs, trace_position, out: Path) -> int:
+def run(variants, positions, alts, tokens, runs, trace_position, out: Path, fidelity_args: dict | None = None) -> int:
     import torch
 
     from monolith.checkpoint import ensure_checkpoint, load_checkpoint
@@ -220,10 +249,11 @@ def run(variants, positions, alts, tokens, runs, trace_position, out: Path) -> i
            "builds": {k: v.build_info for k, v in exts.items()}, "variants": {}}
     failures = []
     doc["trace_position"] = trace_position
+    doc["fidelity_layer"] = (fidelity_args or {}).get("layer", 0)
     for v in variants:
         try:
             res = measure_variant(ckpt, v, exts, alts, shipped, positions, tokens, runs, trace_position, prompt, out,
-                                  failures)
+                                  failures, fidelity_args)
         except MonolithError as e:
             print(f"[xo] {v}: FAILED: {e}", flush=True)
             res = {"error": str(e)}
@@ -238,7 +268,8 @@ def run(variants, positions, alts, tokens, runs, trace_position, out: Path) -> i
     return 1 if failures else 0
 
 
-def measure_variant(ckpt, v, exts, alts, shipped, positions, tokens, runs, trace_position, prompt, out, failures) -> dict:
+def measure_variant(ckpt, v, exts, alts, shipped, positions, tokens, runs, trace_position, prompt, out, failures,
+                    fidelity_args: dict | None = None) -> dict:
     from monolith.xray import overhead as O
 
     tv = time.time()
@@ -268,12 +299,32 @@ def measure_variant(ckpt, v, exts, alts, shipped, positions, tokens, runs, trace
             plain_us = next((r["us_per_token"] for r in res["rows"]
                              if r["build"] == "plain" and r["position"] == trace_position), None)
             res["fidelity"] = fidelity(res["traces"], plain_us, shipped)
+        if fidelity_args:
+            res["phase_fidelity"] = phase_fidelity(mk, v, exts, alts, shipped, res, fidelity_args, failures)
         res["seconds"] = round(time.time() - tv, 1)
         if not all(all(x.values()) for x in res["tokens_equal"].values()):
             failures.append(f"{v} tokens")
         return res
     finally:
         del mk
+
+
+def phase_fidelity(mk, v, exts, alts, shipped, res, args: dict, failures) -> dict:
+    """monolith.xray.fidelity at every measured position: plain = the engine's own plain kernel (as
+    the overhead rows time it), each alt its build's X-ray kernel; the plain time per token from the
+    overhead rows just measured."""
+    from monolith.xray import fidelity as F
+
+    plain_us = {r["position"]: r["us_per_token"] for r in res["rows"] if r["build"] == "plain"}
+    builds = {"plain": (mk.ext, False), **{a: (exts[a], True) for a in alts}}
+    try:
+        return F.measure_variant(mk, v, builds, alts, res["positions"], args["layer"], plain_us, shipped,
+                                 reps=args["reps"], traces=args["traces"],
+                                 progress=lambda s, v=v: print(f"[xo] {v} {s}", flush=True))
+    except MonolithError as e:
+        print(f"[xo] {v}: phase fidelity FAILED: {e}", flush=True)
+        failures.append(f"{v} phase fidelity")
+        return {"error": str(e)}
 
 
 def fidelity(traces: dict, plain_us: float | None, shipped: str) -> dict:
@@ -312,6 +363,34 @@ def print_table(doc: dict) -> None:
         f = res.get("fidelity") or {}
         if "span_vs_plain_token" in f:
             print(f"{'':<14} trace span / plain token time at {doc.get('trace_position', '')}: {f['span_vs_plain_token']:.3f}")
+        print_phase_fidelity(res.get("phase_fidelity"))
+    fids = {v: r["phase_fidelity"] for v, r in doc["variants"].items() if "phase_fidelity" in r}
+    if fids:
+        print(f"\n==== phase fidelity, layer {doc.get('fidelity_layer')} (shipped layout; {fidelity_rule()})")
+        for v, pf in fids.items():
+            print(f"{v:<14} " + (f"error: {pf['error']}" if "error" in pf else ("PASS" if pf["pass"] else "FAIL")))
+
+
+def fidelity_rule() -> str:
+    from monolith.xray import fidelity as F
+
+    return F.PASS_RULE
+
+
+def print_phase_fidelity(pf: dict | None) -> None:
+    """Per position and X-ray build: the token span against plain and the worst segment."""
+    if not pf:
+        return
+    if "error" in pf:
+        print(f"{'':<14} phase fidelity: error: {pf['error']}")
+        return
+    for pos, by_alt in pf["positions"].items():
+        for alt, r in by_alt.items():
+            worst = max(r["segments"], key=lambda x: abs(x["error_us"]) - x["limit_us"])
+            print(f"{'':<14} fidelity L{pf['layer']} at {pos} ({alt}): span {r['token']['trace_span_us']:.1f} vs "
+                  f"plain {r['token']['plain_token_us']:.1f} µs/token ({r['token']['rel_error'] * 100:+.2f}%); "
+                  f"worst {worst['from']}->{worst['to']} trace {worst['trace_us']:.2f} vs plain "
+                  f"{worst['plain_us']:.2f} µs: " + ("pass" if r["pass"] else f"FAIL {r['failed']}"))
 
 
 if __name__ == "__main__":
