@@ -140,7 +140,24 @@ constexpr int kSlotBytes = 16 * 1024;   // one bulk copy; 8 rows of K=1024 bf16
 // (192 KB in flight per SM); sm_120's per-block limit of 99 KB holds 4 beside the block's ~33 KB of
 // StreamSmem (schedule_stream.cuh asserts both budgets by name). A round of slots must fit in the
 // ring (Policy's kRoundSlots note), so the shallow ring also bounds the rounds.
-constexpr int kStagesSm90 = 12;
+// An experiment build may give the sm_90 ring another depth: -DMONOLITH_RING_DEPTH_SM90=N through
+// MONOLITH_NVCC_DEFINES (scripts/ring_sweep.py). monolith/kernel_spec.py refuses a depth outside
+// kStagesSm90Min .. kStagesSm90Max before nvcc runs, the assert below where it does. What every
+// depth must hold is asserted per Policy (stream_step: ring_fits, the block's shared memory); the
+// rules of the shipped depth alone (a round leaves the producer half the ring: stream_gemv.cuh;
+// NVFP4's per-stage scales do not fit beside the ring: schedule_stream.cuh) at kStagesSm90Shipped.
+// The host sizes the ring from the build: megakernel.cu launches with Policy::kRingBytes, and
+// bindings.cpp's constants() is compiled with the same defines (monolith/megakernel.py
+// load_extension). kernel_spec.config_constants() reads the default build.
+constexpr int kStagesSm90Shipped = 12;
+#ifndef MONOLITH_RING_DEPTH_SM90
+#define MONOLITH_RING_DEPTH_SM90 kStagesSm90Shipped
+#endif
+constexpr int kStagesSm90 = MONOLITH_RING_DEPTH_SM90;
+constexpr int kStagesSm90Min = 6;   // MLP-1's sm_90 round (3 bf16 units, 6 slots: stream_gemv.cuh) held whole
+constexpr int kStagesSm90Max = 12;  // the deepest ring of 16 KB slots beside ~32 KB of block state in 227 KB
+static_assert(kStagesSm90 >= kStagesSm90Min && kStagesSm90 <= kStagesSm90Max,
+              "MONOLITH_RING_DEPTH_SM90: the sm_90 ring takes kStagesSm90Min (6) to kStagesSm90Max (12) slots");
 constexpr int kStagesSm120 = 4;
 constexpr int kRingBytesSm90 = kStagesSm90 * kSlotBytes;
 constexpr int kRingBytesSm120 = kStagesSm120 * kSlotBytes;
@@ -192,6 +209,10 @@ static_assert(kContextCap % kSplitPositions == 0, "splits tile the context");
 static_assert(kStreamConsumerThreads * 2 == kHidden, "each consumer thread holds 2 residual elements");
 static_assert(kIntermediate % kStreamConsumerThreads == 0, "each consumer thread gathers whole activations");
 static_assert(kRingBytesSm90 + 32 * 1024 <= kSmemPerBlockSm90, "ring + static shared memory must fit an sm_90 block");
+static_assert(kStagesSm90Max * kSlotBytes + 32 * 1024 <= kSmemPerBlockSm90 &&
+                  (kStagesSm90Max + 1) * kSlotBytes + 32 * 1024 > kSmemPerBlockSm90,
+              "kStagesSm90Max is the deepest sm_90 ring beside 32 KB of block state");
+static_assert(kStagesSm90Shipped >= kStagesSm90Min && kStagesSm90Shipped <= kStagesSm90Max, "the shipped depth builds");
 static_assert(kRingBytesSm120 + 32 * 1024 <= kSmemPerBlockSm120, "ring + static shared memory must fit an sm_120 block");
 
 // ---- the phases a test can stop after (phase diff) ----------------------------------------

@@ -38,7 +38,7 @@ if constexpr (P::kHeadWarp) {  // the warp head: no block barrier per round (kHe
   // NG groups of G warps; group g takes the slots j = g, g + NG, ...
   // (NG divides kStages, so copy j - kStages of a slot was the same group's: every warp of a
   // group is that slot's in-order consumer), warp gw of a group its RW rows gw RW .. of each.
-  constexpr int NG = kHeadGroups;
+  constexpr int NG = head_groups(P::kStages);  // kHeadGroups at every shipped depth
   constexpr int G = kStreamConsumerWarps / NG, RW = R / G;
   constexpr int kArrivals = kEmptyArrivals / G;  // each warp's share of a slot's release
   static_assert(P::kStages % NG == 0 && NG * G <= kStreamConsumerWarps, "groups tile the ring and the warps");

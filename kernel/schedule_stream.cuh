@@ -78,6 +78,13 @@ static_assert((1 << kHiddenShift) == kHidden, "the seed range is a shift by log2
 // a lap early). Rows are independent in the head, so the rounds' fixed chain (slot tests, two block
 // barriers, the combine) bought nothing there. Each row's sum is one warp's, in a fixed order.
 constexpr int kHeadGroups = 4;
+// The warp head's group count for a ring of `stages` slots: kHeadGroups wherever it divides the ring
+// (every shipped depth: 12 and 4), else 2 or 1, whichever divides it (an experiment depth of the sm_90
+// ring, config.cuh MONOLITH_RING_DEPTH_SM90: 10 or 7). The tokens do not depend on it: a row's sum is
+// one warp's, by warp_reduce_scatter's xor-16/8/4/2/1 tree whatever the rows per warp.
+__host__ __device__ constexpr int head_groups(int stages) {
+  return stages % kHeadGroups == 0 ? kHeadGroups : stages % 2 == 0 ? 2 : 1;
+}
 // In racecheck's reference build (MONOLITH_RING_RELEASE=512: every consumer thread releases a slot
 // itself) every lane of the warp head also waits on the slot's `full` barrier itself: racecheck
 // credits bar.sync and each thread's own mbarrier operations, not bar.warp.sync. The default build
@@ -149,7 +156,8 @@ constexpr int kNvSlotScaleBytes = StreamFmt<WeightsNvfp4>::kRows1024 * StreamFmt
 static_assert(kRingBytesSm90 + int(sizeof(StreamSmem)) + 512 <= kStreamSmemBudget, "ring + StreamSmem fit one block");
 static_assert(kRingBytesSm120 + int(sizeof(StreamSmem)) + 512 + kStreamSmemHeadroomSm120 <= kStreamSmemBudgetSm120,
               "the sm_120 ring + StreamSmem fit one sm_120 block, with headroom");
-static_assert(kRingBytesSm90 + int(sizeof(StreamSmem)) + kStagesSm90 * kNvSlotScaleBytes > kStreamSmemBudget &&
+static_assert((kStagesSm90 != kStagesSm90Shipped ||  // (the shipped depth's rule: config.cuh)
+               kRingBytesSm90 + int(sizeof(StreamSmem)) + kStagesSm90 * kNvSlotScaleBytes > kStreamSmemBudget) &&
                   kRingBytesSm120 + int(sizeof(StreamSmem)) + kStagesSm120 * kNvSlotScaleBytes > kStreamSmemBudgetSm120,
               "a per-stage scale area would fit now: reconsider reading NVFP4 block scales from L2");
 
@@ -272,14 +280,14 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
 // and a parity test of slot kc + i is sound only for i < kStages (slot_tests_batched). The rounds:
 // qkv, O (bf16), down and NVFP4 kRoundSlots; MLP-1 P::kMlpRoundUnits units; a split's K or V
 // kSplitSlotsMax; the bf16 LM head HF::kHeadSlots; O's pretest at most kRoundSlots. The warp head's
-// groups tile the ring (kHeadGroups divides kStages: phase_head.cuh).
+// groups tile the ring (head_groups(kStages) divides kStages: phase_head.cuh).
 template <class Cfg, class P>
 __host__ __device__ constexpr bool ring_fits() {
   using F = StreamFmt<typename Cfg::Weights>;
   using HF = StreamFmt<typename Cfg::Weights::Head>;
   return kRoundSlots <= P::kStages && P::kMlpRoundUnits * F::kSlotsPerUnit <= P::kStages &&
          kSplitSlotsMax <= P::kStages && (P::kHeadWarp || HF::kHeadSlots <= P::kStages) &&
-         (!P::kHeadWarp || P::kStages % kHeadGroups == 0);
+         (!P::kHeadWarp || P::kStages % head_groups(P::kStages) == 0);
 }
 
 template <class Cfg, bool kLong, bool kWide = false>

@@ -272,9 +272,13 @@ constexpr int kRoundSlots = 4;
 // MLP-1 takes a block's gate/up units (3 at 128 blocks: 6 slots) in one round: two pieces of
 // round_1024 between one pair of barriers.
 constexpr int kMlpRoundSlots = 6;
-// (sm_90's ring: a round leaves the producer half of it. The shallow sm_120 ring only holds every
-// round whole: stream_step's ring_fits, and Policy::kMlpRoundUnits there.)
-static_assert(kRoundSlots <= kStagesSm90 / 2 && kMlpRoundSlots <= kStagesSm90 / 2, "a round leaves the producer half the ring");
+// (sm_90's shipped ring: a round leaves the producer half of it. The shallow sm_120 ring, and an
+// experiment depth of the sm_90 one (config.cuh: MONOLITH_RING_DEPTH_SM90), only hold every round
+// whole: stream_step's ring_fits, and Policy::kMlpRoundUnits there.)
+static_assert(kRoundSlots <= kStagesSm90Shipped / 2 && kMlpRoundSlots <= kStagesSm90Shipped / 2,
+              "a round leaves the producer half the ring");
+static_assert(kRoundSlots <= kStagesSm90Min && kMlpRoundSlots <= kStagesSm90Min,
+              "every sm_90 round fits the shallowest sm_90 ring whole (kStagesSm90Min)");
 static_assert(kMlpRoundSlots % 2 == 0 && kMlpRoundSlots <= 2 * kRoundSlots, "whole units, at most two pieces");
 static_assert(Policy<WeightsBf16, KernelKind::kShort, false>::kMlpRoundUnits == kMlpRoundSlots / 2 &&
                   Policy<WeightsE4M3, KernelKind::kShort, false>::kMlpRoundUnits == kMlpRoundSlots / 2,
@@ -285,7 +289,9 @@ static_assert(Policy<WeightsBf16, KernelKind::kShort, false>::kMlpRoundUnits == 
 // fixed cost (waits, two barriers, the combine) is then paid per 96 KB; bf16 keeps 4 (its LM
 // head streams at ~4.2 TB/s, DRAM-bound).
 constexpr int kHeadRoundSlotsMax = 6;
-static_assert(kHeadRoundSlotsMax <= kStagesSm90 / 2 && kHeadRoundSlotsMax <= 2 * kRoundSlots, "at most two pieces, half the ring");
+static_assert(kHeadRoundSlotsMax <= kStagesSm90Shipped / 2 && kHeadRoundSlotsMax <= 2 * kRoundSlots &&
+                  kHeadRoundSlotsMax <= kStagesSm90Min,
+              "at most two pieces, half the shipped ring, whole in the shallowest");
 constexpr int kRoundRbMax = kMlpRoundSlots > 2 * kHeadRoundSlotsMax ? kMlpRoundSlots : 2 * kHeadRoundSlotsMax;
 constexpr int kPartBlk = kStreamConsumerWarps;  // part[] floats per 8-row block
 

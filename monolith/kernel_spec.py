@@ -110,7 +110,12 @@ KNOWN_DEFINES = {
     "MONOLITH_RING_RELEASE": "who returns a ring slot: 16 lanes (default), 1 thread, or 512 threads "
                              "(racecheck's reference build, scripts/gpu.sh racecheck-stream)",
     "MONOLITH_XRAY_SUB": "the X-ray build's diagnostic sub-intervals: 1, 2 or 3 (kernel/xray_phases.def)",
+    "MONOLITH_RING_DEPTH_SM90": "the sm_90 ring's depth in 16 KB slots, kStagesSm90Min .. kStagesSm90Max of "
+                                "kernel/config.cuh (default 12; scripts/ring_sweep.py)",
 }
+# Defines whose value must be an integer in a range of kernel/config.cuh's constants (checked before
+# nvcc runs; the kernel asserts the same range): name -> (the constants naming the least, the most).
+DEFINE_RANGES = {"MONOLITH_RING_DEPTH_SM90": ("kStagesSm90Min", "kStagesSm90Max")}
 _DEFINE_TOKEN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:=([A-Za-z0-9_.+\-]+))?")
 
 
@@ -140,7 +145,23 @@ def parse_extra_defines(text: str | None, known: dict | frozenset | None = None)
     if unknown:
         raise MonolithError(f"{EXTRA_DEFINES_ENV}: unknown kernel define {sorted(unknown)[0]}; the kernel reads "
                             f"{', '.join(sorted(known))} (retired knobs: docs/EXPERIMENTS.md)")
+    for tok in out:
+        name, _, value = tok.partition("=")
+        if name in DEFINE_RANGES:
+            check_define_range(name, value)
     return out
+
+
+def check_define_range(name: str, value: str) -> int:
+    """A ranged define's value (DEFINE_RANGES) as an int; MonolithError in one line when it is not an
+    integer within the range kernel/config.cuh gives it."""
+    lo_name, hi_name = DEFINE_RANGES[name]
+    k = config_constants()
+    lo, hi = int(k[lo_name]), int(k[hi_name])
+    if not re.fullmatch(r"\d+", value or "") or not lo <= int(value) <= hi:
+        raise MonolithError(f"{EXTRA_DEFINES_ENV}: {name}={value or '(no value)'} cannot build: it takes an integer "
+                            f"from {lo} to {hi} (kernel/config.cuh {lo_name} .. {hi_name})")
+    return int(value)
 
 
 def env_extra_defines(environ: dict | None = None) -> list[str]:
@@ -224,16 +245,21 @@ def _strip_comments(text: str) -> str:
 
 def config_constants(path: Path | str = KERNEL_DIR / "config.cuh") -> dict[str, float]:
     """Evaluate every `constexpr <int|int64_t|float> kName = <expr>;` of the header, in order
-    (an expression may use the names defined before it)."""
+    (an expression may use the names defined before it), as the default build compiles it: a build
+    switch's default, `#define MONOLITH_NAME <expr>` (under its #ifndef), is evaluated in the same
+    order and may appear in a later expression; only the k-names are returned."""
     env: dict[str, float] = {}
     text = _strip_comments(Path(path).read_text())
-    for m in re.finditer(r"constexpr\s+(?:int64_t|int|float)\s+(k\w+)\s*=\s*([^;]+);", text):
-        expr = re.sub(r"int64_t\(([^)]*)\)", r"(\1)", m.group(2))
+    rx = re.compile(r"constexpr\s+(?:int64_t|int|float)\s+(k\w+)\s*=\s*([^;]+);"
+                    r"|^[ \t]*#[ \t]*define[ \t]+(MONOLITH_\w+)[ \t]+([^\n]+)$", re.M)
+    for m in rx.finditer(text):
+        name, raw = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4).strip())
+        expr = re.sub(r"int64_t\(([^)]*)\)", r"(\1)", raw)
         expr = re.sub(r"(\d(?:\.\d*)?(?:e-?\d+)?)f\b", r"\1", expr)
         if not re.fullmatch(r"[\w\s.+\-*/()%]+", expr):
-            raise ValueError(f"{path}: cannot evaluate {m.group(1)} = {m.group(2)!r}")
-        env[m.group(1)] = eval(expr, {"__builtins__": {}}, dict(env))  # noqa: S307 (checked: names, numbers, arithmetic)
-    return env
+            raise ValueError(f"{path}: cannot evaluate {name} = {raw!r}")
+        env[name] = eval(expr, {"__builtins__": {}}, dict(env))  # noqa: S307 (checked: names, numbers, arithmetic)
+    return {k: v for k, v in env.items() if k.startswith("k")}
 
 
 def _int_literal(s: str) -> int:

@@ -169,8 +169,10 @@ def load_extension(variant: str = "bf16-upstream", verbose: bool = False):
         sources += list(kernel_spec.config_sources(config))
     build_dir = REPO_ROOT / "build" / f"ext-{tag}"
     build_dir.mkdir(parents=True, exist_ok=True)
+    # the host compiler sees the extra defines too: bindings.cpp's constants() (the ring's depth the
+    # host sizes and checks: stream_ring) must describe the kernels this build compiles
     ext = load(name=f"monolith_mk_{tag}", sources=[str(s) for s in sources], extra_cuda_cflags=cuda_flags,
-               extra_cflags=["-O2", "-std=c++17"], extra_include_paths=[str(KERNEL_DIR)],
+               extra_cflags=["-O2", "-std=c++17", *(f"-D{d}" for d in extra)], extra_include_paths=[str(KERNEL_DIR)],
                build_directory=str(build_dir), verbose=verbose)
     ext.build_info = {"tag": tag, "nvcc_flags": cuda_flags, "build_dir": str(build_dir), "extra_defines": extra,
                       "config_sources": config or None}
