@@ -43,6 +43,13 @@ def all_engines() -> list[str]:
     return [engine_name(v) for v in VARIANTS] + list(BASELINES)
 
 
+def absent_engines(rows: list[dict]) -> list[str]:
+    """The matrix's engines with no row in these files (llama.cpp counts as present with any of its
+    formats): a merge of part of the matrix says which engines it lacks instead of dropping them."""
+    names = {r.get("engine", "") for r in rows}
+    return [e for e in all_engines() if e not in names and not any(n.startswith(f"{e}-") for n in names)]
+
+
 def now_iso() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
 
@@ -227,7 +234,7 @@ def merge(rows_dir: Path, out: Path, publish_root: Path | None = None, limit_s: 
     doc["final"] = {"version": FINAL_VERSION, "gpu_uuid": lease["gpu_uuid"], "gpu": gpu,
                     "window": {k: lease[k] for k in ("start", "end", "span_s", "limit_s")},
                     "row_files": [d["_file"] for d in docs], "headline": None if quick else headline(rows, gpu),
-                    "race": race(rows), "xray": xray, "quick": quick}
+                    "race": race(rows), "xray": xray, "quick": quick, "absent": absent_engines(rows)}
     errs = validate_final(doc)
     if errs:
         bad = Path(out).with_suffix(".invalid.json")
@@ -321,6 +328,8 @@ def render_final_md(doc: dict, results_dir=None) -> str:
         sp = f", {h['speedup']:.2f}× {h['best_baseline']} ({h['best_baseline_tok_s']:,.1f} tok/s)" if h.get("speedup") else ""
         lines += [f"**Headline:** {h['label'] or h['engine']}: {h['tok_s']:,.1f} tok/s{sp}, on {h.get('gpu')}.", ""]
     lines += head[2:]
+    if f.get("absent"):
+        lines += ["", "Not in this matrix (no row file from this lease): " + ", ".join(f["absent"]) + "."]
     lines += ["", "The table's gate column is each engine's correctness gate against the fp32 oracle on the "
               "weights it multiplies (for FP8 and NVFP4 rows: the dequantized weights, i.e. the implementation "
               "gate). Whether quantization keeps the model's quality is the quality gate, listed by name for "

@@ -158,3 +158,15 @@ def test_a_row_file_with_a_bare_nan_is_refused_in_one_line(tmp_path):
     with pytest.raises(MonolithError, match="NaN") as e:
         final.merge(tmp_path / "rows", tmp_path / "final.json")
     assert "\n" not in str(e.value) and not (tmp_path / "final.json").exists()
+
+
+def test_a_partial_matrix_names_the_engines_it_lacks(tmp_path):
+    m6_fakes.write_rows(tmp_path / "rows")
+    full = final.merge(tmp_path / "rows", tmp_path / "final.json")
+    assert full["final"]["absent"] == [] and "Not in this matrix" not in (tmp_path / "final.md").read_text()
+    rows = tmp_path / "part"
+    m6_fakes.write_rows(rows, ["megakernel-fp8-stream", "hf-eager"])
+    doc = final.merge(rows, tmp_path / "part.json")
+    assert "hf-static" in doc["final"]["absent"] and "llamacpp" in doc["final"]["absent"]
+    assert "megakernel-fp8-stream" not in doc["final"]["absent"] and "hf-eager" not in doc["final"]["absent"]
+    assert "Not in this matrix (no row file from this lease): megakernel-bf16-upstream" in (tmp_path / "part.md").read_text()
