@@ -16,7 +16,7 @@ FAKE_GPU_SH = r"""#!/usr/bin/env bash
 # the fake: `m6` writes one row per engine of M6_ENGINES, `m6merge` the matrix from the rows
 mkdir -p "$OUT"
 case "$1" in
-  m6) IFS=, read -ra es <<<"$M6_ENGINES"; for e in "${es[@]}"; do [ "$e" = slow ] && sleep 6; echo "{\"engine\": \"$e\"}" >"$M6_ROWS/row-$e.json"; done
+  m6) IFS=, read -ra es <<<"$M6_ENGINES"; for e in "${es[@]}"; do [ "$e" = slow ] && while [ ! -e "$M6_ROWS/../go" ]; do sleep 0.2; done; echo "{\"engine\": \"$e\"}" >"$M6_ROWS/row-$e.json"; done
       echo "m6 $M6_ENGINES" ;;
   m6merge) ls "$M6_ROWS" >"$OUT/final.md"; echo '{"rows": 3}' >"$OUT/final.json"; echo merged ;;
 esac
@@ -72,11 +72,15 @@ def test_a_poll_before_the_end_returns_the_rows_finished_so_far(tmp_path: Path):
         "M6_LEASE_GROUPS": "a;slow",
     }
     assert _run(["start"], env).returncode == 0
-    r = _run(["poll", "2"], env)
+    for _ in range(30):  # group "slow" holds until the test lets it go: poll until it is the one running
+        r = _run(["poll", "1"], env)
+        if "m6-lease: running group 2/2: slow" in r.stdout:
+            break
     assert r.returncode == 0 and "m6-lease: running group 2/2: slow" in r.stdout and "done" not in r.stdout
     with tarfile.open(out / "m6rows.tgz") as t:
         assert sorted(n for n in t.getnames() if n.endswith(".json")) == ["rows/row-a.json"]
     assert not (out / "final.json").exists()
+    (lease / "go").touch()
     r = _run(["poll", "30"], env)
     assert "m6-lease: done rc=0" in r.stdout
     with tarfile.open(out / "m6rows.tgz") as t:
