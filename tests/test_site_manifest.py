@@ -221,6 +221,15 @@ def test_final_json_is_the_one_table_headline_and_race(tmp_path):
     assert tl["tokens"] is None and len(tl["t_us"]) == 256
 
 
+def test_a_partial_matrix_says_on_the_page_which_engines_it_lacks(tmp_path):
+    res, doc = _final_tree(tmp_path)
+    assert build_site_data(tmp_path, out_dir=tmp_path / "out")["table"]["note"] is None
+    doc["final"]["absent"] = ["hf-static", "engine-this-checkout-does-not-know"]
+    (res / "final.json").write_text(json.dumps(doc))
+    note = build_site_data(tmp_path, out_dir=tmp_path / "out2")["table"]["note"]
+    assert note == "Not measured in this run: HF transformers, static cache, engine-this-checkout-does-not-know."
+
+
 def test_a_final_json_that_breaks_the_contract_is_a_clear_error(tmp_path):
     res, doc = _final_tree(tmp_path)
     del doc["final"]

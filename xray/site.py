@@ -111,6 +111,24 @@ def _is_synthetic_weights(w) -> bool:
     return (isinstance(w, dict) and w.get("kind") == "synthetic") or (isinstance(w, str) and "synth" in w.lower())
 
 
+def _absent_note(absent) -> str | None:
+    """The matrix's engines that have no row in this run, by their labels (bench/final.py `absent`)."""
+    if not absent:
+        return None
+    try:
+        from monolith.bench.baselines.registry import spec
+    except ImportError:
+        spec = None
+
+    def label(e: str) -> str:
+        try:
+            return spec(e).label if spec else e
+        except Exception:  # noqa: BLE001  (an engine this checkout does not know keeps its name)
+            return e
+
+    return "Not measured in this run: " + ", ".join(label(e) for e in absent) + "."
+
+
 def _rel(path: Path, root: Path) -> str:
     try:
         return path.resolve().relative_to(root.resolve()).as_posix()
@@ -341,7 +359,8 @@ def load_table(results_dir: Path, root: Path) -> dict | None:
                 "env": doc.get("env") or {}, "weights": _weights_text(doc.get("weights")),
                 "synthetic_weights": _is_synthetic_weights(doc.get("weights")), "fixture": bool(doc.get("fixture")),
                 "quick": bool(f.get("quick")), "window": f.get("window"), "protocol": doc.get("protocol") or {},
-                "rows": rows, "headline": f.get("headline"), "race_plan": f.get("race") or [], "note": None}
+                "rows": rows, "headline": f.get("headline"), "race_plan": f.get("race") or [],
+                "note": _absent_note(f.get("absent"))}
     files = sorted(load_results(results_dir, root), key=lambda f: (str(f.get("created") or ""), f["file"]))
     if not files:
         return None
