@@ -58,7 +58,7 @@ if (s.gi < s.nsplit) {
     const float ssw = warp_sum(v[0] * v[0] + v[1] * v[1]);
     if (lane == 0) sm.red[warp] = ssw;
     if (!csync_and(ok)) return;
-    XRAY_END(s_gather, L);  // every thread's q/k/v words are in
+    XRAY_GATHER(L);  // every thread's q/k/v words are in
     if (mine && seg < 3) {
       const float r = rsqrtf((sm.red[2 * seg] + sm.red[2 * seg + 1]) / float(kHeadDim) + kRmsEps);
       const float x0 = v[0] * r * nw0, x1 = v[1] * r * nw1;

@@ -36,7 +36,7 @@ if constexpr (kNv) {
   }
   if (!csync_and(ok)) return;  // also publishes sm.act
   XRAY_WORDS_CUT(&sm.xwords, L);  // MONOLITH_XRAY_SUB=1: the last warp's words
-  XRAY_END(s_gather, L);  // every thread's activations are in and stored
+  XRAY_GATHER(L);  // every thread's activations are in and stored
 }
 {
   // rows h0..h1 of down (row-major, K = 3072) as 1024-wide segments, kRows1024 per slot (as

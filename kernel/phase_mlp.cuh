@@ -58,7 +58,7 @@
     int unused = 0;
     if (!rows_nv(std::false_type{}, std::bool_constant<kNv>{}, ngu, bsg, nbs, sm.x, kPhase_s_mlp, L, ok, [&] {
           XRAY_WORDS_CUT(&sm.xwords, L);
-          XRAY_END(s_gather, L);  // every thread's counted words are in
+          XRAY_GATHER(L);  // every thread's counted words are in
           inv = norm_inv(sm.ssq);
           if (b == 0)  // for the phase diff
             for (int e = 0; e < 2; ++e) scr[kScrNormPost + tid + e * kStreamConsumerThreads] = v[e] * inv * npost.w[e];
@@ -80,7 +80,7 @@
     static_assert(P::kMlpRoundUnits * kSpu <= kMlpRoundSlots, "an MLP round: at most two pieces, in part[]");
     if (!acquire_n(mlp_slots0(), kPhase_s_mlp, L, ok, true)) return;
     XRAY_WORDS_CUT(&sm.xwords, L);
-    XRAY_END(s_gather, L);  // every thread's counted words are in
+    XRAY_GATHER(L);  // every thread's counted words are in
     const float inv = norm_inv(sm.ssq);
     if (b == 0)  // for the phase diff
       for (int e = 0; e < 2; ++e) scr[kScrNormPost + tid + e * kStreamConsumerThreads] = v[e] * inv * npost.w[e];

@@ -59,7 +59,7 @@
   auto opened_qkv = [&] {
     inv = norm_inv(sm.ssq);
     if (L > 0) XRAY_WORDS_CUT(&sm.xwords, L);
-    XRAY_END(s_gather, L);  // every thread's residual words are in
+    XRAY_GATHER(L);  // every thread's residual words are in
   };
   bool done;
   if constexpr (kNv) {

@@ -60,6 +60,17 @@ enum class XrayRecord : int { kCompact = 0, kFull = 1, kCompactLean = 2 };
 // kernel/ to build the A/B's alternatives; keep it on one line.
 constexpr XrayRecord kXrayRecord = XrayRecord::kCompact;
 
+// Whether the NVFP4 stream kernels record s_gather (the rest of a hop's wait: thread 0's words in
+// -> the opening barrier every thread passed; 3.2 records per block per layer, each right after a
+// hop's opening barrier, on the hop chain). false: those kernels record none; a hop's wait then ends
+// at thread 0's words, its gather counts into the phase it opens, and the analyzer's block-level
+// ready times fall back to the wait ends (xray/analyze.py _ready_ends). The other kernels record it
+// either way. scripts/xray_overhead.py's alt `nvnogather` rewrites this line; keep it on one line.
+constexpr bool kXrayNvGather = true;
+#if defined(MONOLITH_XRAY_SUB)
+static_assert(kXrayNvGather, "the MONOLITH_XRAY_SUB builds cut their x_words out of s_gather: they record it");
+#endif
+
 constexpr uint64_t kXrayCompactMagic = 0x32305241584e4d4dull;  // "MMNXAR02", little-endian bytes
 constexpr int kXrayCompactHeaderWords = 8;
 constexpr int kXrayCompactWords = kXrayMaxEvents * int(sizeof(XrayEvent) / sizeof(uint64_t));
@@ -260,6 +271,11 @@ using XrayRecorder = XrayRecorderT<kXrayRecord>;
   uint64_t g = 0, c = 0; \
   xr.stamp(g, c)
 #define XRAY_STALL(work_phase, stall_phase, layer, g, c) xr.stall((work_phase), (stall_phase), (layer), (g), (c))
+// A stream hop's s_gather; kNv is the stream consumer's (schedule_stream.cuh), kXrayNvGather above.
+#define XRAY_GATHER(layer) \
+  do { \
+    if constexpr (kXrayNvGather || !kNv) XRAY_END(s_gather, layer); \
+  } while (0)
 // MONOLITH_XRAY_SUB=1: the diagnostic sub-intervals of xray_phases.def (x_words, x_open, x_dot,
 // x_out), only in that X-ray build; =2: x_open, x_dot, x_out, x_prenorm, x_slots (and x_count where
 // the landed count is on); =3: only the attention's x_att_* (a block's first split).
@@ -312,6 +328,7 @@ using XrayRecorder = XrayRecorderT<kXrayRecord>;
 #define XRAY_END(phase, layer) ((void)0)
 #define XRAY_STAMP(g, c) ((void)0)
 #define XRAY_STALL(work_phase, stall_phase, layer, g, c) ((void)0)
+#define XRAY_GATHER(layer) ((void)0)
 #endif
 
 }  // namespace monolith

@@ -6,12 +6,15 @@ usage: python scripts/xray_overhead.py [--variants V,...] [--positions 16,128,10
 
 Builds: the extension as monolith.megakernel.load_extension builds it (plain + the shipped X-ray,
 kernel/xray.cuh as committed) and, for every other --alts name, the same sources copied to
-build/xray-ab/<alt>/kernel with xray.cuh's one `constexpr XrayRecord kXrayRecord = ...;` line set
-to that layout (no new define). All builds compile at once, in parallel processes.
+build/xray-ab/<alt>/kernel with xray.cuh's one-line constants set to the alt's values (its
+`constexpr XrayRecord kXrayRecord = ...;` layout line and its `constexpr bool kXrayNvGather = ...;`
+line; no new define). All builds compile at once, in parallel processes.
 Alternatives (kernel/xray.cuh): compact (8-byte clock64 records, %globaltimer only at two anchors
 per block), lean (compact, the block's record pointer recomputed from the kernel parameter at each
-stamp instead of held in two registers) and full (40-byte records, %globaltimer, clock64 and
-%smid at every stamp).
+stamp instead of held in two registers), full (40-byte records, %globaltimer, clock64 and %smid at
+every stamp) and nvnogather (compact; the NVFP4 stream kernels record no s_gather, the three to
+four stamps per block and layer that sit right after a hop's opening barrier; every other
+variant's X-ray kernel is compact's).
 
 Timing (monolith.xray.overhead): per variant one engine; its plain kernel and each build's X-ray
 kernel decode the same `--tokens`-launch window from each position (seek), runs interleaved,
@@ -52,20 +55,28 @@ if str(REPO) not in sys.path:
 from monolith.errors import MonolithError  # noqa: E402
 
 SHIPPED = ("bf16-upstream", "fp8-upstream", "bf16-stream", "fp8-stream", "nvfp4-stream")
-ALTS = {"compact": "kCompact", "full": "kFull", "lean": "kCompactLean"}
+# alt name -> (kXrayRecord layout, kXrayNvGather): the values of xray.cuh's two one-line constants
+ALTS = {"compact": ("kCompact", True), "full": ("kFull", True), "lean": ("kCompactLean", True),
+        "nvnogather": ("kCompact", False)}
 RECORD_LINE = re.compile(r"^constexpr XrayRecord kXrayRecord = XrayRecord::(k\w+);$", re.M)
+GATHER_LINE = re.compile(r"^constexpr bool kXrayNvGather = (true|false);$", re.M)
 KERNEL_SUFFIXES = {".cu", ".cuh", ".cpp", ".def", ".h", ".json"}
 
 
 def shipped_alt(kernel_dir: Path) -> str:
-    """The alt name of the layout kernel/xray.cuh ships."""
-    m = RECORD_LINE.search((kernel_dir / "xray.cuh").read_text())
+    """The alt name of what kernel/xray.cuh ships (its layout and s_gather constants)."""
+    text = (kernel_dir / "xray.cuh").read_text()
+    m, g = RECORD_LINE.search(text), GATHER_LINE.search(text)
     if not m:
         raise MonolithError(f"{kernel_dir / 'xray.cuh'}: no `constexpr XrayRecord kXrayRecord = XrayRecord::k...;` line")
+    if not g:
+        raise MonolithError(f"{kernel_dir / 'xray.cuh'}: no `constexpr bool kXrayNvGather = true|false;` line")
     inv = {v: k for k, v in ALTS.items()}
-    if m.group(1) not in inv:
-        raise MonolithError(f"kernel/xray.cuh ships {m.group(1)}, which this script does not know ({sorted(inv)})")
-    return inv[m.group(1)]
+    key = (m.group(1), g.group(1) == "true")
+    if key not in inv:
+        raise MonolithError(f"kernel/xray.cuh ships {key[0]} with kXrayNvGather = {g.group(1)}, which this script "
+                            f"does not know ({sorted(inv)})")
+    return inv[key]
 
 
 def alt_kernel_dir(alt: str, root: Path = REPO) -> Path:
@@ -79,10 +90,14 @@ def alt_kernel_dir(alt: str, root: Path = REPO) -> Path:
         if f.is_file() and f.suffix in KERNEL_SUFFIXES:
             shutil.copy2(f, dst / f.name)
     text = (dst / "xray.cuh").read_text()
-    new, n = RECORD_LINE.subn(f"constexpr XrayRecord kXrayRecord = XrayRecord::{ALTS[alt]};", text)
-    if n != 1:
-        raise MonolithError(f"{src / 'xray.cuh'}: expected one kXrayRecord line, found {n}")
-    (dst / "xray.cuh").write_text(new)
+    record, gather = ALTS[alt]
+    for pat, line, name in ((RECORD_LINE, f"constexpr XrayRecord kXrayRecord = XrayRecord::{record};", "kXrayRecord"),
+                            (GATHER_LINE, f"constexpr bool kXrayNvGather = {'true' if gather else 'false'};",
+                             "kXrayNvGather")):
+        text, n = pat.subn(line, text)
+        if n != 1:
+            raise MonolithError(f"{src / 'xray.cuh'}: expected one {name} line, found {n}")
+    (dst / "xray.cuh").write_text(text)
     return dst
 
 
@@ -187,7 +202,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variants", default=",".join(SHIPPED))
     ap.add_argument("--positions", default="16,128,1024,2048")
-    ap.add_argument("--alts", default="compact,full,lean", help=f"X-ray record layouts to build and time ({', '.join(ALTS)})")
+    ap.add_argument("--alts", default="compact,full,lean", help=f"X-ray builds to time ({', '.join(ALTS)})")
     ap.add_argument("--tokens", type=int, default=64, help="decode launches per timed window")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--trace-position", type=int, default=128, help="position of the fidelity traces (0: none)")

@@ -200,6 +200,31 @@ def test_the_ab_script_rewrites_one_line_of_a_copy(tmp_path, monkeypatch):
     assert len(a) == len(b) and sum(x != y for x, y in zip(a, b, strict=True)) == 1
     assert (REPO_ROOT / "kernel" / "xray.cuh").read_text() == (tmp_path / "kernel" / "xray.cuh").read_text()
     assert X.main(["--alts", "nope"]) == 2
+    # nvnogather: compact's layout line, the s_gather constant flipped; nothing else moves
+    d = X.alt_kernel_dir("nvnogather", root=tmp_path)
+    assert X.shipped_alt(d) == "nvnogather"
+    b = (d / "xray.cuh").read_text().splitlines()
+    diff = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
+    assert diff == [("constexpr bool kXrayNvGather = true;", "constexpr bool kXrayNvGather = false;")]
+    # a copy whose constants name no alt is refused, not guessed
+    (d / "xray.cuh").write_text("\n".join(b).replace("XrayRecord::kCompact;", "XrayRecord::kFull;"))
+    with pytest.raises(MonolithError, match="does not know"):
+        X.shipped_alt(d)
+
+
+def test_every_stream_s_gather_stamp_goes_through_the_nvfp4_switch():
+    """kXrayNvGather drops the NVFP4 kernels' s_gather records only if every stream phase stamps it
+    through XRAY_GATHER (the macro that tests the switch against the consumer's kNv)."""
+    kdir = REPO_ROOT / "kernel"
+    xray = (kdir / "xray.cuh").read_text()
+    assert re.search(r"^constexpr bool kXrayNvGather = true;$", xray, re.M), "the shipped X-ray records s_gather"
+    assert "if constexpr (kXrayNvGather || !kNv) XRAY_END(s_gather, layer);" in xray
+    uses = 0
+    for f in sorted(kdir.glob("phase_*.cuh")) + [kdir / "schedule_stream.cuh"]:
+        text = f.read_text()
+        assert not re.search(r"XRAY_END\(\s*s_gather", text), f"{f.name}: an s_gather stamp outside XRAY_GATHER"
+        uses += len(re.findall(r"XRAY_GATHER\(L\);", text))
+    assert uses == 5  # qkv, attention, MLP-1 (two paths), down
 
 
 def test_measure_engine_keeps_the_positions_that_fit():
