@@ -27,7 +27,10 @@ Pricing (a derivation from issue 48's priced table, not a measurement). A verify
 entries costs T(k) and yields 1 + a tokens, a = accepted draft tokens (0 <= a <= k - 1); the
 single-token path yields 1 token per T(1). So speedup = E[1 + a] / (T(k)/T(1)) (`kpass_speedup`)
 and a verify pays for itself when E[a] >= T(k)/T(1) - 1. results/ktoken/ktoken_summary.json has
-only the hop part of T(k)/T(1), so the full ratios are the issue's (fp8-stream; bf16 in brackets):
+only the hop part of T(k)/T(1), so the full ratios are the issue's (fp8-stream; bf16 in brackets).
+notes/ktoken.md's design section re-prices them from the probe rows (fp8-stream 1.31 / 1.44 / 1.81
+against today's kernel, 1.13 at k = 4 against the k-pass kernel's own k = 1); the table below keeps
+the issue's ratios, which PRICED_T_RATIO holds, until a measured T(k) replaces both:
 
 | k | T(k)/T(1)   | break-even a per pass | as a share of k-1 drafted | i.i.d. alpha | perfect draft |
 |---|-------------|-----------------------|---------------------------|--------------|---------------|
