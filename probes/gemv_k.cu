@@ -13,22 +13,25 @@
 //   warps    16 consumer warps; warp w takes the K range 128 (w / 2) (4 chunks of 32, 2 mma
 //            each) and M tile w % 2 (bf16) or tiles 2 (w % 2), + 1 (E4M3); the hi and lo products
 //            accumulate in two independent chains (shorter dependent mma chains), added hi + lo at
-//            the end; each warp's partial tile goes to shared memory, then thread (row, column) adds the 8 K ranges in a fixed
-//            order (x the row scale) and, for the k useful columns, stores one 64-bit tagged word.
+//            the end; each warp's partial tile goes to shared memory in one of three layouts (Layout
+//            below: today's, a padded transposed one, 16-byte fragment vectors), then the K ranges are
+//            added in a fixed order (x the row scale) and, for the k useful columns, each output is
+//            stored as one 64-bit tagged word.
 // B operand variants: "round" loads B's fragments from shared memory in every round (hi and lo:
 // two mma per step); "hoisted" loads them once before the rounds (a phase's x does not change
 // between its rounds and each warp keeps its K range: 32 registers per lane); "hoisted-hi" drops
 // x's lo half (half the mma; a looser check, relative to sum |w| |x|).
 // Loader (warp 16, lane 0): idle, or 4 x 16 KB bulk copies in flight (a smaller ring than the
 // kernel's: the weights, x and partials take the rest of shared memory).
-// Stamps (thread 0, clock64): opening barrier -> partials published (dots), -> words stored and a
-// barrier (stores); medians and p90 over rounds and blocks; the SM clock over the run from block
+// Stamps (thread 0, clock64): opening barrier -> warp 0's last mma issued (mma), -> partials published
+// (dots), -> words stored and a barrier (stores); medians and p90 over rounds and blocks; the SM clock over the run from block
 // 0's clock64 against %globaltimer (mma.sync holds this H200 at 1.80 GHz: results/m4_tc_clock.json).
 // Checks: every stored word's tag and value against a CPU dot product in double (hi+lo: rel. err
 // < 1e-4 of max(1, |y|); hi: < 5e-3 of sum |w| |x|), and, in one launch with a configuration per
 // block, BITWISE: column j alone (k = 1, the other 7 columns zero) equals column j beside 7 random
 // neighbours (batch invariance), vector j in column 0 alone equals it in column j (slot
-// invariance), and every block with the same configuration stores the same bits (determinism).
+// invariance), every block with the same configuration stores the same bits (determinism), and
+// every layout stores layout 0's bits (the same additions in the same order).
 //
 // Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I probes \
 //          -o /tmp/gemv_k probes/gemv_k.cu
@@ -50,14 +53,14 @@ constexpr int kRowsBf16 = kRoundBytes / (2 * kK), kRowsE4 = kRoundBytes / kK;  /
 constexpr int kKRanges = kConsumerWarps / 2, kKW = kK / kKRanges, kChunks = kKW / 32;  // 8 ranges of 128: 4 chunks
 constexpr int kLoaderSlots = 4, kLoaderSlotBytes = 16 * 1024;
 constexpr size_t kLoadBufBytes = size_t(1) << 30;
-constexpr int kStamps = 3;
+constexpr int kStamps = 4;
 constexpr int kConfs = 1 + 2 * kCols;  // the check launch: all 8 random, each j alone in j, each j alone in 0
 
 struct Smem {
   uint4 w[kRoundBytes / 16];                      // the round's weights (swizzled chunks)
   uint4 ring[kLoaderSlots][kLoaderSlotBytes / 16];  // the loader's copies land here
   uint4 x[2][kCols][kK * 2 / 16];                 // [hi, lo][vector][1,024 bf16 / f16] (swizzled chunks)
-  float part[kRowsE4 * kCols * kKRanges];         // [row][column][K range]
+  alignas(16) float part[kKRanges * kCols * (kRowsE4 + 4)];  // the K ranges' partial tiles: see Layout
   float scale[kRowsE4];
   uint64_t full[kLoaderSlots];
   int stop, hold;
@@ -100,11 +103,25 @@ __host__ __device__ __forceinline__ int w_off(bool e4, int r, int c) { return e4
 __host__ __device__ __forceinline__ int x_off(int j, int c) { return j * 2 * kK + ((c ^ (j & 1)) << 6); }
 __device__ __forceinline__ void csync() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
 
+// Layout of the partial tiles in shared memory (the round's outputs before the K ranges are added):
+//   0 "rck"     part[row][column][K range]: the fragment stores hit 2 banks (16-way conflicts), the
+//               reducer's lanes (32 rows of one column) read 256 B apart (one bank: 32-way);
+//   1 "krc-pad" part[K range][column][row], columns kRows + 4 floats apart: a fragment store's lanes
+//               (g, t) land in bank 8t + g + const (conflict-free), the reducer's lanes read 32
+//               consecutive floats (conflict-free);
+//   2 "frag16"  part[K range][M tile][lane] as float4 {c0, c1, c2, c3}: one 16-byte store per lane
+//               and tile (512 contiguous bytes: 4 wavefronts, the minimum); a reducer lane of tile T
+//               reads the same lane slot of every K range (8 x 16 B) and owns that lane's 4 outputs.
+// Every layout adds the K ranges in the order 0 .. 7 and scales last, so all three store the same bits.
+enum Layout { kRck = 0, kKrcPad = 1, kFrag16 = 2, kLayouts = 3 };
+
 // kB: 0 B loaded in the round (hi + lo), 1 hoisted (hi + lo), 2 hoisted, hi only
-template <bool kE4, int kB>
+template <bool kE4, int kB, int kL>
 __global__ void __launch_bounds__(kThreads, 1) gemv_k_kernel(Params p) {
   constexpr int kRows = kE4 ? kRowsE4 : kRowsBf16, kTiles = kE4 ? 2 : 1;  // M tiles per warp
   constexpr bool kLo = kB != 2, kHoist = kB != 0;
+  constexpr int kCS = kRows + 4;          // krc-pad: the column stride (4 mod 32 banks)
+  constexpr int kTilesAll = kRows / 16;   // frag16: M tiles per round
   extern __shared__ __align__(128) uint8_t smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -213,30 +230,71 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_k_kernel(Params p) {
         }
       }
     }
+    const long long tm = clock64();  // thread 0: its warp's last mma issued (the adds below wait for the results)
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {  // C: (row g, columns 2t, 2t + 1), (row g + 8, same)
       const int R0 = 16 * (tile0 + i) + g;
       float c[4];
 #pragma unroll
       for (int u = 0; u < 4; ++u) c[u] = kLo ? acc[i][0][u] + acc[i][kLo ? 1 : 0][u] : acc[i][0][u];
-      sm.part[(R0 * kCols + 2 * t) * kKRanges + kq] = c[0];
-      sm.part[(R0 * kCols + 2 * t + 1) * kKRanges + kq] = c[1];
-      sm.part[((R0 + 8) * kCols + 2 * t) * kKRanges + kq] = c[2];
-      sm.part[((R0 + 8) * kCols + 2 * t + 1) * kKRanges + kq] = c[3];
+      if constexpr (kL == kRck) {
+        sm.part[(R0 * kCols + 2 * t) * kKRanges + kq] = c[0];
+        sm.part[(R0 * kCols + 2 * t + 1) * kKRanges + kq] = c[1];
+        sm.part[((R0 + 8) * kCols + 2 * t) * kKRanges + kq] = c[2];
+        sm.part[((R0 + 8) * kCols + 2 * t + 1) * kKRanges + kq] = c[3];
+      } else if constexpr (kL == kKrcPad) {
+        float* pk = sm.part + kq * kCols * kCS;
+        pk[2 * t * kCS + R0] = c[0];
+        pk[(2 * t + 1) * kCS + R0] = c[1];
+        pk[2 * t * kCS + R0 + 8] = c[2];
+        pk[(2 * t + 1) * kCS + R0 + 8] = c[3];
+      } else {
+        reinterpret_cast<float4*>(sm.part)[(kq * kTilesAll + tile0 + i) * 32 + lane] = make_float4(c[0], c[1], c[2], c[3]);
+      }
     }
     csync();  // publishes part
     const long long t1 = clock64();
-    for (int q = tid; q < kRows * kCols; q += kConsumers) {  // (row, column): the K ranges in order
-      const int row = q % kRows, col = q / kRows;
-      if (col < p.k) {
-        const float* pp = sm.part + (row * kCols + col) * kKRanges;
-        float v = pp[0];
+    auto store_word = [&](int row, int col, float v) {
+      const unsigned long long word = (unsigned long long)(uint32_t(r + 1)) << 32 | __float_as_uint(v);
+      asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p.out + (size_t(blockIdx.x) * kCols + col) * kRowsE4 + row), "l"(word)
+                   : "memory");
+    };
+    if constexpr (kL == kFrag16) {
+      if (tid < kTilesAll * 32) {  // lane (g, t) of tile T: rows 16 T + g, + 8; columns 2t, 2t + 1
+        const float4* pf = reinterpret_cast<const float4*>(sm.part) + tid;
+        float4 v = pf[0];
 #pragma unroll
-        for (int u = 1; u < kKRanges; ++u) v += pp[u];
-        if constexpr (kE4) v *= sm.scale[row];
-        const unsigned long long word = (unsigned long long)(uint32_t(r + 1)) << 32 | __float_as_uint(v);
-        asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p.out + (size_t(blockIdx.x) * kCols + col) * kRowsE4 + row), "l"(word)
-                     : "memory");
+        for (int u = 1; u < kKRanges; ++u) {
+          const float4 w = pf[u * kTilesAll * 32];
+          v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
+        }
+        const int row = 16 * (tid >> 5) + g, col = 2 * t;
+        if constexpr (kE4) {
+          const float s0 = sm.scale[row], s1 = sm.scale[row + 8];
+          v.x *= s0, v.y *= s0, v.z *= s1, v.w *= s1;
+        }
+        if (col < p.k) store_word(row, col, v.x), store_word(row + 8, col, v.z);
+        if (col + 1 < p.k) store_word(row, col + 1, v.y), store_word(row + 8, col + 1, v.w);
+      }
+    } else {
+      for (int q = tid; q < kRows * kCols; q += kConsumers) {  // (row, column): the K ranges in order
+        const int row = q % kRows, col = q / kRows;
+        if (col < p.k) {
+          float v;
+          if constexpr (kL == kRck) {
+            const float* pp = sm.part + (row * kCols + col) * kKRanges;
+            v = pp[0];
+#pragma unroll
+            for (int u = 1; u < kKRanges; ++u) v += pp[u];
+          } else {
+            const float* pp = sm.part + col * kCS + row;
+            v = pp[0];
+#pragma unroll
+            for (int u = 1; u < kKRanges; ++u) v += pp[u * kCols * kCS];
+          }
+          if constexpr (kE4) v *= sm.scale[row];
+          store_word(row, col, v);
+        }
       }
     }
     csync();
@@ -246,6 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_k_kernel(Params p) {
       st[0] = t1 - t0;
       st[1] = t2 - t1;
       st[2] = t2 - t0;
+      st[3] = tm - t0;
     }
   }
   if (blockIdx.x == 0 && tid == 0) {
@@ -279,12 +338,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   using Fn = void (*)(Params);
-  const Fn kernels[2][3] = {{gemv_k_kernel<false, 0>, gemv_k_kernel<false, 1>, gemv_k_kernel<false, 2>},
-                            {gemv_k_kernel<true, 0>, gemv_k_kernel<true, 1>, gemv_k_kernel<true, 2>}};
-  for (auto& row : kernels)
-    for (Fn f : row) CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Smem))));
+#define GEMV_K_LAYOUTS(E, B) {gemv_k_kernel<E, B, kRck>, gemv_k_kernel<E, B, kKrcPad>, gemv_k_kernel<E, B, kFrag16>}
+  const Fn kernels[2][3][kLayouts] = {{GEMV_K_LAYOUTS(false, 0), GEMV_K_LAYOUTS(false, 1), GEMV_K_LAYOUTS(false, 2)},
+                                      {GEMV_K_LAYOUTS(true, 0), GEMV_K_LAYOUTS(true, 1), GEMV_K_LAYOUTS(true, 2)}};
+#undef GEMV_K_LAYOUTS
+  for (auto& fmt : kernels)
+    for (auto& row : fmt)
+      for (Fn f : row) CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(Smem))));
   const char* fmt_names[2] = {"bf16", "e4m3"};
   const char* b_names[3] = {"round", "hoisted", "hoisted-hi"};
+  const char* layout_names[kLayouts] = {"rck", "krc-pad", "frag16"};
   uint32_t seed = 4848u;
   auto rnd = [&] {
     seed = seed * 1664525u + 1013904223u;
@@ -350,14 +413,14 @@ int main(int argc, char** argv) {
   // 17: all 8 random (conf 0), V_j alone in column j (1 + j), V_j alone in column 0 (9 + j)
   auto upload_x = [&](const std::vector<float>& x) { CUDA_CHECK(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice)); };
   std::vector<unsigned long long> out(out_words);
-  auto launch = [&](int f, int b, int k, int confs, int load, int nrounds) -> double {
+  auto launch = [&](int f, int b, int L, int k, int confs, int load, int nrounds) -> double {
     p.k = k;
     p.confs = confs;
     p.load = load;
     p.rounds = nrounds;
     CUDA_CHECK(cudaMemset(p.out, 0xff, out_words * 8));  // poison
     CUDA_CHECK(cudaMemset(p.loaded, 0, 8));
-    kernels[f][b]<<<G, kThreads, sizeof(Smem)>>>(p);
+    kernels[f][b][L]<<<G, kThreads, sizeof(Smem)>>>(p);
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaDeviceSynchronize());
     unsigned long long clk[4];
@@ -383,12 +446,14 @@ int main(int argc, char** argv) {
   bool all_ok = true;
   if (g_json) printf("{\"probe\": \"gemv_k\", \"device\": \"%s\", \"blocks\": %d, \"rounds\": %d, \"rows\": [", prop.name, G, rounds);
   else
-    printf("%-5s %-10s %2s %-6s | %18s | %18s | %7s | %9s %s\n", "fmt", "B", "k", "loader", "dots cyc (p90) us", "stores cyc (p90) us",
-           "SM GHz", "max err", "check");
+    printf("%-5s %-10s %-7s %2s %-6s | %5s | %18s | %18s | %7s | %9s %s\n", "fmt", "B", "layout", "k", "loader", "mma",
+           "dots cyc (p90) us", "stores cyc (p90) us", "SM GHz", "max err", "check");
   int nrow = 0;
   std::vector<long long> st(size_t(G) * rounds * kStamps);
+  std::vector<uint32_t> bits0(size_t(kConfs) * kCols * kRowsE4);  // the check launch's bits, layout 0
   for (int f = 0; f < 2; ++f)
-    for (int b = 0; b < 3; ++b) {
+    for (int b = 0; b < 3; ++b)
+      for (int L = 0; L < kLayouts; ++L) {
       std::vector<std::pair<int, int>> runs;  // (k, load)
       for (int k = 1; k <= kCols; ++k) runs.push_back({k, 0});
       runs.push_back({1, 1});
@@ -397,7 +462,7 @@ int main(int argc, char** argv) {
         std::vector<float> x(size_t(kCols) * kK, 0.f);
         std::copy(vec.begin(), vec.begin() + size_t(k) * kK, x.begin());
         upload_x(x);
-        const double ghz = launch(f, b, k, 1, load, rounds);
+        const double ghz = launch(f, b, L, k, 1, load, rounds);
         CUDA_CHECK(cudaMemcpy(st.data(), p.stamps, st.size() * 8, cudaMemcpyDeviceToHost));
         const int rows = f ? kRowsE4 : kRowsBf16;
         double worst = 0.0;
@@ -418,15 +483,16 @@ int main(int argc, char** argv) {
           p90[s] = probe_quantile(v, 0.9);
         }
         if (g_json)
-          printf("%s{\"kind\": \"timing\", \"fmt\": \"%s\", \"b\": \"%s\", \"k\": %d, \"loader\": \"%s\", \"rows_per_round\": %d, "
+          printf("%s{\"kind\": \"timing\", \"fmt\": \"%s\", \"b\": \"%s\", \"layout\": \"%s\", \"k\": %d, \"loader\": \"%s\", \"rows_per_round\": %d, "
                  "\"dots_cycles\": %.0f, \"dots_p90_cycles\": %.0f, \"stores_cycles\": %.0f, \"stores_p90_cycles\": %.0f, "
-                 "\"round_cycles\": %.0f, \"sm_ghz\": %.4f, \"dots_us\": %.4f, \"stores_us\": %.4f, \"round_us\": %.4f, "
+                 "\"round_cycles\": %.0f, \"mma_cycles\": %.0f, \"sm_ghz\": %.4f, \"dots_us\": %.4f, \"stores_us\": %.4f, \"round_us\": %.4f, "
                  "\"max_rel_err\": %.3g, \"ok\": %s}",
-                 nrow++ ? ", " : "", fmt_names[f], b_names[b], k, load ? "stream" : "idle", rows, med[0], p90[0], med[1], p90[1], med[2], ghz,
+                 nrow++ ? ", " : "", fmt_names[f], b_names[b], layout_names[L], k, load ? "stream" : "idle", rows, med[0], p90[0], med[1], p90[1],
+                 med[2], med[3], ghz,
                  med[0] / ghz / 1e3, med[1] / ghz / 1e3, med[2] / ghz / 1e3, worst, ok ? "true" : "false");
         else
-          printf("%-5s %-10s %2d %-6s | %6.0f (%5.0f) %5.3f | %6.0f (%5.0f) %5.3f | %7.4f | %9.2e %s\n", fmt_names[f], b_names[b], k,
-                 load ? "stream" : "idle", med[0], p90[0], med[0] / ghz / 1e3, med[1], p90[1], med[1] / ghz / 1e3, ghz, worst, ok ? "OK" : "FAIL");
+          printf("%-5s %-10s %-7s %2d %-6s | %5.0f | %6.0f (%5.0f) %5.3f | %6.0f (%5.0f) %5.3f | %7.4f | %9.2e %s\n", fmt_names[f],
+                 b_names[b], layout_names[L], k, load ? "stream" : "idle", med[3], med[0], p90[0], med[0] / ghz / 1e3, med[1], p90[1], med[1] / ghz / 1e3, ghz, worst, ok ? "OK" : "FAIL");
       }
       // the bitwise checks: one launch, block blk in configuration blk % 17, 8 columns stored
       std::vector<float> x(size_t(kConfs) * kCols * kK, 0.f);
@@ -437,9 +503,9 @@ int main(int argc, char** argv) {
       }
       upload_x(x);
       const int crounds = 3;
-      launch(f, b, kCols, kConfs, 0, crounds);
+      launch(f, b, L, kCols, kConfs, 0, crounds);
       const int rows = f ? kRowsE4 : kRowsBf16;
-      long batch_diff = 0, slot_diff = 0, det_diff = 0, zero_diff = 0, neg_zero = 0, bad_tags = 0;
+      long batch_diff = 0, slot_diff = 0, det_diff = 0, zero_diff = 0, neg_zero = 0, bad_tags = 0, layout_diff = 0;
       double worst = 0.0;
       auto bits = [&](int blk, int col, int row) { return uint32_t(out[(size_t(blk) * kCols + col) * kRowsE4 + row]); };
       for (int blk = 0; blk < G; ++blk) {
@@ -450,6 +516,11 @@ int main(int argc, char** argv) {
             const float v = word_value(blk, col, r, crounds, &tag_ok);
             bad_tags += !tag_ok;
             if (bits(blk, col, r) != bits(conf, col, r)) ++det_diff;  // block `conf` is the first of its configuration
+            if (blk < kConfs) {  // every layout adds in the same order: the same bits as layout 0
+              uint32_t& ref0 = bits0[(size_t(blk) * kCols + col) * kRowsE4 + r];
+              if (L == 0) ref0 = bits(blk, col, r);
+              else layout_diff += bits(blk, col, r) != ref0;
+            }
             // which vector this column holds (-1: a zero column)
             const int j = conf == 0 ? col : conf <= kCols ? (col == conf - 1 ? col : -1) : (col == 0 ? conf - 1 - kCols : -1);
             if (j < 0) {
@@ -462,15 +533,17 @@ int main(int argc, char** argv) {
             if (conf > kCols) slot_diff += bits(blk, col, r) != bits(0, j, r);
           }
       }
-      const bool ok = batch_diff == 0 && slot_diff == 0 && det_diff == 0 && zero_diff == 0 && bad_tags == 0 && worst < (b == 2 ? 5e-3 : 1e-4);
+      const bool ok = batch_diff == 0 && slot_diff == 0 && det_diff == 0 && zero_diff == 0 && bad_tags == 0 && layout_diff == 0 && worst < (b == 2 ? 5e-3 : 1e-4);
       all_ok = all_ok && ok;
       if (g_json)
-        printf(", {\"kind\": \"invariance\", \"fmt\": \"%s\", \"b\": \"%s\", \"batch_mismatches\": %ld, \"slot_mismatches\": %ld, "
-               "\"determinism_mismatches\": %ld, \"zero_column_nonzero\": %ld, \"zero_column_negative_zeros\": %ld, \"bad_tags\": %ld, \"max_rel_err\": %.3g, \"ok\": %s}",
-               fmt_names[f], b_names[b], batch_diff, slot_diff, det_diff, zero_diff, neg_zero, bad_tags, worst, ok ? "true" : "false");
+        printf(", {\"kind\": \"invariance\", \"fmt\": \"%s\", \"b\": \"%s\", \"layout\": \"%s\", \"batch_mismatches\": %ld, "
+               "\"slot_mismatches\": %ld, \"determinism_mismatches\": %ld, \"layout_mismatches\": %ld, \"zero_column_nonzero\": %ld, \"zero_column_negative_zeros\": %ld, \"bad_tags\": %ld, \"max_rel_err\": %.3g, \"ok\": %s}",
+               fmt_names[f], b_names[b], layout_names[L], batch_diff, slot_diff, det_diff, layout_diff, zero_diff, neg_zero, bad_tags, worst,
+               ok ? "true" : "false");
       else
-        printf("%-5s %-10s bitwise: batch %ld, slot %ld, determinism %ld mismatches; zero columns %ld nonzero (%ld -0.0); tags %ld bad; max err %.2e %s\n",
-               fmt_names[f], b_names[b], batch_diff, slot_diff, det_diff, zero_diff, neg_zero, bad_tags, worst, ok ? "OK" : "FAIL");
+        printf("%-5s %-10s %-7s bitwise: batch %ld, slot %ld, determinism %ld, layout %ld mismatches; zero columns %ld nonzero (%ld -0.0); tags %ld bad; max err %.2e %s\n",
+               fmt_names[f], b_names[b], layout_names[L], batch_diff, slot_diff, det_diff, layout_diff, zero_diff, neg_zero, bad_tags, worst,
+               ok ? "OK" : "FAIL");
     }
   if (g_json) printf("], \"ok\": %s}\n", all_ok ? "true" : "false");
   return all_ok ? 0 : 1;
