@@ -26,11 +26,14 @@
 //   (the begin anchor's clock for the first one).
 // kCompactLean: kCompact's records, the block's word pointer recomputed at each stamp from the
 //   kernel's parameter (a constant-bank load) rather than held in two registers.
+// kXrayNvSmem (below): kCompact's records; in the NVFP4 stream kernels the recorder's pointer and
+//   count live in shared memory instead (no register live across the kernel).
 // kFull: the former layout, 40 bytes per interval (XrayEvent: %globaltimer and clock64 at start
 //   and end, phase, layer, block, %smid; a %globaltimer and %smid read at every stamp). Kept as
 //   the reference of the overhead A/B (scripts/xray_overhead.py builds it by editing this line).
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 namespace monolith {
 
@@ -70,6 +73,15 @@ constexpr bool kXrayNvGather = true;
 #if defined(MONOLITH_XRAY_SUB)
 static_assert(kXrayNvGather, "the MONOLITH_XRAY_SUB builds cut their x_words out of s_gather: they record it");
 #endif
+
+// Where the NVFP4 stream kernels' compact recorder keeps its state (the block's word pointer and the
+// next word's index: 3 registers live across the kernel, which runs at the 96-register cap): false,
+// in registers as every kernel does; true, in 16 bytes of static shared memory that thread 0 alone
+// reads and writes (volatile: reloaded at each stamp, ~1 LDS + 1 STS per stamp instead). The other
+// kernels keep registers either way. scripts/xray_overhead.py's alt `nvsmemptr` rewrites this line;
+// keep it on one line.
+constexpr bool kXrayNvSmem = false;
+static_assert(!kXrayNvSmem || kXrayRecord == XrayRecord::kCompact, "kXrayNvSmem is a variant of kCompact");
 
 constexpr uint64_t kXrayCompactMagic = 0x32305241584e4d4dull;  // "MMNXAR02", little-endian bytes
 constexpr int kXrayCompactHeaderWords = 8;
@@ -121,6 +133,29 @@ struct XrayCompactWords<true> {
   }
 };
 
+// %globaltimer just after one of its ticks and the clock64 of that tick: w = {g, c, edge << 32 | the
+// cycles between the two reads around the tick}. The tick fell between the read issued at `lo`
+// (which still saw g_first) and the one issued at `c`; with no tick within the bound, an unaligned
+// stamp (edge 0, the floor of a tick: the host corrects it by half a tick).
+__device__ __forceinline__ void xray_anchor(uint64_t* w) {
+  const uint64_t c_start = xray_clock();
+  const uint64_t g_first = xray_globaltimer();
+  uint64_t lo = c_start, c = xray_clock(), g = xray_globaltimer();
+  while (g == g_first && (long long)(c - c_start) < kXrayAnchorSpinCycles) {
+    lo = c;
+    c = xray_clock();
+    g = xray_globaltimer();
+  }
+  const bool edge = g != g_first;
+  if (!edge) lo = c;
+  w[0] = g;
+  w[1] = lo + (c - lo) / 2;
+  w[2] = (uint64_t(edge) << 32) | uint32_t(c - lo);
+}
+__device__ __forceinline__ uint64_t xray_compact_record(uint16_t phase, int layer, uint64_t c) {
+  return (uint64_t(phase + 1u) << 48) | (uint64_t(uint16_t(layer)) << 32) | uint32_t(c);
+}
+
 template <bool kLean>
 struct XrayCompactRecorder : XrayCompactWords<kLean> {
   using XrayCompactWords<kLean>::words;
@@ -128,25 +163,7 @@ struct XrayCompactRecorder : XrayCompactWords<kLean> {
   __device__ __forceinline__ explicit XrayCompactRecorder(XrayEvent* const& buf)
       : XrayCompactWords<kLean>(buf), n(buf != nullptr ? kXrayCompactHeaderWords : kXrayCompactWords) {}
   __device__ __forceinline__ bool on() const { return threadIdx.x == 0 && n < kXrayCompactWords; }
-  // %globaltimer just after one of its ticks and the clock64 of that tick: w = {g, c, edge << 32 |
-  // the cycles between the two reads around the tick}. The tick fell between the read issued at
-  // `lo` (which still saw g_first) and the one issued at `c`; with no tick within the bound, an
-  // unaligned stamp (edge 0, the floor of a tick: the host corrects it by half a tick).
-  __device__ __forceinline__ void anchor(uint64_t* w) const {
-    const uint64_t c_start = xray_clock();
-    const uint64_t g_first = xray_globaltimer();
-    uint64_t lo = c_start, c = xray_clock(), g = xray_globaltimer();
-    while (g == g_first && (long long)(c - c_start) < kXrayAnchorSpinCycles) {
-      lo = c;
-      c = xray_clock();
-      g = xray_globaltimer();
-    }
-    const bool edge = g != g_first;
-    if (!edge) lo = c;
-    w[0] = g;
-    w[1] = lo + (c - lo) / 2;
-    w[2] = (uint64_t(edge) << 32) | uint32_t(c - lo);
-  }
+  __device__ __forceinline__ void anchor(uint64_t* w) const { xray_anchor(w); }
   __device__ __forceinline__ void begin() {
     if (on()) {
       uint64_t* w = words();
@@ -156,7 +173,7 @@ struct XrayCompactRecorder : XrayCompactWords<kLean> {
     }
   }
   __device__ __forceinline__ void put(uint16_t phase, int layer, uint64_t c) {
-    words()[n++] = (uint64_t(phase + 1u) << 48) | (uint64_t(uint16_t(layer)) << 32) | uint32_t(c);
+    words()[n++] = xray_compact_record(phase, layer, c);
   }
   template <uint16_t kPhase>
   __device__ __forceinline__ void end(int layer) {
@@ -264,7 +281,96 @@ struct XrayRecorderT<XrayRecord::kFull> {
 
 using XrayRecorder = XrayRecorderT<kXrayRecord>;
 
-#define XRAY_INIT(buf) XrayRecorder xr(buf)
+// kXrayNvSmem's recorder: kCompact's records and anchors, its state in static shared memory. Only
+// thread 0 touches the state, so no barrier orders it; volatile keeps the compiler from caching it
+// in registers between stamps (which would bring back the live registers this is meant to save).
+// A stamp reads clock64 before it loads the state, so the load's latency does not delay the time.
+struct XrayCompactSmemState {
+  uint64_t* out;  // the block's words, or nullptr when this launch is not traced
+  int n;          // next word; kXrayCompactWords when this launch is not traced
+};
+struct XrayCompactSmemRecorder {
+  // A pointer loaded from shared memory is generic to the compiler (a generic ST, not an STG): the
+  // records go out with an explicit global store instead.
+  __device__ __forceinline__ static void st_global(uint64_t* p, uint64_t v) {
+    asm volatile("st.global.u64 [%0], %1;" ::"l"(p), "l"(v));
+  }
+  __device__ __forceinline__ static volatile XrayCompactSmemState& st() {
+    __shared__ XrayCompactSmemState s;
+    return s;
+  }
+  __device__ __forceinline__ explicit XrayCompactSmemRecorder(XrayEvent* const& buf) {
+    if (threadIdx.x == 0) {
+      volatile XrayCompactSmemState& s = st();
+      s.out = buf != nullptr ? reinterpret_cast<uint64_t*>(buf + size_t(blockIdx.x) * kXrayMaxEvents) : nullptr;
+      s.n = buf != nullptr ? kXrayCompactHeaderWords : kXrayCompactWords;
+    }
+  }
+  __device__ __forceinline__ void begin() {
+    if (threadIdx.x == 0) {
+      volatile XrayCompactSmemState& s = st();
+      if (s.n < kXrayCompactWords) {
+        uint64_t* w = s.out;
+        w[0] = kXrayCompactMagic;
+        w[1] = (uint64_t(blockIdx.x) << 32) | xray_smid();
+        xray_anchor(w + 2);
+      }
+    }
+  }
+  template <uint16_t kPhase>
+  __device__ __forceinline__ void end(int layer) {
+    if (threadIdx.x == 0) {
+      const uint64_t c = xray_clock();
+      volatile XrayCompactSmemState& s = st();
+      const int n = s.n;
+      uint64_t* const w = s.out;  // loaded with n, before the test: one shared round trip, not two
+      if (n < kXrayCompactWords) {
+        st_global(w + n, xray_compact_record(kPhase, layer, c));
+        s.n = n + 1;
+        if constexpr (xray_token_end(kPhase)) xray_anchor(w + 5);
+      }
+    }
+  }
+  __device__ __forceinline__ void stamp(uint64_t& g, uint64_t& c) const {
+    (void)g;
+    c = xray_clock();
+  }
+  __device__ __forceinline__ void cut(uint16_t phase, int layer, uint64_t c) {
+    if (threadIdx.x == 0) {
+      volatile XrayCompactSmemState& s = st();
+      const int n = s.n;
+      uint64_t* const w = s.out;
+      if (n < kXrayCompactWords) {
+        st_global(w + n, xray_compact_record(phase, layer, c));
+        s.n = n + 1;
+      }
+    }
+  }
+  __device__ __forceinline__ void stall(uint16_t work_phase, uint16_t stall_phase, int layer, uint64_t g, uint64_t c) {
+    (void)g;
+    if (threadIdx.x == 0) {
+      const uint64_t now = xray_clock();
+      if ((long long)(now - c) > kXrayRingStallCycles) {
+        volatile XrayCompactSmemState& s = st();
+        const int n = s.n;
+        uint64_t* const w = s.out;
+        if (n < kXrayCompactWords) {
+          st_global(w + n, xray_compact_record(work_phase, layer, c));
+          if (n + 1 < kXrayCompactWords) st_global(w + n + 1, xray_compact_record(stall_phase, layer, now));
+          s.n = n + 1 < kXrayCompactWords ? n + 2 : n + 1;
+        }
+      }
+    }
+  }
+};
+
+// The recorder of a kernel: kNvKernel is the stream consumer's kNv (schedule_stream.cuh declares it
+// before XRAY_INIT); every other kernel sees the namespace-scope kNv below, false.
+template <bool kNvKernel>
+using XrayRecorderFor = std::conditional_t<kXrayNvSmem && kNvKernel, XrayCompactSmemRecorder, XrayRecorder>;
+constexpr bool kNv = false;  // hidden by the stream consumer's local kNv (NVFP4 layers)
+
+#define XRAY_INIT(buf) XrayRecorderFor<kNv> xr(buf)
 #define XRAY_BEGIN() xr.begin()
 #define XRAY_END(phase, layer) xr.end<kPhase_##phase>((layer))
 #define XRAY_STAMP(g, c) \

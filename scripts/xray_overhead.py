@@ -7,14 +7,17 @@ usage: python scripts/xray_overhead.py [--variants V,...] [--positions 16,128,10
 Builds: the extension as monolith.megakernel.load_extension builds it (plain + the shipped X-ray,
 kernel/xray.cuh as committed) and, for every other --alts name, the same sources copied to
 build/xray-ab/<alt>/kernel with xray.cuh's one-line constants set to the alt's values (its
-`constexpr XrayRecord kXrayRecord = ...;` layout line and its `constexpr bool kXrayNvGather = ...;`
-line; no new define). All builds compile at once, in parallel processes.
+`constexpr XrayRecord kXrayRecord = ...;` layout line, its `constexpr bool kXrayNvGather = ...;` and
+`constexpr bool kXrayNvSmem = ...;` lines; no new define). All builds compile at once, in parallel
+processes.
 Alternatives (kernel/xray.cuh): compact (8-byte clock64 records, %globaltimer only at two anchors
 per block), lean (compact, the block's record pointer recomputed from the kernel parameter at each
 stamp instead of held in two registers), full (40-byte records, %globaltimer, clock64 and %smid at
-every stamp) and nvnogather (compact; the NVFP4 stream kernels record no s_gather, the three to
+every stamp), nvnogather (compact; the NVFP4 stream kernels record no s_gather, the three to
 four stamps per block and layer that sit right after a hop's opening barrier; every other
-variant's X-ray kernel is compact's).
+variant's X-ray kernel is compact's), nvsmemptr (compact's records; the NVFP4 stream kernels keep
+the recorder's word pointer and count in shared memory instead of 3 registers live across the
+kernel; every other variant's X-ray kernel is compact's) and nvsmemnogather (both NVFP4 changes).
 
 Timing (monolith.xray.overhead): per variant one engine; its plain kernel and each build's X-ray
 kernel decode the same `--tokens`-launch window from each position (seek), runs interleaved,
@@ -55,27 +58,32 @@ if str(REPO) not in sys.path:
 from monolith.errors import MonolithError  # noqa: E402
 
 SHIPPED = ("bf16-upstream", "fp8-upstream", "bf16-stream", "fp8-stream", "nvfp4-stream")
-# alt name -> (kXrayRecord layout, kXrayNvGather): the values of xray.cuh's two one-line constants
-ALTS = {"compact": ("kCompact", True), "full": ("kFull", True), "lean": ("kCompactLean", True),
-        "nvnogather": ("kCompact", False)}
+# alt name -> (kXrayRecord layout, kXrayNvGather, kXrayNvSmem): the values of xray.cuh's three
+# one-line constants
+ALTS = {"compact": ("kCompact", True, False), "full": ("kFull", True, False), "lean": ("kCompactLean", True, False),
+        "nvnogather": ("kCompact", False, False), "nvsmemptr": ("kCompact", True, True),
+        "nvsmemnogather": ("kCompact", False, True)}
 RECORD_LINE = re.compile(r"^constexpr XrayRecord kXrayRecord = XrayRecord::(k\w+);$", re.M)
 GATHER_LINE = re.compile(r"^constexpr bool kXrayNvGather = (true|false);$", re.M)
+SMEM_LINE = re.compile(r"^constexpr bool kXrayNvSmem = (true|false);$", re.M)
 KERNEL_SUFFIXES = {".cu", ".cuh", ".cpp", ".def", ".h", ".json"}
 
 
 def shipped_alt(kernel_dir: Path) -> str:
-    """The alt name of what kernel/xray.cuh ships (its layout and s_gather constants)."""
+    """The alt name of what kernel/xray.cuh ships (its layout, s_gather and shared-state constants)."""
     text = (kernel_dir / "xray.cuh").read_text()
-    m, g = RECORD_LINE.search(text), GATHER_LINE.search(text)
+    m, g, s = RECORD_LINE.search(text), GATHER_LINE.search(text), SMEM_LINE.search(text)
     if not m:
         raise MonolithError(f"{kernel_dir / 'xray.cuh'}: no `constexpr XrayRecord kXrayRecord = XrayRecord::k...;` line")
     if not g:
         raise MonolithError(f"{kernel_dir / 'xray.cuh'}: no `constexpr bool kXrayNvGather = true|false;` line")
+    if not s:
+        raise MonolithError(f"{kernel_dir / 'xray.cuh'}: no `constexpr bool kXrayNvSmem = true|false;` line")
     inv = {v: k for k, v in ALTS.items()}
-    key = (m.group(1), g.group(1) == "true")
+    key = (m.group(1), g.group(1) == "true", s.group(1) == "true")
     if key not in inv:
-        raise MonolithError(f"kernel/xray.cuh ships {key[0]} with kXrayNvGather = {g.group(1)}, which this script "
-                            f"does not know ({sorted(inv)})")
+        raise MonolithError(f"kernel/xray.cuh ships {key[0]} with kXrayNvGather = {g.group(1)}, kXrayNvSmem = "
+                            f"{s.group(1)}, which this script does not know ({sorted(inv)})")
     return inv[key]
 
 
@@ -90,10 +98,11 @@ def alt_kernel_dir(alt: str, root: Path = REPO) -> Path:
         if f.is_file() and f.suffix in KERNEL_SUFFIXES:
             shutil.copy2(f, dst / f.name)
     text = (dst / "xray.cuh").read_text()
-    record, gather = ALTS[alt]
+    record, gather, smem = ALTS[alt]
     for pat, line, name in ((RECORD_LINE, f"constexpr XrayRecord kXrayRecord = XrayRecord::{record};", "kXrayRecord"),
                             (GATHER_LINE, f"constexpr bool kXrayNvGather = {'true' if gather else 'false'};",
-                             "kXrayNvGather")):
+                             "kXrayNvGather"),
+                            (SMEM_LINE, f"constexpr bool kXrayNvSmem = {'true' if smem else 'false'};", "kXrayNvSmem")):
         text, n = pat.subn(line, text)
         if n != 1:
             raise MonolithError(f"{src / 'xray.cuh'}: expected one {name} line, found {n}")

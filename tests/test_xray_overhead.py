@@ -206,9 +206,23 @@ def test_the_ab_script_rewrites_one_line_of_a_copy(tmp_path, monkeypatch):
     b = (d / "xray.cuh").read_text().splitlines()
     diff = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
     assert diff == [("constexpr bool kXrayNvGather = true;", "constexpr bool kXrayNvGather = false;")]
+    # nvsmemptr: the shared-state constant flipped alone; nvsmemnogather: both NVFP4 constants
+    smem = ("constexpr bool kXrayNvSmem = false;", "constexpr bool kXrayNvSmem = true;")
+    gather = ("constexpr bool kXrayNvGather = true;", "constexpr bool kXrayNvGather = false;")
+    for alt, want in (("nvsmemptr", [smem]), ("nvsmemnogather", [gather, smem])):
+        d2 = X.alt_kernel_dir(alt, root=tmp_path)
+        assert X.shipped_alt(d2) == alt
+        b2 = (d2 / "xray.cuh").read_text().splitlines()
+        assert len(b2) == len(a) and [(x, y) for x, y in zip(a, b2, strict=True) if x != y] == want
+        # every other kernel source is the shipped one, byte for byte
+        others = sorted(f.name for f in d2.iterdir() if f.name != "xray.cuh")
+        assert others and all((d2 / f).read_bytes() == (REPO_ROOT / "kernel" / f).read_bytes() for f in others)
     # a copy whose constants name no alt is refused, not guessed
     (d / "xray.cuh").write_text("\n".join(b).replace("XrayRecord::kCompact;", "XrayRecord::kFull;"))
     with pytest.raises(MonolithError, match="does not know"):
+        X.shipped_alt(d)
+    (d / "xray.cuh").write_text("\n".join(b).replace("constexpr bool kXrayNvSmem = false;", ""))
+    with pytest.raises(MonolithError, match="kXrayNvSmem"):
         X.shipped_alt(d)
 
 
@@ -225,6 +239,29 @@ def test_every_stream_s_gather_stamp_goes_through_the_nvfp4_switch():
         assert not re.search(r"XRAY_END\(\s*s_gather", text), f"{f.name}: an s_gather stamp outside XRAY_GATHER"
         uses += len(re.findall(r"XRAY_GATHER\(L\);", text))
     assert uses == 5  # qkv, attention, MLP-1 (two paths), down
+
+
+def test_the_nvfp4_shared_state_switch_reaches_only_the_stream_consumer():
+    """kXrayNvSmem moves only the NVFP4 stream kernels' recorder state: XRAY_INIT picks the recorder
+    by the kNv in scope, which is the stream consumer's local (declared before XRAY_INIT) or the
+    namespace fallback `false`; the shipped value keeps every kernel's registers."""
+    kdir = REPO_ROOT / "kernel"
+    xray = (kdir / "xray.cuh").read_text()
+    assert re.search(r"^constexpr bool kXrayNvSmem = false;$", xray, re.M), "the shipped X-ray keeps registers"
+    assert "#define XRAY_INIT(buf) XrayRecorderFor<kNv> xr(buf)" in xray
+    assert re.search(r"^constexpr bool kNv = false;", xray, re.M)
+    assert "std::conditional_t<kXrayNvSmem && kNvKernel, XrayCompactSmemRecorder, XrayRecorder>" in xray
+    # the shared-state recorder keeps no member (nothing of it can live in a register across stamps)
+    body = re.search(r"^struct XrayCompactSmemRecorder \{\n(.*?)^\};", xray, re.M | re.S).group(1)
+    assert not re.search(r"^  [\w:<>*&][\w:<>*& ]* \w+;", body, re.M), "a data member in XrayCompactSmemRecorder"
+    assert "__shared__ XrayCompactSmemState s;" in body and "volatile XrayCompactSmemState&" in body
+    # the stream consumer declares kNv before XRAY_INIT; the upstream schedule declares none
+    ss = (kdir / "schedule_stream.cuh").read_text()
+    i_nv, i_init = ss.index("constexpr bool kNv = W::kBlockScaled;"), ss.index("XRAY_INIT(p.xray);")
+    assert i_nv < i_init and ss.count("XRAY_INIT(") == 1
+    up = (kdir / "schedule_upstream.cuh").read_text()
+    assert "XRAY_INIT(p.xray);" in up and not re.search(r"\bkNv\b", up)
+    assert "XrayRecorder& xr;" in up  # binds to XrayRecorderFor<false>, the same type
 
 
 def test_measure_engine_keeps_the_positions_that_fit():
