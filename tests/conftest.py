@@ -41,3 +41,32 @@ def fake_registry(monkeypatch):
     monkeypatch.setattr(registry, "build", fake_build)
     monkeypatch.setattr(registry, "spec", lambda name: registry.Spec(name, name))  # no CUDA needed here
     return built
+
+
+# the arch flag the fake loader's machine reports (tests compare the build's flags against it)
+SM90A_GENCODE = "-gencode=arch=compute_90a,code=sm_90a"
+
+
+@pytest.fixture
+def fake_loader(monkeypatch, tmp_path):
+    """megakernel.load_extension with torch's builder replaced, on a fake sm_90a machine, with no
+    MONOLITH_NVCC_DEFINES set: returns the kwargs of every build asked for (build/ goes to tmp)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from monolith import kernel_spec
+    from monolith import megakernel as mk
+    seen: list[dict] = []
+
+    def fake_load(**kw):
+        seen.append(kw)
+        return SimpleNamespace()
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(mk, "_arch_flags", lambda: [SM90A_GENCODE])
+    monkeypatch.setattr(mk, "_EXT", {})
+    monkeypatch.setattr("torch.utils.cpp_extension.load", fake_load)
+    monkeypatch.setattr(mk, "REPO_ROOT", tmp_path)
+    monkeypatch.delenv(kernel_spec.EXTRA_DEFINES_ENV, raising=False)
+    return seen

@@ -14,13 +14,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import SM90A_GENCODE
 
 from monolith import REPO_ROOT, envinfo, kernel_spec
 from monolith import megakernel as mk
 from monolith.errors import MonolithError
 
 ENV = kernel_spec.EXTRA_DEFINES_ENV
-ARCH = "-gencode=arch=compute_90a,code=sm_90a"
+ARCH = SM90A_GENCODE  # what the fake_loader fixture (tests/conftest.py) reports
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -90,24 +91,6 @@ def test_build_flags_append_extra_defines_last():
         kernel_spec.build_flags("v", spec=spec, extra_defines=["MONOLITH_XRAY_SUB=2"])
     with pytest.raises(MonolithError, match="not NAME or NAME=VALUE"):
         kernel_spec.build_flags("v", spec=spec, extra_defines=["-DR=1"])
-
-
-@pytest.fixture
-def fake_loader(monkeypatch, tmp_path):
-    """load_extension with torch's builder replaced: returns the kwargs of every build asked for."""
-    seen: list[dict] = []
-
-    def fake_load(**kw):
-        seen.append(kw)
-        return SimpleNamespace()
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(mk, "_arch_flags", lambda: [ARCH])
-    monkeypatch.setattr(mk, "_EXT", {})
-    monkeypatch.setattr("torch.utils.cpp_extension.load", fake_load)
-    monkeypatch.setattr(mk, "REPO_ROOT", tmp_path)  # build/ext-<tag> goes to tmp
-    monkeypatch.delenv(ENV, raising=False)
-    return seen
 
 
 def test_load_extension_without_the_variable_is_the_measured_build(fake_loader):

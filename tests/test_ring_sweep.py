@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import SM90A_GENCODE
 
 from monolith import REPO_ROOT, kernel_spec
 from monolith import megakernel as mk
@@ -32,7 +33,7 @@ _spec.loader.exec_module(rs)
 ENV = kernel_spec.EXTRA_DEFINES_ENV
 K = kernel_spec.config_constants()
 KERNEL = REPO_ROOT / "kernel"
-ARCH = "-gencode=arch=compute_90a,code=sm_90a"
+ARCH = SM90A_GENCODE  # what the fake_loader fixture (tests/conftest.py) reports
 DEPTHS = range(int(K["kStagesSm90Min"]), int(K["kStagesSm90Max"]) + 1)
 
 
@@ -78,24 +79,6 @@ def test_an_impossible_depth_is_refused_in_one_line(value):
 def test_every_depth_of_the_range_parses():
     for d in DEPTHS:
         assert kernel_spec.parse_extra_defines(f"MONOLITH_RING_DEPTH_SM90={d}") == [f"MONOLITH_RING_DEPTH_SM90={d}"]
-
-
-@pytest.fixture
-def fake_loader(monkeypatch, tmp_path):
-    """load_extension with torch's builder replaced (tests/test_nvcc_defines.py's stand-in)."""
-    seen: list[dict] = []
-
-    def fake_load(**kw):
-        seen.append(kw)
-        return SimpleNamespace()
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(mk, "_arch_flags", lambda: [ARCH])
-    monkeypatch.setattr(mk, "_EXT", {})
-    monkeypatch.setattr("torch.utils.cpp_extension.load", fake_load)
-    monkeypatch.setattr(mk, "REPO_ROOT", tmp_path)
-    monkeypatch.delenv(ENV, raising=False)
-    return seen
 
 
 def test_both_compilers_get_the_depth(fake_loader, monkeypatch):
