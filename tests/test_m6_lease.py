@@ -29,7 +29,8 @@ def _run(args, env, timeout=60):
     )
 
 
-def test_start_then_poll_runs_every_group_in_order_and_returns_the_matrix(tmp_path: Path):
+def _lease(tmp_path: Path, groups: str, **extra: str) -> tuple[dict, Path, Path]:
+    """The environment of a lease over the fake gpu.sh: (env, lease dir, $OUT)."""
     fake = tmp_path / "gpu.sh"
     fake.write_text(FAKE_GPU_SH)
     lease, out = tmp_path / "lease", tmp_path / "out"
@@ -38,9 +39,14 @@ def test_start_then_poll_runs_every_group_in_order_and_returns_the_matrix(tmp_pa
         "M6_LEASE_DIR": str(lease),
         "M6_LEASE_GPU_SH": str(fake),
         "OUT": str(out),
-        "M6_LEASE_GROUPS": "a,b;c",
-        "M6_LEASE_BEFORE": "echo proof-first",
+        "M6_LEASE_GROUPS": groups,
+        **extra,
     }
+    return env, lease, out
+
+
+def test_start_then_poll_runs_every_group_in_order_and_returns_the_matrix(tmp_path: Path):
+    env, lease, out = _lease(tmp_path, "a,b;c", M6_LEASE_BEFORE="echo proof-first")
     r = _run(["start"], env)
     assert r.returncode == 0 and "started" in r.stdout
     r = _run(["poll", "30"], env)
@@ -61,16 +67,7 @@ def test_start_then_poll_runs_every_group_in_order_and_returns_the_matrix(tmp_pa
 
 
 def test_a_poll_before_the_end_returns_the_rows_finished_so_far(tmp_path: Path):
-    fake = tmp_path / "gpu.sh"
-    fake.write_text(FAKE_GPU_SH)
-    lease, out = tmp_path / "lease", tmp_path / "out"
-    env = {
-        **os.environ,
-        "M6_LEASE_DIR": str(lease),
-        "M6_LEASE_GPU_SH": str(fake),
-        "OUT": str(out),
-        "M6_LEASE_GROUPS": "a;slow",
-    }
+    env, lease, out = _lease(tmp_path, "a;slow")
     assert _run(["start"], env).returncode == 0
     for _ in range(30):  # group "slow" holds until the test lets it go: poll until it is the one running
         r = _run(["poll", "1"], env)
