@@ -73,44 +73,49 @@ def log(msg: str) -> None:
 
 
 # ----------------------------------------------------------------------------- arguments and plan
-def parse_depths(text: str) -> list[int]:
-    """'12,10,7' -> [12, 10, 7]; each depth checked as the build would check it (kernel_spec's range,
-    kernel/config.cuh kStagesSm90Min .. kStagesSm90Max); MonolithError in one line."""
-    out: list[int] = []
+def _parse_list(text: str, flag: str, item, empty: str) -> list:
+    """A comma-separated option: each entry through `item` (which refuses a bad one in one line),
+    in the order given; an entry given twice or no entry at all is refused in one line too."""
+    out: list = []
     for tok in (t.strip() for t in (text or "").split(",")):
         if not tok:
             continue
+        x = item(tok)
+        if x in out:
+            raise MonolithError(f"{flag}: {x} is given twice")
+        out.append(x)
+    if not out:
+        raise MonolithError(f"{flag}: {empty}")
+    return out
+
+
+def parse_depths(text: str) -> list[int]:
+    """'12,10,7' -> [12, 10, 7]; each depth checked as the build would check it (kernel_spec's range,
+    kernel/config.cuh kStagesSm90Min .. kStagesSm90Max); MonolithError in one line."""
+
+    def depth(tok: str) -> int:
         try:
-            d = kernel_spec.check_define_range(DEFINE, tok)
+            return kernel_spec.check_define_range(DEFINE, tok)
         except MonolithError as e:
             raise MonolithError(f"--depths: {e}") from None
-        if d in out:
-            raise MonolithError(f"--depths: {d} is given twice")
-        out.append(d)
-    if not out:
-        raise MonolithError("--depths: no depth given (e.g. 12,10,7)")
-    return out
+
+    return _parse_list(text, "--depths", depth, "no depth given (e.g. 12,10,7)")
 
 
 def parse_variants(text: str) -> list[str]:
     """The variants to sweep: sm_90 streaming variants of kernel/variants.json (the ring the define
     sets); MonolithError in one line for another."""
-    out: list[str] = []
-    for name in (t.strip() for t in (text or "").split(",")):
-        if not name:
-            continue
+
+    def variant(name: str) -> str:
         spec = kernel_spec.variant_spec(name)  # unknown: MonolithError naming the known ones
         if spec.get("schedule") != "stream" or spec.get("config"):
             raise MonolithError(
                 f"--variants: {name} has no sm_90 ring (the sweep takes the streaming variants of the "
                 f"sm_90 configuration: {', '.join(DEFAULT_VARIANTS)})"
             )
-        if name in out:
-            raise MonolithError(f"--variants: {name} is given twice")
-        out.append(name)
-    if not out:
-        raise MonolithError("--variants: no variant given")
-    return out
+        return name
+
+    return _parse_list(text, "--variants", variant, "no variant given")
 
 
 def shipped_depth() -> int:
