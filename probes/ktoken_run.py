@@ -78,6 +78,37 @@ GEMV_DOTS_CYCLES = {
 # 1,190-1,590 cycles, E4M3 720-2,020); the wavefront counts are layout arithmetic (gemv_wavefronts,
 # checked against an address-level bank model in tests/test_gemv_k_model.py), and for krc-pad and
 # frag16 the cycles are predictions.
+# the keys of the probes' JSON rows that the summaries copy (tests/test_ktoken_run.py checks that the
+# probes print each of them)
+HOP_ROW_KEYS = (
+    "kind",
+    "base",
+    "k",
+    "contributors",
+    "mode",
+    "words",
+    "passes",
+    "ready_first_us",
+    "ready_last_us",
+    "ready_last_p90_us",
+    "ready_last_mean_us",
+    "ok",
+)
+GEMV_ROW_KEYS = (
+    "fmt",
+    "b",
+    "k",
+    "loader",
+    "mma_cycles",
+    "dots_cycles",
+    "stores_cycles",
+    "sm_ghz",
+    "dots_us",
+    "stores_us",
+    "round_us",
+    "max_rel_err",
+    "ok",
+)
 GEMV_LAYOUTS = ("rck", "krc-pad", "frag16")
 GEMV_STORE_FIXED = 100
 GEMV_STORE_BACKLOG = {
@@ -238,24 +269,7 @@ def summarize_hop(res: dict, model: dict) -> dict:
     for r in _ok_rows(res):
         pred = predict_hop(model, r["kind"], r["base"], r["k"], r.get("contributors", 1), r["mode"])
         rows.append(
-            {
-                key: r.get(key)
-                for key in (
-                    "kind",
-                    "base",
-                    "k",
-                    "contributors",
-                    "mode",
-                    "words",
-                    "passes",
-                    "ready_first_us",
-                    "ready_last_us",
-                    "ready_last_p90_us",
-                    "ready_last_mean_us",
-                    "ok",
-                )
-            }
-            | {"predicted_us": None if pred is None else round(pred, 3)}
+            {key: r.get(key) for key in HOP_ROW_KEYS} | {"predicted_us": None if pred is None else round(pred, 3)}
         )
     by = {(r["kind"], r["base"], r["contributors"], r["mode"], r["k"]): r for r in rows}
     per_vector = []
@@ -306,24 +320,7 @@ def summarize_gemv(res: dict) -> dict:
         pred = predict_gemv(r["fmt"], r["b"], r["k"], layout)
         ffma = ffma_round_us(r["fmt"], r["k"])
         rows.append(
-            {
-                key: r.get(key)
-                for key in (
-                    "fmt",
-                    "b",
-                    "k",
-                    "loader",
-                    "mma_cycles",
-                    "dots_cycles",
-                    "stores_cycles",
-                    "sm_ghz",
-                    "dots_us",
-                    "stores_us",
-                    "round_us",
-                    "max_rel_err",
-                    "ok",
-                )
-            }
+            {key: r.get(key) for key in GEMV_ROW_KEYS}
             | {"layout": layout, "predicted": pred, "ffma_k_round_us": None if ffma is None else round(ffma, 4)}
         )
     return {
