@@ -58,33 +58,38 @@ if str(REPO) not in sys.path:
 from monolith.errors import MonolithError  # noqa: E402
 
 SHIPPED = ("bf16-upstream", "fp8-upstream", "bf16-stream", "fp8-stream", "nvfp4-stream")
-# alt name -> (kXrayRecord layout, kXrayNvGather, kXrayNvSmem): the values of xray.cuh's three
-# one-line constants
-ALTS = {"compact": ("kCompact", True, False), "full": ("kFull", True, False), "lean": ("kCompactLean", True, False),
-        "nvnogather": ("kCompact", False, False), "nvsmemptr": ("kCompact", True, True),
-        "nvsmemnogather": ("kCompact", False, True)}
-RECORD_LINE = re.compile(r"^constexpr XrayRecord kXrayRecord = XrayRecord::(k\w+);$", re.M)
-GATHER_LINE = re.compile(r"^constexpr bool kXrayNvGather = (true|false);$", re.M)
-SMEM_LINE = re.compile(r"^constexpr bool kXrayNvSmem = (true|false);$", re.M)
+# xray.cuh's one-line constants that an alt sets: (type, name, the regex of a value), each on a line
+# of its own, `constexpr TYPE NAME = VALUE;`
+XRAY_CONSTANTS = (("XrayRecord", "kXrayRecord", r"XrayRecord::k\w+"), ("bool", "kXrayNvGather", "true|false"),
+                  ("bool", "kXrayNvSmem", "true|false"))
+# alt name -> the values of XRAY_CONSTANTS, in that order
+ALTS = {"compact": ("XrayRecord::kCompact", "true", "false"), "full": ("XrayRecord::kFull", "true", "false"),
+        "lean": ("XrayRecord::kCompactLean", "true", "false"), "nvnogather": ("XrayRecord::kCompact", "false", "false"),
+        "nvsmemptr": ("XrayRecord::kCompact", "true", "true"),
+        "nvsmemnogather": ("XrayRecord::kCompact", "false", "true")}
+
+
 KERNEL_SUFFIXES = {".cu", ".cuh", ".cpp", ".def", ".h", ".json"}
+
+
+def _constant_line(type_: str, name: str, value_re: str) -> re.Pattern:
+    return re.compile(rf"^constexpr {type_} {name} = ({value_re});$", re.M)
 
 
 def shipped_alt(kernel_dir: Path) -> str:
     """The alt name of what kernel/xray.cuh ships (its layout, s_gather and shared-state constants)."""
     text = (kernel_dir / "xray.cuh").read_text()
-    m, g, s = RECORD_LINE.search(text), GATHER_LINE.search(text), SMEM_LINE.search(text)
-    if not m:
-        raise MonolithError(f"{kernel_dir / 'xray.cuh'}: no `constexpr XrayRecord kXrayRecord = XrayRecord::k...;` line")
-    if not g:
-        raise MonolithError(f"{kernel_dir / 'xray.cuh'}: no `constexpr bool kXrayNvGather = true|false;` line")
-    if not s:
-        raise MonolithError(f"{kernel_dir / 'xray.cuh'}: no `constexpr bool kXrayNvSmem = true|false;` line")
+    values = []
+    for type_, name, value_re in XRAY_CONSTANTS:
+        m = _constant_line(type_, name, value_re).search(text)
+        if not m:
+            raise MonolithError(f"{kernel_dir / 'xray.cuh'}: no `constexpr {type_} {name} = {value_re};` line")
+        values.append(m.group(1))
     inv = {v: k for k, v in ALTS.items()}
-    key = (m.group(1), g.group(1) == "true", s.group(1) == "true")
-    if key not in inv:
-        raise MonolithError(f"kernel/xray.cuh ships {key[0]} with kXrayNvGather = {g.group(1)}, kXrayNvSmem = "
-                            f"{s.group(1)}, which this script does not know ({sorted(inv)})")
-    return inv[key]
+    if tuple(values) not in inv:
+        ships = ", ".join(f"{name} = {v}" for (_, name, _), v in zip(XRAY_CONSTANTS, values, strict=True))
+        raise MonolithError(f"kernel/xray.cuh ships {ships}, which this script does not know ({sorted(ALTS)})")
+    return inv[tuple(values)]
 
 
 def alt_kernel_dir(alt: str, root: Path = REPO) -> Path:
@@ -98,12 +103,8 @@ def alt_kernel_dir(alt: str, root: Path = REPO) -> Path:
         if f.is_file() and f.suffix in KERNEL_SUFFIXES:
             shutil.copy2(f, dst / f.name)
     text = (dst / "xray.cuh").read_text()
-    record, gather, smem = ALTS[alt]
-    for pat, line, name in ((RECORD_LINE, f"constexpr XrayRecord kXrayRecord = XrayRecord::{record};", "kXrayRecord"),
-                            (GATHER_LINE, f"constexpr bool kXrayNvGather = {'true' if gather else 'false'};",
-                             "kXrayNvGather"),
-                            (SMEM_LINE, f"constexpr bool kXrayNvSmem = {'true' if smem else 'false'};", "kXrayNvSmem")):
-        text, n = pat.subn(line, text)
+    for (type_, name, value_re), value in zip(XRAY_CONSTANTS, ALTS[alt], strict=True):
+        text, n = _constant_line(type_, name, value_re).subn(f"constexpr {type_} {name} = {value};", text)
         if n != 1:
             raise MonolithError(f"{src / 'xray.cuh'}: expected one {name} line, found {n}")
     (dst / "xray.cuh").write_text(text)
