@@ -249,15 +249,16 @@ def measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg: SuiteCon
                 if bcfg.runs < cfg.bench.runs:
                     row["runs_note"] = (f"{bcfg.runs} of {cfg.bench.runs} runs: under {cfg.slow_below_tok_s:.0f} tok/s "
                                         f"(warm-up estimate {est:,.1f} tok/s), time budget {budget:.0f} s")
+        first_prompt: dict = {}  # the timed runs' decodes of prompt 0: the race timeline's end (no extra decode)
         row.update(bench_engine(eng, bench_prompts, bcfg, sweep_seq=seq, bw_tbs=bw, tok_s_est=est, log=log,
-                                byte_model=bytemodel.ByteModel.for_weights(weights, ckpt.shape)))
+                                byte_model=bytemodel.ByteModel.for_weights(weights, ckpt.shape), first_prompt=first_prompt))
         row["status"] = "ok"
         pred = row.get("predicted_us_per_token")
         log(f"  {row['tok_s']['median']:,.1f} tok/s (min {row['tok_s']['min']:,.1f}, max {row['tok_s']['max']:,.1f}), "
             + (f"predicted {pred:.1f} µs vs {row['us_per_token']['median']:.1f} µs measured" if pred is not None
                else f"{row['us_per_token']['median']:,.1f} µs/token ({row['timer']}; no GPU time-model prediction)"))
         if cfg.timelines_dir:
-            write_timeline(eng, spec, bench_prompts[0], cfg, tok, ckpt)
+            write_timeline(eng, spec, bench_prompts[0], cfg, tok, ckpt, one_call=first_prompt)
     except Exception as e:  # noqa: BLE001  (an engine that crashes gets no speed)
         row.update(status="failed", reason=f"{type(e).__name__}: {e}", tok_s=None)
         row["traceback"] = traceback.format_exc()[-2000:]
@@ -284,8 +285,8 @@ def runs_within(budget_s: float | None, tok_s_est: float, runs: int, tokens_per_
     return max(1, min(runs, math.floor(budget_s * tok_s_est / tokens_per_run)))
 
 
-def write_timeline(eng, spec, prompt, cfg: SuiteConfig, tok, ckpt) -> None:
-    tl = timeline(eng, prompt, cfg.timeline_tokens, tok, scaled=cfg.timeline_scaled)
+def write_timeline(eng, spec, prompt, cfg: SuiteConfig, tok, ckpt, one_call: dict | None = None) -> None:
+    tl = timeline(eng, prompt, cfg.timeline_tokens, tok, scaled=cfg.timeline_scaled, one_call=one_call)
     tl.update(label=spec.label, gpu=envinfo.collect(cfg.device).get("gpu"), weights=ckpt.describe(),
               prompt=tok.decode(prompt) if tok is not None else None)
     tl["engine"] = spec.name  # the registry's name (what rows and the page call it), whatever the class says

@@ -6,6 +6,7 @@ one line, exit 2, before anything runs (monolith/cli.py turns MonolithError into
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -323,11 +324,27 @@ def register(app: typer.Typer) -> None:
         budget: float = typer.Option(90.0, help="seconds for a slow engine's gate and again for its timed runs "
                                      "(engines under 100 tok/s get fewer runs, never fewer prompts)"),
         device: str = typer.Option("cuda", help="cuda; cpu only for a rehearsal of the flow (rows without a GPU UUID)"),
+        plan: Path = typer.Option(None, help="predict the next lease from the seconds each engine took in SRC (a rows "
+                                  "dir or a final.json) and say whether it fits (no GPU needed; notes/m6_budget.md)"),
+        groups: str = typer.Option(None, help="--plan: ';'-separated engine groups (default: scripts/m6_lease.sh's, or "
+                                   "$M6_LEASE_GROUPS)"),
+        assume: list[str] = typer.Option(None, help="--plan: ENGINE=SECONDS for an engine SRC has no row of (repeat)"),
+        lease_s: float = typer.Option(1800.0, help="--plan: the session's device seconds"),
+        start_s: float = typer.Option(360.0, help="--plan: device seconds a machine's start takes"),
     ):
         """M6, the final matrix: every variant and baseline gated and measured on one GPU, one row file
         per engine (--rows-dir), then --merge DIR -> results/final.json + final.md."""
         from monolith.bench import final
 
+        if plan is not None:
+            from monolith.bench import m6plan
+
+            spec = groups or os.environ.get("M6_LEASE_GROUPS")
+            p = m6plan.plan(m6plan.load_units(plan), m6plan.parse_groups(spec) if spec else m6plan.default_groups(),
+                            assume=m6plan.parse_assume(assume), lease_s=lease_s, start_s=start_s)
+            for line in m6plan.render(p, str(plan)):
+                con.print(line, markup=False, highlight=False)
+            return
         if merge is not None:
             root = REPO_ROOT if publish and Path(out).resolve().is_relative_to((REPO_ROOT / "results").resolve()) else None
             with con.status("merging row files"):

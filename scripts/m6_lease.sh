@@ -20,8 +20,9 @@ ROWS="$D/rows"
 LOG="$D/log.txt"
 STATE="$D/state"
 GPU_SH=${M6_LEASE_GPU_SH:-scripts/gpu.sh}  # (a test substitutes a fake)
-# The baselines in one process: their bf16 fp32 oracle (~36 s on an H100) is computed once, not once
-# per group process (three groups spent ~2 minutes of a lease on the repeats).
+# Two processes, so a crash in one cannot take the other's rows. Each fp32 oracle (~40 s on an H100)
+# is computed once per lease: the second process reads the first's from $ROWS/oracles/
+# (bench/oracle_cache.py). Price and prediction: notes/m6_budget.md, `monolith m6 --plan`.
 GROUPS_DEFAULT="bf16-upstream,fp8-upstream,bf16-stream,fp8-stream,nvfp4-stream;reference-graph,hf-compile,llamacpp,hf-eager,hf-static"
 
 usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }

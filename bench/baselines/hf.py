@@ -27,17 +27,29 @@ from monolith.bench.bytemodel import ByteModel
 from monolith.engine import Engine
 from monolith.errors import MonolithError
 
-HF_CONTEXT_CAP = 2304  # static cache length: bench prompt + 256 and the sweep to 2048 + windows
+HF_CONTEXT_CAP = 2304  # the static caches' largest length: the sweep to 2048 + its windows
+# hf-static sizes its cache the way HF's generate() does for a static cache (prompt + max_new_tokens):
+# at the first call after a reset, that call's positions + STATIC_RESERVE (the protocol's decode
+# length), rounded up to STATIC_ALIGN, at most the context cap. A timed run (prompt + 256) then
+# holds ~320 slots instead of 2,304. hf-compile keeps one cache of HF_CONTEXT_CAP: its CUDA graphs
+# hold the cache's addresses, so a new size would mean a new compile and capture.
+STATIC_RESERVE = 256
+STATIC_ALIGN = 64
 
 
 class HFEngine(Engine):
     def __init__(self, ckpt_dir, mode: str = "eager", device="cpu", context_cap: int = HF_CONTEXT_CAP,
                  compile_warmup_steps: int = 3, compute_dtype: torch.dtype = torch.bfloat16,
-                 deterministic: bool = False):
+                 deterministic: bool = False, fit_cache: bool | None = None):
         from transformers import Qwen3ForCausalLM
 
         if mode not in ("eager", "static", "compile", "parallel"):
             raise MonolithError(f"unknown HF mode {mode!r}")
+        # static: sized per reset (STATIC_RESERVE above) unless fit_cache=False; compile: never
+        self.fit_cache = mode == "static" if fit_cache is None else bool(fit_cache)
+        if self.fit_cache and mode != "static":
+            raise MonolithError(f"fit_cache is for mode 'static' only, not {mode!r}")
+        self._cache_len = 0
         self.name = f"hf-{mode}" + {torch.bfloat16: "", torch.float32: "-fp32"}.get(compute_dtype, f"-{compute_dtype}")
         self.parallel = mode == "parallel"
         # torch's deterministic-algorithms switch, on around every forward of this engine only
@@ -64,7 +76,10 @@ class HFEngine(Engine):
                      "logits_path": "one parallel forward per call" if self.parallel else "one decode step per token"}
         self.cache = None
         self._step_fn = self.model.forward
-        if self.mode != "eager":
+        if self.fit_cache:
+            self.info["static_cache_len"] = (f"per reset: the first call's positions + {STATIC_RESERVE}, rounded up to "
+                                             f"{STATIC_ALIGN}, at most {context_cap} (as generate() sizes a static cache)")
+        elif self.mode != "eager":
             self.info["static_cache_len"] = context_cap
             self.info["attention_reads_positions"] = context_cap
         self.reset()
@@ -108,11 +123,34 @@ class HFEngine(Engine):
     @torch.inference_mode()
     def reset(self) -> None:
         # inference_mode: the static buffers were created inside it (lazy init in prefill)
-        if self.cache is not None and self.mode != "eager":
+        if self.fit_cache:
+            self.cache = None  # the first call after the reset allocates one of its size (_fit)
+        elif self.cache is not None and self.mode != "eager":
             self.cache.reset()  # keep the static buffers: compiled graphs hold their addresses
         else:
             self.cache = self._new_cache()
         self.position = 0
+
+    @torch.inference_mode()
+    def _fit(self, n: int) -> None:
+        """fit_cache: a static cache that holds `n` more positions. Allocated by the first call after
+        a reset (a prefill: untimed); grown, with what it holds copied, only by a call past the
+        reserve, which no run of the protocol makes (check_room has already bounded n by the cap)."""
+        from transformers import StaticCache
+
+        need = self.position + n
+        if not self.fit_cache or (self.cache is not None and need <= self._cache_len):
+            return
+        length = min(self.context_cap, -(-(need + STATIC_RESERVE) // STATIC_ALIGN) * STATIC_ALIGN)
+        new = StaticCache(config=self.model.config, max_cache_len=length)
+        if self.cache is not None and self.position > 0:
+            p = self.position
+            for old_l, new_l in zip(self.cache.layers, new.layers, strict=True):
+                new_l.lazy_initialization(old_l.keys[:, :, :0], old_l.values[:, :, :0])
+                new_l.keys[:, :, :p].copy_(old_l.keys[:, :, :p])
+                new_l.values[:, :, :p].copy_(old_l.values[:, :, :p])
+                new_l.cumulative_length.fill_(p)
+        self.cache, self._cache_len = new, length
 
     def _ids(self, tokens) -> torch.Tensor:
         return torch.as_tensor(tokens, dtype=torch.long).reshape(1, -1).to(self.device)
@@ -129,12 +167,14 @@ class HFEngine(Engine):
     @torch.inference_mode()
     def _prefill(self, tokens: torch.Tensor) -> int:
         ids = self._ids(tokens)
+        self._fit(ids.numel())
         logits = self._forward(ids, step=False)  # one parallel forward: HF's own prefill path
         self.position += ids.numel()
         return int(torch.argmax(logits))
 
     @torch.inference_mode()
     def _decode(self, first_token: int, n: int) -> torch.Tensor:
+        self._fit(n)
         out = torch.empty(n, dtype=torch.long, device=self.device)
         tok = self._ids([first_token])
         for j in range(n):
@@ -153,6 +193,7 @@ class HFEngine(Engine):
     @torch.inference_mode()
     def _teacher_forced(self, tokens: torch.Tensor) -> torch.Tensor:
         ids = self._ids(tokens)
+        self._fit(ids.numel())
         if self.parallel:
             return torch.argmax(self._parallel_logits(ids), -1)
         out = torch.empty(ids.numel(), dtype=torch.long, device=self.device)
@@ -164,6 +205,7 @@ class HFEngine(Engine):
     @torch.inference_mode()
     def _logits(self, tokens: torch.Tensor) -> torch.Tensor:
         ids = self._ids(tokens)
+        self._fit(ids.numel())
         if self.parallel:
             return self._parallel_logits(ids).float()
         out = torch.empty(ids.numel(), self.model.config.vocab_size, dtype=torch.float32, device=self.device)
