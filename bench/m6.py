@@ -159,36 +159,43 @@ def prepare_oracles(cfg: M6Config, ckpt, bench_prompts, scfg, uuid, rows_dir: Pa
     oracle_cache.py), else computed and written there. Returns (ckpts, oracles, errors): a format
     whose checkpoint or oracle failed has its exception in errors, and each of its engines' rows
     names it (the other formats still run)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from monolith.bench import oracle_cache, suite
     from monolith.bench.baselines import registry
     from monolith.eval import correctness
 
     fmts = dict.fromkeys(registry.weights_of(n) for n in cfg.engines
                          if n != "llamacpp" and registry.spec(n).kind == "local")
+    fmts = sorted(fmts, key=lambda f: f != "bf16")  # bf16 needs no pack: its oracle runs while the packs are made
     machine = oracle_cache.identity(uuid)
     gate_prompts = bench_prompts[:scfg.gate_prompts]
     ckpts, oracles, errors = {"bf16": ckpt}, {}, {}
-    for fmt in fmts:
+
+    def compute(ck):
+        orc = registry.oracle(ck, cfg.device)
         try:
-            ckpts[fmt] = registry.checkpoint_for(fmt, ckpt)
-            log(f"oracle: fp32 reference on the {fmt} weights{' dequantized' if fmt != 'bf16' else ''}, "
-                f"{scfg.gate_prompts} prompts x {scfg.gate_tokens} tokens")
+            return correctness.oracle_runs(orc, gate_prompts, scfg.gate_tokens, progress=suite._oracle_progress(
+                scfg.gate_prompts, scfg.gate_tokens, time.perf_counter()))
+        finally:
+            del orc
+            suite._free()
 
-            def compute(ck=ckpts[fmt]):
-                orc = registry.oracle(ck, cfg.device)
-                try:
-                    return correctness.oracle_runs(orc, gate_prompts, scfg.gate_tokens, progress=suite._oracle_progress(
-                        scfg.gate_prompts, scfg.gate_tokens, time.perf_counter()))
-                finally:
-                    del orc
-                    suite._free()
-
-            k = None if machine is None else oracle_cache.key(ckpts[fmt].describe(), fmt, gate_prompts,
-                                                               scfg.gate_tokens, machine)
-            oracles[fmt], _ = oracle_cache.get(rows_dir, k, compute, final.WINDOW_LIMIT_S, log)
-        except Exception as e:  # noqa: BLE001  (the engines of this format fail with it; the others run)
-            log(f"  oracle for {fmt} failed: {type(e).__name__}: {e}"[:400])
-            errors[fmt] = e
+    # The fp8/nvfp4 packs (CPU; nvfp4 ~20 s on the H100's host) are made in one worker thread, in
+    # order, while this thread runs the oracles on the GPU: a pack is the same computation in any thread.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        packs = {f: pool.submit(registry.checkpoint_for, f, ckpt) for f in fmts if f != "bf16"}
+        for fmt in fmts:
+            try:
+                ck = ckpts[fmt] = packs[fmt].result() if fmt in packs else ckpt
+                log(f"oracle: fp32 reference on the {fmt} weights{' dequantized' if fmt != 'bf16' else ''}, "
+                    f"{scfg.gate_prompts} prompts x {scfg.gate_tokens} tokens")
+                k = None if machine is None else oracle_cache.key(ck.describe(), fmt, gate_prompts, scfg.gate_tokens,
+                                                                   machine)
+                oracles[fmt], _ = oracle_cache.get(rows_dir, k, lambda ck=ck: compute(ck), final.WINDOW_LIMIT_S, log)
+            except Exception as e:  # noqa: BLE001  (the engines of this format fail with it; the others run)
+                log(f"  oracle for {fmt} failed: {type(e).__name__}: {e}"[:400])
+                errors[fmt] = e
     return ckpts, oracles, errors
 
 

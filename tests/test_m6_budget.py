@@ -164,6 +164,34 @@ def test_the_builds_run_beside_the_oracles(fake_m6, tmp_path, monkeypatch):
     assert events[2:4] == ["oracle", "oracle"] and events[4:6] == ["wait", "wait"]
 
 
+def test_the_packs_are_made_while_the_bf16_oracle_runs(fake_m6, tmp_path, monkeypatch):
+    """The fp8 pack and the bf16 oracle meet at a barrier: done one after the other, they could not."""
+    import threading
+
+    from harness_fakes import FakeEngine
+
+    from monolith.bench import m6
+    from monolith.bench.baselines import registry
+
+    meet = threading.Barrier(2, timeout=20)
+
+    def pack(fmt, ck):
+        meet.wait()
+        return ck
+
+    def oracle(ck, dev):
+        if not fake_m6:  # the first oracle: bf16, whatever the engines' order
+            meet.wait()
+        fake_m6.append(dev)
+        return FakeEngine()
+
+    monkeypatch.setattr(registry, "checkpoint_for", pack)
+    monkeypatch.setattr(registry, "oracle", oracle)
+    files = m6.run(_cfg(tmp_path, ["megakernel-fp8-stream", "megakernel-bf16-stream"]))
+    rows = [json.loads(f.read_text())["rows"][0] for f in files]
+    assert [r["status"] for r in rows] == ["ok", "ok"] and len(fake_m6) == 2
+
+
 def test_the_timeline_ends_where_the_timed_runs_decoded_prompt_0(monkeypatch):
     from harness_fakes import FakeEngine
 
