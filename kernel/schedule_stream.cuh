@@ -194,7 +194,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   const long long tmo = p.timeout_cycles;
   const float* rope_row = p.rope + int64_t(pos) * kHeadDim;
   volatile int* flag = &sm.flag;
-  XRAY_INIT(p.xray);
+  XRAY_INIT(p.xray, kNv);
   XRAY_BEGIN();
 
   uint32_t kc = 0;  // chunks consumed

@@ -58,7 +58,7 @@ struct UpstreamBlock {
   uint32_t& gen;  // grid barriers passed in this launch
   const long long& tmo;
 #if defined(MONOLITH_XRAY) && defined(__CUDACC__)
-  XrayRecorder& xr;  // upstream_step's (XRAY_END names it)
+  XrayRecorderFor<false>& xr;  // upstream_step's (XRAY_END names it)
 #endif
 
   // Segment (byte/element offset `off`, first scale `sc`) of layer L's packed weights.
@@ -329,7 +329,7 @@ __device__ __forceinline__ void upstream_step(const StepParams& p) {
   SyncState* S = p.sync;
   float* scr = p.scr;
   float* hidden = scr + kScrHidden;
-  XRAY_INIT(p.xray);
+  XRAY_INIT(p.xray, false);  // bf16 / fp8 layers only
   XRAY_BEGIN();
 
   int pos, token;

@@ -364,23 +364,30 @@ struct XrayCompactSmemRecorder {
   }
 };
 
-// The recorder of a kernel: kNvKernel is the stream consumer's kNv (schedule_stream.cuh declares it
-// before XRAY_INIT); every other kernel sees the namespace-scope kNv below, false.
-template <bool kNvKernel>
-using XrayRecorderFor = std::conditional_t<kXrayNvSmem && kNvKernel, XrayCompactSmemRecorder, XrayRecorder>;
-constexpr bool kNv = false;  // hidden by the stream consumer's local kNv (NVFP4 layers)
+// The recorder of a kernel whose layers are NVFP4 (kNvfp4Kernel) or not. The flag is an explicit
+// argument of XRAY_INIT at every use site (nothing here supplies a default, so a use without it does
+// not compile), and the recorder carries it: XRAY_GATHER reads it from xr's type, not from a name in
+// scope. The base is the recorder itself; the wrapper adds no member.
+template <bool kNvfp4Kernel>
+struct XrayRecorderFor : std::conditional_t<kXrayNvSmem && kNvfp4Kernel, XrayCompactSmemRecorder, XrayRecorder> {
+  using Base = std::conditional_t<kXrayNvSmem && kNvfp4Kernel, XrayCompactSmemRecorder, XrayRecorder>;
+  using Base::Base;
+  static constexpr bool kNvfp4 = kNvfp4Kernel;
+};
 
-#define XRAY_INIT(buf) XrayRecorderFor<kNv> xr(buf)
+// XRAY_INIT(buf, nvfp4): buf, the kernel's XrayEvent* parameter; nvfp4, a constant bool, true in a
+// kernel whose layers are NVFP4 (the stream consumer passes its kNv, the upstream schedule false).
+#define XRAY_INIT(buf, nvfp4) XrayRecorderFor<(nvfp4)> xr(buf)
 #define XRAY_BEGIN() xr.begin()
 #define XRAY_END(phase, layer) xr.end<kPhase_##phase>((layer))
 #define XRAY_STAMP(g, c) \
   uint64_t g = 0, c = 0; \
   xr.stamp(g, c)
 #define XRAY_STALL(work_phase, stall_phase, layer, g, c) xr.stall((work_phase), (stall_phase), (layer), (g), (c))
-// A stream hop's s_gather; kNv is the stream consumer's (schedule_stream.cuh), kXrayNvGather above.
+// A stream hop's s_gather: dropped in an NVFP4 kernel (the flag XRAY_INIT gave xr) unless kXrayNvGather.
 #define XRAY_GATHER(layer) \
   do { \
-    if constexpr (kXrayNvGather || !kNv) XRAY_END(s_gather, layer); \
+    if constexpr (kXrayNvGather || !std::remove_reference_t<decltype(xr)>::kNvfp4) XRAY_END(s_gather, layer); \
   } while (0)
 // MONOLITH_XRAY_SUB=1: the diagnostic sub-intervals of xray_phases.def (x_words, x_open, x_dot,
 // x_out), only in that X-ray build; =2: x_open, x_dot, x_out, x_prenorm, x_slots (and x_count where
@@ -429,7 +436,8 @@ constexpr bool kNv = false;  // hidden by the stream consumer's local kNv (NVFP4
 #define XRAY_SUB3(phase, layer) ((void)0)
 #define XRAY_WORDS_NOTE(word) ((void)0)
 #define XRAY_WORDS_CUT(word, layer) ((void)0)
-#define XRAY_INIT(buf) ((void)(buf))
+// the flag checked as in the X-ray build (a constant bool), in an unevaluated operand: no code
+#define XRAY_INIT(buf, nvfp4) ((void)(buf), (void)sizeof(std::bool_constant<(nvfp4)>))
 #define XRAY_BEGIN() ((void)0)
 #define XRAY_END(phase, layer) ((void)0)
 #define XRAY_STAMP(g, c) ((void)0)

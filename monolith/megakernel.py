@@ -26,6 +26,7 @@ import torch
 
 from monolith import REPO_ROOT, kernel_spec
 from monolith import config as C
+from monolith import stop_phase as SP
 from monolith.engine import Engine
 from monolith.errors import MonolithError
 
@@ -45,6 +46,11 @@ NORM_Q = 2 * C.HIDDEN
 NORM_K = NORM_Q + C.HEAD_DIM
 NORM_LAYER_ELEMS = NORM_K + C.HEAD_DIM
 THREADS = 512
+# The StopPhase codes a launch passes, from kernel/config.cuh's enum (read once, at import: a launch
+# costs no file access). kStopNever: a whole step; the fault codes: inject_stuck_barrier.
+STOP_NEVER = SP.code("kStopNever")
+FAULT_BLOCK0_EXITS = SP.code("kFaultBlock0Exits")
+FAULT_BLOCK0_AFTER = SP.code("kFaultBlock0After")
 XRAY_FIELDS = ["block", "smid", "phase", "layer", "g0", "g1", "c0", "c1"]
 # One XrayEvent (kernel/xray.cuh): u64 g0, g1, c0, c1; u16 phase, layer, block, smid.
 XRAY_EVENT_DTYPE = np.dtype([("g0", "<u8"), ("g1", "<u8"), ("c0", "<u8"), ("c1", "<u8"),
@@ -382,12 +388,13 @@ class MegakernelEngine(Engine):
         return 0 if t is None else t.data_ptr()
 
     # ---- low level ----------------------------------------------------------------------
-    def _launch(self, in_ptr: int, out_ptr: int, pos: int, stop: tuple[int, int] = (99, 99),
+    def _launch(self, in_ptr: int, out_ptr: int, pos: int, stop: tuple[int, int] = (STOP_NEVER, STOP_NEVER),
                 record: bool = True) -> None:
         """One step at position `pos` (the host's count; the kernel reads its own from the sync
         state). The position picks a streaming variant's long-position kernel from
         kLongKernelFrom on (kernel/megakernel.cu decode_step_long); both kernels are correct at
-        any position and give the same bits below it."""
+        any position and give the same bits below it. stop: (stop_layer, stop_phase), stop_phase a
+        StopPhase of kernel/config.cuh (STOP_NEVER and the codes above)."""
         xray_ptr = self.xray_buf.data_ptr() if (self.xray_buf is not None and record) else 0
         p = self._ptr
         self.ext.launch(self.variant_id, self.blocks, self.xray, p(self.w), self.norms.data_ptr(),
@@ -510,7 +517,10 @@ class MegakernelEngine(Engine):
         saved = self.timeout_cycles
         self.timeout_cycles = int(timeout_s * 2.0e9)
         tok = torch.zeros(1, dtype=torch.int32, device=self.device)
-        stop = (0, 100) if after_phase is None else (layer, 110 + after_phase)
+        if after_phase is None:
+            stop = (0, FAULT_BLOCK0_EXITS)
+        else:
+            stop = (layer, FAULT_BLOCK0_AFTER + after_phase)
         try:
             self._launch(tok.data_ptr(), self._scratch_tokens.data_ptr(), self.position, stop=stop, record=False)
             if after_phase is not None:

@@ -22,6 +22,8 @@ from monolith.xray.raw import COMPACT_HEADER_WORDS, COMPACT_MAGIC, SLOT_BYTES, d
 SHIPPED = ("bf16-upstream", "fp8-upstream", "bf16-stream", "fp8-stream", "nvfp4-stream")
 KERNEL = REPO_ROOT / "kernel"
 ID = {n: p.id for n, p in by_name().items()}
+# a whole launch's (stop_layer, stop_phase), as MegakernelEngine._launch passes it by default
+FULL = (F.stop_phase_values()["kStopNever"],) * 2
 
 # One layer of each schedule as thread 0 of every block closes its intervals (a simplified but
 # faithful order: kernel/schedule_upstream.cuh, kernel/schedule_stream.cuh and its phase_*.cuh)
@@ -349,10 +351,10 @@ class FakeEngine:
         self.position = self.kpos = pos
         self.calls.append(("seek", pos))
 
-    def _launch(self, in_ptr, out_ptr, pos, stop=(99, 99), record=True):
+    def _launch(self, in_ptr, out_ptr, pos, stop=FULL, record=True):
         assert pos == self.kpos, "a launch at another position than the kernel's"
         self.calls.append(("launch", pos, tuple(stop), record, self.ext, self.xray))
-        if stop == (99, 99):
+        if stop == FULL:
             self.clock_us += self.const_us + self.span / 1e3
             self.kpos += 1
             if record and self.xray:
@@ -385,13 +387,13 @@ def test_the_window_protocol_on_a_fake_engine():
     assert mk.calls[0] == ("seek", 1024 - F.WINDOW)
     full = [c for c in mk.calls[1:] if c[0] == "launch"]
     assert [c[1] for c in full] == [1020, 1021, 1022, 1023, 1024]
-    assert all(c[2] == (99, 99) and c[3] is False and c[4] == "plain-ext" and c[5] is False for c in full[:-1])
+    assert all(c[2] == FULL and c[3] is False and c[4] == "plain-ext" and c[5] is False for c in full[:-1])
     assert full[-1][2] == (13, 4)
     assert (mk.ext, mk.xray) == ("own", True) and mk.checked == 1  # restored; checked once per launch
     us, tr = launch("compact", None, traced=True)
     ev, start, end = tr
     assert us == pytest.approx(3.0 + mk.span / 1e3) and np.max(end) == pytest.approx(mk.span, abs=1.0)
-    assert mk.calls[-1][2:] == ((99, 99), True, "compact-ext", True)
+    assert mk.calls[-1][2:] == (FULL, True, "compact-ext", True)
     with pytest.raises(MonolithError, match="a traced launch is a full launch of an X-ray build"):
         launch("plain", None, traced=True)
     # near the start of the context the window shrinks to the positions there are

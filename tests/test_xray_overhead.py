@@ -228,11 +228,14 @@ def test_the_ab_script_rewrites_one_line_of_a_copy(tmp_path, monkeypatch):
 
 def test_every_stream_s_gather_stamp_goes_through_the_nvfp4_switch():
     """kXrayNvGather drops the NVFP4 kernels' s_gather records only if every stream phase stamps it
-    through XRAY_GATHER (the macro that tests the switch against the consumer's kNv)."""
+    through XRAY_GATHER (the macro that tests the switch against the NVFP4 flag XRAY_INIT gave xr)."""
     kdir = REPO_ROOT / "kernel"
     xray = (kdir / "xray.cuh").read_text()
     assert re.search(r"^constexpr bool kXrayNvGather = true;$", xray, re.M), "the shipped X-ray records s_gather"
-    assert "if constexpr (kXrayNvGather || !kNv) XRAY_END(s_gather, layer);" in xray
+    assert (
+        "if constexpr (kXrayNvGather || !std::remove_reference_t<decltype(xr)>::kNvfp4) XRAY_END(s_gather, layer);"
+        in xray
+    )
     uses = 0
     for f in sorted(kdir.glob("phase_*.cuh")) + [kdir / "schedule_stream.cuh"]:
         text = f.read_text()
@@ -242,26 +245,36 @@ def test_every_stream_s_gather_stamp_goes_through_the_nvfp4_switch():
 
 
 def test_the_nvfp4_shared_state_switch_reaches_only_the_stream_consumer():
-    """kXrayNvSmem moves only the NVFP4 stream kernels' recorder state: XRAY_INIT picks the recorder
-    by the kNv in scope, which is the stream consumer's local (declared before XRAY_INIT) or the
-    namespace fallback `false`; the shipped value keeps every kernel's registers."""
+    """kXrayNvSmem moves only the NVFP4 stream kernels' recorder state: XRAY_INIT takes the kernel's
+    NVFP4 flag as an explicit argument at every use (no namespace-scope kNv supplies one by name
+    lookup), the stream consumer passes its kNv and the upstream schedule false; the shipped value
+    keeps every kernel's registers."""
     kdir = REPO_ROOT / "kernel"
     xray = (kdir / "xray.cuh").read_text()
     assert re.search(r"^constexpr bool kXrayNvSmem = false;$", xray, re.M), "the shipped X-ray keeps registers"
-    assert "#define XRAY_INIT(buf) XrayRecorderFor<kNv> xr(buf)" in xray
-    assert re.search(r"^constexpr bool kNv = false;", xray, re.M)
-    assert "std::conditional_t<kXrayNvSmem && kNvKernel, XrayCompactSmemRecorder, XrayRecorder>" in xray
+    assert "#define XRAY_INIT(buf, nvfp4) XrayRecorderFor<(nvfp4)> xr(buf)" in xray
+    # the plain build: the same arity, and the flag must name a constant there too
+    assert "#define XRAY_INIT(buf, nvfp4) ((void)(buf), (void)sizeof(std::bool_constant<(nvfp4)>))" in xray
+    assert not re.search(r"^\s*constexpr bool kNv\b", xray, re.M), "a fallback kNv that a use would find by name"
+    assert not re.search(r"\bkNv\b", re.sub(r"//[^\n]*", "", xray)), "xray.cuh's code names kNv"
+    base = "std::conditional_t<kXrayNvSmem && kNvfp4Kernel, XrayCompactSmemRecorder, XrayRecorder>"
+    assert f"struct XrayRecorderFor : {base} {{" in xray and f"using Base = {base};" in xray
     # the shared-state recorder keeps no member (nothing of it can live in a register across stamps)
     body = re.search(r"^struct XrayCompactSmemRecorder \{\n(.*?)^\};", xray, re.M | re.S).group(1)
     assert not re.search(r"^  [\w:<>*&][\w:<>*& ]* \w+;", body, re.M), "a data member in XrayCompactSmemRecorder"
     assert "__shared__ XrayCompactSmemState s;" in body and "volatile XrayCompactSmemState&" in body
-    # the stream consumer declares kNv before XRAY_INIT; the upstream schedule declares none
+    # the wrapper adds no data member either (only its base, a using and a static flag)
+    body = re.search(r"^struct XrayRecorderFor : .*? \{\n(.*?)^\};", xray, re.M | re.S).group(1)
+    assert [ln.strip().split()[0] for ln in body.splitlines()] == ["using", "using", "static"]
+    # every use passes the flag: the stream consumer its kNv (declared before), upstream false
+    uses = {f.name: re.findall(r"XRAY_INIT\(([^)]*)\)", f.read_text()) for f in sorted(kdir.glob("*.cu*"))}
+    uses = {k: v for k, v in uses.items() if v and k != "xray.cuh"}
+    assert uses == {"schedule_stream.cuh": ["p.xray, kNv"], "schedule_upstream.cuh": ["p.xray, false"]}
     ss = (kdir / "schedule_stream.cuh").read_text()
-    i_nv, i_init = ss.index("constexpr bool kNv = W::kBlockScaled;"), ss.index("XRAY_INIT(p.xray);")
-    assert i_nv < i_init and ss.count("XRAY_INIT(") == 1
+    assert ss.index("constexpr bool kNv = W::kBlockScaled;") < ss.index("XRAY_INIT(p.xray, kNv);")
     up = (kdir / "schedule_upstream.cuh").read_text()
-    assert "XRAY_INIT(p.xray);" in up and not re.search(r"\bkNv\b", up)
-    assert "XrayRecorder& xr;" in up  # binds to XrayRecorderFor<false>, the same type
+    assert not re.search(r"\bkNv\b", up)
+    assert "XrayRecorderFor<false>& xr;" in up  # upstream_step's recorder, the same type
 
 
 def test_measure_engine_keeps_the_positions_that_fit():

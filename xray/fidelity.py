@@ -35,13 +35,13 @@ A segment that fails by about that much points at these, not at the instrument.
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from monolith import stop_phase as SP
 from monolith.errors import MonolithError
 
 # The pass rule, per variant and position (the shipped X-ray layout): the trace's token span within
@@ -61,7 +61,7 @@ REPS = 31  # stopped launches per (build, stop point, position)
 TRACES = 5  # traced full launches per (X-ray build, position)
 FIRST_TOKEN = 9707
 
-CONFIG_CUH = Path(__file__).resolve().parent.parent / "kernel" / "config.cuh"
+CONFIG_CUH = SP.CONFIG_CUH
 
 # Per schedule, in kernel order: (StopPhase name, the X-ray phase whose XRAY_END the kernel executes
 # last before that stop's return). Stops a schedule honours at the same statement as another are
@@ -117,16 +117,9 @@ def schedule_of(variant: str) -> str:
 
 
 def stop_phase_values(path: Path | str = CONFIG_CUH) -> dict[str, int]:
-    """kernel/config.cuh `enum StopPhase` as {name: value}."""
-    text = re.sub(r"//[^\n]*", " ", Path(path).read_text())
-    m = re.search(r"enum\s+StopPhase\b[^{]*\{(.*?)\}", text, flags=re.S)
-    if not m:
-        raise MonolithError(f"{path}: no `enum StopPhase {{...}}`")
-    out = {}
-    for item in (x.strip() for x in m.group(1).split(",")):
-        em = re.fullmatch(r"(k\w+)\s*=\s*(\d+)", item)
-        if em:
-            out[em.group(1)] = int(em.group(2))
+    """kernel/config.cuh `enum StopPhase` as {name: value} (monolith/stop_phase.py, the launches' own
+    source), with every name this module's tables use."""
+    out = SP.values(path)
     need = {n for recs in STOP_RECORDS.values() for n, _ in recs} | {"kStopNever"}
     missing = sorted(need - set(out))
     if missing:
