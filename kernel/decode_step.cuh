@@ -73,6 +73,8 @@ struct StreamCfg {
   // A second kernel for positions >= kLongKernelFrom (decode_step_long; policy.cuh's kMergeHalves):
   // faster at long positions on every format, slower at short ones (docs/EXPERIMENTS.md).
   static constexpr bool kLongKernel = true;
+  // The GEMV rounds on the tensor cores (policy.cuh kTcGemv, stream_mma.cuh): fp8-stream-tc
+  static constexpr bool kTcGemv = false;
 };
 template <>
 struct VariantCfg<kVariantBf16Stream> : StreamCfg {};
@@ -103,6 +105,15 @@ template <>
 struct VariantCfg<kVariantFp8StreamSm120> : Sm120Cfg<kVariantFp8Stream> {};
 template <>
 struct VariantCfg<kVariantNvfp4StreamSm120> : Sm120Cfg<kVariantNvfp4Stream> {};
+// fp8-stream's schedule and weights with qkv, MLP-1 and down on the tensor cores (issue 48's k-pass
+// kernel at k = 1: notes/ktoken.md; the codes of those phases swizzled at upload, stream_mma.cuh).
+// One kernel at every position (no long or wide kernel yet: the short kernel is correct at every
+// position, MegakernelEngine runs it there), in a translation unit of its own (megakernel_tc.cu).
+template <>
+struct VariantCfg<kVariantFp8StreamTc> : VariantCfg<kVariantFp8Stream> {
+  static constexpr bool kTcGemv = true;
+  static constexpr bool kLongKernel = false;
+};
 // Whether this pass compiles Cfg's streaming kernels (see Sm120Cfg).
 template <class Cfg>
 __host__ __device__ constexpr bool stream_compiled() {
@@ -563,3 +574,6 @@ KernelInfo info_of(bool device_sm120) {
 // kernel/megakernel_sm120.cu, which sets this when it is linked into the extension (a static
 // initializer; megakernel.cu defines it null). Null: this build does not hold them.
 extern KernelInfo (*sm120_kernels)(int variant);
+// The tensor-core variant's kernels (kernel/megakernel_tc.cu sets this where it is linked in, as
+// megakernel_sm120.cu does sm120_kernels); device_sm120: the configuration its kernels were compiled in.
+extern KernelInfo (*tc_kernels)(int variant, bool device_sm120);

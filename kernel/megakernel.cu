@@ -63,6 +63,7 @@ static bool wide_applies(int blocks, int position) {
 
 // ---- host side ----------------------------------------------------------------------------
 KernelInfo (*sm120_kernels)(int variant) = nullptr;  // (decode_step.cuh)
+KernelInfo (*tc_kernels)(int variant, bool device_sm120) = nullptr;
 
 // The device of the sm_120 family (compute capability 12.x): the host's side of kArchSm120 (the
 // extension is built for the device's own arch, sm_90a or sm_120a: monolith/megakernel.py).
@@ -99,6 +100,8 @@ static KernelInfo kernel_for(int variant, bool sm120) {  // {nullptr, ...}: not 
       return sm120_config_info<kVariantFp8StreamSm120>(variant, sm120);
     case kVariantNvfp4StreamSm120:
       return sm120_config_info<kVariantNvfp4StreamSm120>(variant, sm120);
+    case kVariantFp8StreamTc:  // kernel/megakernel_tc.cu, where it is linked in
+      return tc_kernels != nullptr ? tc_kernels(variant, sm120) : KernelInfo{nullptr, nullptr, nullptr, 0, 0, false, false};
     default:
       return {nullptr, nullptr, nullptr, 0, 0, false, false};
   }

@@ -23,6 +23,8 @@ enum Variant : int {
   kVariantBf16StreamSm120 = 6,
   kVariantFp8StreamSm120 = 7,
   kVariantNvfp4StreamSm120 = 8,
+  // fp8-stream with its K = 1024 GEMV rounds on the tensor cores (issue 48, the k-pass kernel at k = 1)
+  kVariantFp8StreamTc = 9,
 };
 
 struct StepParams {

@@ -25,7 +25,8 @@ constexpr bool kArchSm120 = false;
 
 // kSm120: the sm_120 configuration (the sm_120a build, or a variant that asks for it on any arch:
 // VariantCfg::kSm120Config, so that an sm_90 GPU can run the same ring and choices).
-template <class W, KernelKind K, bool kSm120 = kArchSm120>
+// kTc: the tensor-core GEMV (VariantCfg::kTcGemv: fp8-stream-tc, issue 48's k-pass kernel at k = 1).
+template <class W, KernelKind K, bool kSm120 = kArchSm120, bool kTc = false>
 struct Policy {
   static constexpr bool kBf16 = !W::kRowScale, kE4M3 = W::kRowScale && !W::kBlockScaled, kNvfp4 = W::kBlockScaled;
   static constexpr bool kLong = K != KernelKind::kShort;  // the wide kernel is a long kernel too
@@ -48,6 +49,12 @@ struct Policy {
   // layers read half2 words in every phase; the LM head's input is swizzled except under NVFP4
   static constexpr int kE4M3Half2Phases = kE4M3 ? 4 : 0;
   static constexpr bool kHeadInSwizzled = !kNvfp4;
+  // the tensor-core GEMV (stream_mma.cuh; notes/ktoken.md "The k-pass kernel"): the K = 1024 rounds
+  // of these phases (mask as above: qkv, MLP-1, down) run on mma.sync, their inputs as store_xe's f16
+  // words (the mask joins kE4M3Half2Phases'); O and the LM head keep their CUDA-core rounds
+  static constexpr bool kTcGemv = kTc;
+  static constexpr int kTcPhases = kTc ? 1 | 4 | 8 : 0;
+  static_assert(!kTc || kE4M3, "the tensor-core rounds read E4M3 rows (stream_mma.cuh)");
   static constexpr bool kHeadWarp = W::Head::kRowScale;  // E4M3 LM head: warp groups per slot, no round barrier
 
   // attention: the wide kernel exists for bf16 and E4M3; the merge before O runs on both halves of

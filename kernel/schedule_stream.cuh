@@ -4,7 +4,8 @@
 // shared helpers (part_begin, warp_sum, dot8_bf16, the X-ray macros): it is not a stand-alone
 // header, and it is compiled once per build like the rest of the kernel. Its parts, in the order
 // included below: stream_words.cuh (the hops' word protocol), stream_gemv.cuh (norms, input
-// vectors, a slot's row dot products), stream_plan.cuh (StreamPlan, the attention's splits),
+// vectors, a slot's row dot products), stream_mma.cuh (the same rounds on the tensor cores:
+// Policy::kTcGemv), stream_plan.cuh (StreamPlan, the attention's splits),
 // stream_ring.cuh (the ring: its producer and thread 0's slot tests); here the consumers
 // (stream_consumer) and the kernel body (stream_step). The measured per-format / per-kernel
 // choices are kernel/policy.cuh's Policy.
@@ -56,6 +57,7 @@
 
 #include "stream_words.cuh"
 #include "stream_gemv.cuh"
+#include "stream_mma.cuh"
 #include "stream_plan.cuh"
 #include "stream_ring.cuh"
 
@@ -179,7 +181,7 @@ __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT
   // The layers' GEMV inputs (s_x, sm.attn, sm.act) are stored with nv_swz; NVFP4's as half2 words
   // (store_xh2, read by dot16B_h2); fp8's as f16 words (store_xe, read by hdot16_e4m3) in the
   // phases of P::kE4M3Half2Phases
-  constexpr int kE4H2Mask = P::kE4M3Half2Phases;
+  constexpr int kE4H2Mask = P::kE4M3Half2Phases | P::kTcPhases;
   constexpr bool kE4H2Qkv = (kE4H2Mask & 1) != 0, kE4H2O = (kE4H2Mask & 2) != 0, kE4H2Mlp = (kE4H2Mask & 4) != 0,
                  kE4H2Down = (kE4H2Mask & 8) != 0;
   constexpr bool kMergeHalves = P::kMergeHalves;
@@ -292,7 +294,7 @@ __host__ __device__ constexpr bool ring_fits() {
 
 template <class Cfg, bool kLong, bool kWide = false>
 __device__ __forceinline__ void stream_step(const StepParams& p) {
-  using P = Policy<typename Cfg::Weights, kernel_kind(kLong, kWide), Cfg::kSm120Config || kArchSm120>;
+  using P = Policy<typename Cfg::Weights, kernel_kind(kLong, kWide), Cfg::kSm120Config || kArchSm120, Cfg::kTcGemv>;
   static_assert(ring_fits<Cfg, P>(), "every round of the schedule fits in the ring");
   static_assert(P::kRingBytes + int(sizeof(StreamSmem)) + 512 <= P::kSmemPerBlock, "ring + StreamSmem fit one block");
   constexpr int kStages = P::kStages;

@@ -132,15 +132,16 @@ auto hand_back_split = [&](int n) {
   }
   kc += n;
 };
-// Rows of K = 1024 in slots base .. base + n (nr rows in all, kRows1024 per slot): warp w's
-// half-row sum of row 8 b + w / 2 goes to part[b * 16 + w] (b: 8-row block of the round); the
-// row's two halves are added after the round's closing barrier, in fixed order (combine_row).
+// Rows of K = 1024 in slots base .. base + n (nr rows in all, kRows1024 per slot): warp w's half-row sum of
+// row 8 b + w / 2 goes to part[b * 16 + w] (b: 8-row block of the round); the row's two halves are added after
+// the closing barrier in fixed order (combine_row). P::kTcGemv: tc_round (key0: the swizzle key of line 0).
 static_assert(kRoundSlots == 4, "round_1024 reduces four 8-row blocks' sums per warp_sum4");
-auto round_1024 = [&](int base, int n, int nr, const auto& x, float* part) {  // x: XHalf, or XE16 (fp8's half2 phases)
+auto round_1024 = [&](int base, int n, int nr, const auto& x, float* part, int key0 = 0) {  // x: XHalf, or XE16 (fp8's half2 phases)
   using RW = HW;  // (bf16 / E4M3 rows: the layers' of those variants, and every variant's LM head)
   using RF = HF;
+  if constexpr (P::kTcGemv) tc_round<false>(slot_at, base, min(nr, n * RF::kRows1024), key0, 0, sm.x, kHidden / 32, &sm.part[0][0]);
 #pragma unroll
-  for (int k = 0; k < RF::kRb; ++k) {  // E4M3: the slots' first 8 rows, then their second 8
+  for (int k = 0; k < (P::kTcGemv ? 0 : RF::kRb); ++k) {  // E4M3: the slots' first 8 rows, then their second 8
     float a[kRoundSlots];
 #pragma unroll
     for (int i = 0; i < kRoundSlots; ++i) {
@@ -148,26 +149,24 @@ auto round_1024 = [&](int base, int n, int nr, const auto& x, float* part) {  //
       a[i] = (i < n && RF::kRows1024 * i + row < nr) ? half_row_lane<RW>(slot_at(base + i), row, x) : 0.f;
     }
     const float r4 = warp_sum4(a[0], a[1], a[2], a[3]);  // lane 8 v: slot v's row
-    // only the slots of this piece: a piece's part[] ends where its n slots end (the second
-    // piece of a 6-slot E4M3 round would write past sm.part otherwise)
+    // only this piece's slots: its part[] ends with them (a 6-slot E4M3 round's second piece would write past sm.part)
     if ((lane & 7) == 0 && (lane >> 3) < n) part[(RF::kRb * (lane >> 3) + k) * kPartBlk + warp] = r4;
   }
 };
 auto combine_row = [&](const float* part, int t) {  // row t of the round (8-row block t / 8, row t % 8)
+  if constexpr (P::kTcGemv) return tc_combine(&sm.part[0][0], t);
   const float* pp = part + (t >> 3) * kPartBlk + 2 * (t & 7);
   return pp[0] + pp[1];
 };
-// Rows [r0, r1) of K = 1024 streamed in rounds against s_x; after each round's closing barrier,
-// thread t < rows of the round calls on_row(r0' + t, dot product) (rows in increasing order
-// per thread). The first round's opening barrier publishes s_x and the norm's sums of squares
-// (and carries `ok`, see acquire_n); after it each thread calls opened() (norm_inv), and the
-// input half stays in registers. False when a wait failed.
-// Row scales (E4M3): row q's is scl[q]; thread t's for the first round is sc0 (the caller loads
-// it before its wait), each later round's is loaded one round ahead, so no scale load is ever
-// waited on at the end of a round. The dot product reaches on_row scaled.
-// kSlots (an integral_constant): slots per round, at most two pieces of kRoundSlots.
-// The rows are in the LM head's format HW: the layers' too for bf16 / E4M3 variants (W == HW);
-// NVFP4 layers go through rows_nv below.
+// Rows [r0, r1) of K = 1024 streamed in rounds against s_x; after each round's closing barrier, thread
+// t < rows of the round calls on_row(r0' + t, dot product) (rows in increasing order per thread). The
+// first round's opening barrier publishes s_x and the norm's sums of squares (and carries `ok`, see
+// acquire_n); after it each thread calls opened() (norm_inv), and the input half stays in registers.
+// False when a wait failed. Row scales (E4M3): row q's is scl[q]; thread t's for the first round is sc0
+// (the caller loads it before its wait), each later round's is loaded one round ahead, so no scale load
+// is ever waited on at the end of a round. The dot product reaches on_row scaled.
+// kSlots (an integral_constant): slots per round, at most two pieces of kRoundSlots. The rows are in
+// the LM head's format HW: the layers' too for bf16 / E4M3 variants (W == HW); NVFP4's: rows_nv below.
 auto rows_1024 = [&](auto kXeC, auto kSlotsC, int r0, int r1, uint16_t work_phase, int layer, const float* s_x, bool ok,
                      const float* scl, float sc0, auto&& on_row, auto&& opened) -> bool {
   using RW = HW;
@@ -194,7 +193,7 @@ auto rows_1024 = [&](auto kXeC, auto kSlotsC, int r0, int r1, uint16_t work_phas
 #pragma unroll
     for (int pc = 0; pc < (kSl + kRoundSlots - 1) / kRoundSlots; ++pc) {  // pieces of kRoundSlots slots
       const int p0 = pc * kRoundSlots, np = min(kRoundSlots, n - p0);
-      if (np > 0) round_1024(p0, np, nr - p0 * RF::kRows1024, x, part + p0 * RF::kRb * kPartBlk);
+      if (np > 0) round_1024(p0, np, nr - p0 * RF::kRows1024, x, part + p0 * RF::kRb * kPartBlk, q & 3);
     }
     csync();  // publishes part: combine after it, in fixed order
     if (rd == 0 && layer < kNumLayers) XRAY_SUB(x_dot, layer);

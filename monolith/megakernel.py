@@ -75,6 +75,7 @@ WAITS["fp8-stream"] = WAITS["bf16-stream"]  # likewise
 WAITS["nvfp4-stream"] = WAITS["bf16-stream"]  # likewise
 for _base in ("bf16-stream", "fp8-stream", "nvfp4-stream"):  # their sm_120 configurations: the same waits
     WAITS[f"{_base}-sm120"] = WAITS["bf16-stream"]
+WAITS["fp8-stream-tc"] = WAITS["bf16-stream"]  # the same schedule, its GEMV rounds on the tensor cores
 
 
 def variant_spec(name: str) -> dict:
@@ -105,6 +106,31 @@ def stream_order_(w: torch.Tensor, num_layers: int) -> torch.Tensor:
         w[base + OFF_QKV: base + OFF_O] = grouped
         w[base + OFF_O: base + OFF_GATEUP] = o
     return w
+
+
+# The tensor-core GEMV (variants.json "gemv": "mma"; kernel/stream_mma.cuh): the segments whose E4M3
+# codes its rounds read as mma fragments (Policy::kTcPhases of kernel/policy.cuh: qkv, MLP-1's gate/up,
+# down), each a stack of 1,024-byte lines (a down row is 3). Within line l (counted from the segment's
+# start), 32-byte chunk c moves to c ^ (l & 3): a half-warp's fragment loads of 4 consecutive lines
+# then hit 4 different chunks, every bank once (tests/test_kernel_tc_host.py models the loads).
+TC_LINE, TC_CHUNK = 1024, 32
+TC_SEGMENTS = {"qkv": (OFF_QKV, OFF_O), "gateup": (OFF_GATEUP, OFF_DOWN), "down": (OFF_DOWN, LAYER_ELEMS)}
+
+
+def tc_swizzle_(codes: torch.Tensor, num_layers: int) -> torch.Tensor:
+    """In place, the flat stream-ordered codes [num_layers * LAYER_ELEMS] (one byte per weight) in the
+    tensor-core rounds' chunk order (TC_SEGMENTS); returns codes. An involution: applied twice, the
+    codes are back."""
+    chunks = TC_LINE // TC_CHUNK
+    for i in range(num_layers):
+        base = i * LAYER_ELEMS
+        for a, b in TC_SEGMENTS.values():
+            assert (b - a) % (4 * TC_LINE) == 0 and a % TC_LINE == 0, "segments are whole groups of 4 lines"
+            seg = codes[base + a: base + b].view(-1, 4, chunks, TC_CHUNK)  # [line // 4][line % 4][chunk][byte]
+            for key in range(1, 4):
+                idx = torch.arange(chunks, device=codes.device) ^ key
+                seg[:, key] = seg[:, key][:, idx]
+    return codes
 
 
 def rope_table(context_cap: int = C.CONTEXT_CAP, theta: float = C.ROPE_THETA, head_dim: int = C.HEAD_DIM) -> torch.Tensor:
@@ -719,6 +745,8 @@ class Fp8Engine(MegakernelEngine):
         if self.stream:  # the file's rowmajor-v1 rows, in the streaming schedule's order
             codes = stream_order_(codes.clone().view(-1), C.NUM_LAYERS)
             scales = stream_order_scales_(scales.clone())
+        if self.spec.get("gemv") == "mma":  # the tensor-core rounds' chunk order (tc_swizzle_)
+            codes = tc_swizzle_(codes, C.NUM_LAYERS)
         self.codes = codes.to(dev).contiguous().view(-1)
         self.row_scales = scales.to(dev).contiguous().view(-1)
         self.embed_codes = pt[F.T_EMBED_CODES].to(dev).contiguous()

@@ -335,9 +335,12 @@ def test_long_kernel_dispatch_rule():
     cu = "".join((REPO_ROOT / "kernel" / f).read_text() for f in ("megakernel.cu", "decode_step.cuh"))  # + its kernels
     assert "const void* fn = k.fn_long != nullptr && position >= kLongKernelFrom ? k.fn_long : k.fn;" in cu
     assert "return cudaLaunchKernel(fn, dim3(blocks)" in cu
-    # every streaming format has the long kernel (StreamCfg's); only the upstream schedule has one kernel
+    # every streaming format has the long kernel (StreamCfg's); the upstream schedule has one kernel, and
+    # so does the tensor-core variant (fp8-stream-tc: its short kernel at every position, for now)
     assert "static constexpr bool kLongKernel = true;" in cu
-    assert cu.count("static constexpr bool kLongKernel = false;") == 1
+    assert cu.count("static constexpr bool kLongKernel = false;") == 2
+    tc = cu[cu.index("struct VariantCfg<kVariantFp8StreamTc>"):]
+    assert "static constexpr bool kLongKernel = false;" in tc[:tc.index("};")]
     sched = stream_source()
     assert "constexpr int kBatch = kMergeBatch;" in sched
     py = (REPO_ROOT / "monolith" / "megakernel.py").read_text()
