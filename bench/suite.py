@@ -206,10 +206,7 @@ def measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg: SuiteCon
         row["warmup_tok_s"] = est
         runs = oracle_set.runs
         n = cfg.gate_tokens
-        k = len(runs)
-        if budget:
-            # steps: teacher-forced + free-running per prompt, plus the determinism repeats once
-            k = max(1, min(k, math.floor((budget * est - (cfg.det_repeats - 1) * n) / (2 * n))))
+        k = gate_prompts_within(budget, est, n, len(runs), cfg.det_prompts, cfg.det_repeats)
         sub = correctness.OracleSet(runs[:k], oracle_set.desc)
         log(f"  gate: {k} prompts x {n} tokens (~{est:,.0f} tok/s)")
         # An engine may declare a TIGHTER tolerance for its numeric class (the megakernel
@@ -218,7 +215,7 @@ def measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg: SuiteCon
         verdict = correctness.gate(eng, sub, tolerance=tol, det_prompts=cfg.det_prompts,
                                    det_repeats=cfg.det_repeats)
         if k < len(runs):
-            verdict["reduced"] = f"{k}/{len(runs)} prompts: time budget {budget:.0f} s at ~{est:,.0f} tok/s"
+            verdict["reduced"] = gate_reduced_note(k, len(runs), budget, est, n, cfg.det_prompts, cfg.det_repeats)
         row["gate"] = verdict
         log(f"  gate {'PASSED' if verdict['passed'] else 'FAILED'}: {verdict['divergences']} divergence(s), "
             f"{verdict['divergences_disallowed']} disallowed; deterministic={verdict['deterministic']}")
@@ -276,6 +273,32 @@ def determinism_only(verdict: dict) -> bool:
     return (verdict.get("passed") is False and verdict.get("deterministic") is False
             and not verdict.get("divergences_disallowed") and bool(reasons)
             and all("not bitwise identical" in r for r in reasons))
+
+
+def gate_prompts_within(budget_s: float | None, tok_s_est: float, tokens: int, prompts: int, det_prompts: int,
+                        det_repeats: int) -> int:
+    """Gate prompts (the oracle's first k, at least 1, at most `prompts`) whose steps, as the gate
+    runs them (correctness.gate_steps), fit budget_s at the warm-up rate. No budget: every prompt."""
+    if not budget_s:
+        return prompts
+    if not math.isfinite(tok_s_est):
+        raise ValueError(f"the warm-up rate is {tok_s_est}: a gate cannot be sized from it")
+    k = prompts
+    while k > 1 and correctness.gate_steps(k, tokens, det_prompts, det_repeats) > budget_s * tok_s_est:
+        k -= 1
+    return k
+
+
+def gate_reduced_note(k: int, prompts: int, budget_s: float, tok_s_est: float, tokens: int, det_prompts: int,
+                      det_repeats: int) -> str:
+    """The verdict's `reduced`: which prompts, the budget, and the steps the sizing counted."""
+    steps = correctness.gate_steps(k, tokens, det_prompts, det_repeats)
+    used = "prompt 0" if k == 1 else f"prompts 0-{k - 1}"
+    reps = min(det_prompts, k) * max(det_repeats - 1, 0)
+    took = f", ~{steps / tok_s_est:,.0f} s predicted" if tok_s_est > 0 else ""
+    return (f"{k}/{prompts} prompts ({used} of the oracle's {prompts}): gate budget {budget_s:.0f} s at "
+            f"~{tok_s_est:,.1f} tok/s (warm-up); {correctness.GATE_PASSES} passes x {tokens} tokens per prompt "
+            f"+ {reps} determinism repeat(s) = {steps:,} steps{took}")
 
 
 def runs_within(budget_s: float | None, tok_s_est: float, runs: int, tokens_per_run: int) -> int:

@@ -30,6 +30,12 @@ from monolith.engine import Engine
 # steps strictly checked, which a wrong RoPE theta (logit errors of several units) flips.
 TOLERANCE = 2.0
 MAX_LISTED = 64  # divergences listed in full in the verdict (all are counted)
+# The passes `gate` makes over each prompt, each as long as the oracle's run: the engine's logits on
+# the oracle's sequence (the non-finite check), teacher-forced, free-running. The determinism
+# repeats add det_repeats - 1 free-running passes on each of the first det_prompts prompts.
+# gate_steps counts them and bench/suite.py sizes a slow engine's gate with it;
+# tests/test_harness_bench.py counts what `gate` really runs against it.
+GATE_PASSES = 3
 
 
 @dataclass
@@ -122,6 +128,12 @@ def first_mismatch(a: list[int], b: list[int]) -> int | None:
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def gate_steps(prompts: int, tokens: int, det_prompts: int = 1, det_repeats: int = 3) -> int:
+    """The steps `gate` runs on `prompts` prompts of `tokens` tokens each (a one-token prompt: every
+    pass is `tokens` positions long; a longer prompt adds its length - 1 to each pass)."""
+    return (GATE_PASSES * prompts + min(det_prompts, prompts) * max(det_repeats - 1, 0)) * tokens
 
 
 def gate(engine: Engine, oracle: OracleSet, *, tolerance: float = TOLERANCE, det_prompts: int = 1,

@@ -65,6 +65,59 @@ def test_bench_refuses_speed_on_failed_gate(monkeypatch, flip, ok):
         assert row["status"] == "failed" and row["tok_s"] is None and "gate failed" in row["reason"]
 
 
+class _Counting(FakeEngine):
+    """Counts every position the engine computes (prefill, decode, teacher-forced, logits)."""
+
+    steps = 0
+
+    def _step(self, tok, in_decode=False):
+        self.steps += 1
+        return super()._step(tok, in_decode)
+
+
+@pytest.mark.parametrize("prompts,det_prompts,det_repeats", [(3, 1, 3), (2, 2, 3), (4, 1, 2), (1, 3, 4)])
+def test_gate_steps_count_what_the_gate_runs(prompts, det_prompts, det_repeats):
+    """The slow gates' sizing counts correctness.gate_steps; this counts the gate's own work on
+    one-token prompts (every pass then exactly n positions): a pass added to the gate without
+    GATE_PASSES following fails here."""
+    n = 7
+    oset = _oracle([[i + 1] for i in range(prompts)], n)
+    eng = _Counting()
+    correctness.gate(eng, oset, det_prompts=det_prompts, det_repeats=det_repeats)
+    assert eng.steps == correctness.gate_steps(prompts, n, det_prompts, det_repeats)
+
+
+def test_slow_gate_keeps_to_its_budget(monkeypatch):
+    """hf-eager's last lease: ~23.6 tok/s, 90 s: 2 prompts (3 passes each), not the 3 that took
+    134 s. The sizing is the largest gate inside the budget, and the verdict says what it cut."""
+    assert suite.gate_prompts_within(90, 23.6, 256, 20, 1, 3) == 2
+    assert suite.gate_prompts_within(90, 18.0, 256, 20, 1, 3) == 1  # hf-static
+    assert suite.gate_prompts_within(90, 229.0, 256, 20, 1, 3) == 20  # reference-graph: every prompt
+    assert suite.gate_prompts_within(None, 1.0, 256, 20, 1, 3) == 20
+    assert suite.gate_prompts_within(1, 1.0, 256, 20, 1, 3) == 1  # never fewer than one
+    with pytest.raises(ValueError, match="warm-up rate"):
+        suite.gate_prompts_within(90, float("nan"), 256, 20, 1, 3)
+    for est in (15.0, 23.6, 40.0, 77.0):
+        k = suite.gate_prompts_within(90, est, 256, 20, 1, 3)
+        assert correctness.gate_steps(k, 256, 1, 3) / est <= 90 < correctness.gate_steps(k + 1, 256, 1, 3) / est
+    monkeypatch.setattr(registry, "build", lambda name, ckpt, dev: _Counting())
+    monkeypatch.setattr(suite, "warmup", lambda eng, p, n, clock: 10.0)  # 10 tok/s
+    prompts = [[1], [2], [3], [4]]
+
+    class Ck:
+        shape = bytemodel.QWEN3_0_6B
+
+    cfg = suite.SuiteConfig(engines=["reference"], device="cpu", gate_tokens=8, bench=decode.BenchConfig(
+        runs=1, tokens=4, prompts=1, warmup_tokens=2, sweep_positions=(), power=False))
+    # 6 s at 10 tok/s: 60 steps; 2 prompts take (2 x 3 + 2) x 8 = 64, 1 prompt (3 + 2) x 8 = 40
+    row = suite.measure("reference", registry.spec("reference"), Ck(), None, prompts, list(range(1, 30)),
+                        _oracle(prompts, 8), cfg, 6.0, 4.53)
+    g = row["gate"]
+    assert g["prompts"] == 1 and g["passed"] is True
+    assert g["reduced"].startswith("1/4 prompts (prompt 0 of the oracle's 4): gate budget 6 s at ~10.0 tok/s")
+    assert "3 passes x 8 tokens per prompt + 2 determinism repeat(s) = 40 steps, ~4 s predicted" in g["reduced"]
+
+
 def test_results_json_and_markdown(tmp_path):
     doc = results.new_doc({"gpu": "NVIDIA H200", "driver": "580"}, {"kind": "synthetic", "seed": 0, "sha256": "ab" * 32},
                           {"title": "t", "headline": False})
