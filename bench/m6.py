@@ -7,12 +7,21 @@ Protocol (notes/harness.md): 20 prompts x 256 tokens, median/min/max of 5 runs; 
 100 tok/s (warm-up estimate) keeps every prompt and gets fewer runs, recorded in `runs_note`; the
 sweep 16/128/512/1,024/2,048 on every monolith row; NVML energy around every row's timed runs.
 `quick`: 3 prompts x 64 tokens, 3 runs, sweep 16/128/512, gate 2 x 64: a trial, never headline.
+
+Before the first engine, while the fp32 oracles hold the GPU: the variants' extension builds, the
+fp8/nvfp4 packs, and the ahead work (AHEAD_ENGINES) of this process's engines and of the lease's
+later processes' ($M6_LATER_ENGINES): hf-compile's compile caches warmed in a process of its own
+(its row: `compile_warmup_s` warm, `compile_cold_s` the warming's), llama.cpp's GGUF conversions
+(its rows: `conversion`). All of it is waited for before the first engine's window opens.
 """
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +36,20 @@ QUICK_ENGINES = "fp8-stream,hf-eager"
 SLOW_BELOW_TOK_S = 100.0
 XRAY_POSITION = 128
 XRAY_PROMPT = "The history of the city begins"
+# Engines with CPU work that can run while a process's fp32 oracles hold the GPU: hf-compile's
+# compile (bench/baselines/hf_warm.py fills torch's on-disk caches) and llama.cpp's GGUF conversions
+# (bench/baselines/llamacpp_convert.sh). Started with the first oracle a process computes, for its
+# own engines and for LATER_ENV's (the lease's later processes, scripts/m6_lease.sh), and waited for
+# before its first engine, so none of it runs inside a row's window.
+AHEAD_ENGINES = ("hf-compile", "llamacpp")
+AHEAD_DIR = "ahead"  # in the rows dir: the warming's record and the jobs' logs
+AHEAD_WAIT_S = 300.0  # the longest wait for them before the first engine; then they are stopped
+LATER_ENV = "M6_LATER_ENGINES"
+
+
+def later_engines() -> list[str]:
+    """The engines the lease's later processes will measure ($M6_LATER_ENGINES, comma-separated)."""
+    return [final.engine_name(e) for e in os.environ.get(LATER_ENV, "").split(",") if e.strip()]
 
 
 @dataclass
@@ -42,6 +65,8 @@ class M6Config:
     quality_files: dict = field(default_factory=lambda: dict(QUALITY_FILES))
     xray: bool = True
     prebuild: bool = True           # build the variants' extensions in parallel processes first
+    later: list[str] = field(default_factory=later_engines)  # the lease's later processes' engines
+    ahead: bool = True              # AHEAD_ENGINES' CPU work beside the oracles (this process's and `later`)
     nvml: object = None             # an NVML module (tests: a fake); None: pynvml
     log: object = print
 
@@ -105,9 +130,19 @@ def run(cfg: M6Config) -> list[Path]:
     # Every oracle this process needs, while the extensions build (nvcc on the CPU, the GPU idle
     # otherwise): the builds' ~34 s hide under the oracles' ~40 s each. Oracle numbers do not depend
     # on timing, so sharing the machine with the compilers changes nothing in them.
-    ckpts, oracles, oracle_errors = prepare_oracles(cfg, ckpt, bench_prompts, scfg, uuid, rows_dir, log)
+    ahead: list[AheadJob] = []
+    ahead_started = [False]
+
+    def start_ahead_once() -> None:  # with the first oracle this process computes (none: nothing to hide under)
+        if cfg.ahead and not ahead_started[0]:
+            ahead_started[0] = True
+            ahead.extend(start_ahead(cfg, ckpt.path, rows_dir, log))
+
+    ckpts, oracles, oracle_errors = prepare_oracles(cfg, ckpt, bench_prompts, scfg, uuid, rows_dir, log,
+                                                    before_compute=start_ahead_once)
     if builds:
         finish_builds(builds, log)
+    finish_ahead(ahead, log)  # before the first engine: nothing of it runs inside a row's window
     written = []
     for i, name in enumerate(cfg.engines):
         started = final.now_iso()
@@ -124,6 +159,8 @@ def run(cfg: M6Config) -> list[Path]:
                 row = suite.measure(name, spec, ckpts[fmt], tok, bench_prompts, seq, oracles[fmt], scfg, cfg.budget_s, bw,
                                     weights=fmt)
                 rows = [row]
+                if name == "hf-compile":
+                    attach_compile_warm(row, rows_dir)
                 if fmt in ("fp8", "nvfp4"):
                     try:
                         qg = quality_gate(cfg, name, fmt, ckpt, tok)
@@ -153,12 +190,12 @@ def run(cfg: M6Config) -> list[Path]:
     return written
 
 
-def prepare_oracles(cfg: M6Config, ckpt, bench_prompts, scfg, uuid, rows_dir: Path, log):
+def prepare_oracles(cfg: M6Config, ckpt, bench_prompts, scfg, uuid, rows_dir: Path, log, before_compute=None):
     """The checkpoint and the gate's oracle of every weight format the in-process engines use:
     read from this lease's oracle file when another process of the lease computed it (bench/
-    oracle_cache.py), else computed and written there. Returns (ckpts, oracles, errors): a format
-    whose checkpoint or oracle failed has its exception in errors, and each of its engines' rows
-    names it (the other formats still run)."""
+    oracle_cache.py), else computed and written there (`before_compute()` is called first, each
+    time). Returns (ckpts, oracles, errors): a format whose checkpoint or oracle failed has its
+    exception in errors, and each of its engines' rows names it (the other formats still run)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from monolith.bench import oracle_cache, suite
@@ -173,6 +210,8 @@ def prepare_oracles(cfg: M6Config, ckpt, bench_prompts, scfg, uuid, rows_dir: Pa
     ckpts, oracles, errors = {"bf16": ckpt}, {}, {}
 
     def compute(ck):
+        if before_compute is not None:
+            before_compute()
         orc = registry.oracle(ck, cfg.device)
         try:
             return correctness.oracle_runs(orc, gate_prompts, scfg.gate_tokens, progress=suite._oracle_progress(
@@ -226,6 +265,164 @@ def finish_builds(builds: dict, log) -> None:
 def prebuild(variants: list[str], log) -> None:
     """Build every variant's extension and wait for all of them (start_builds + finish_builds)."""
     finish_builds(start_builds(variants, log), log)
+
+
+@dataclass
+class AheadJob:
+    """One engine's CPU work beside the oracles: commands run in order in a thread (each in a
+    process session of its own, output to `log`), stopped at the first failure."""
+
+    engine: str
+    what: str
+    cmds: list[list[str]]
+    log: Path
+    record: Path | None = None  # what the work wrote (read back for the log line)
+    t0: float = 0.0
+    rc: int | None = None
+    proc: subprocess.Popen | None = None
+    stop: bool = False
+    thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "w") as out:
+            for cmd in self.cmds:
+                if self.stop:
+                    return
+                try:
+                    self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                                 start_new_session=True)
+                except OSError as e:  # a missing tool: this job's engine does the work in its own window
+                    out.write(f"{cmd[0]}: {type(e).__name__}: {e}\n")
+                    self.rc = 127
+                    return
+                self.rc = self.proc.wait()
+                if self.rc != 0:
+                    return
+
+
+def _nice(cmd: list[str]) -> list[str]:
+    """Below the oracle's host thread and the extension builds: the ahead work only fills idle cores."""
+    return ["nice", "-n", "10", *cmd]
+
+
+def llamacpp_unpack_cmds(src: Path) -> list[list[str]]:
+    """Unpacking a llama-bench pack dir's pack.tar.xz (once: a marker says it was)."""
+    tar, mark = src / "pack.tar.xz", src / ".unpacked"
+    if not (src.is_dir() and tar.is_file()):
+        return []
+    if mark.is_file() and mark.stat().st_mtime >= tar.stat().st_mtime:
+        return []
+    return [["tar", "xJf", str(tar), "-C", str(src)], ["touch", str(mark)]]
+
+
+def llamacpp_work() -> Path:
+    return Path(os.environ.get("LLAMACPP_WORK", "/tmp/llamacpp"))
+
+
+def warm_record(rows_dir: Path) -> Path:
+    return Path(rows_dir) / AHEAD_DIR / "hf-compile.json"
+
+
+def _warmed_in_this_lease(rows_dir: Path) -> bool:
+    p = warm_record(rows_dir)
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return False
+    return doc.get("status") == "ok" and time.time() - p.stat().st_mtime < final.WINDOW_LIMIT_S
+
+
+def ahead_jobs(cfg: M6Config, ckpt_dir: Path, rows_dir: Path) -> list[AheadJob]:
+    """The ahead work this process should start: for AHEAD_ENGINES among its engines and the
+    lease's later ones, unless already done in this lease (hf-compile's caches warmed; a kind of
+    GGUF converted from the same files is kept by llamacpp_convert.sh itself)."""
+    want = [e for e in dict.fromkeys([*cfg.engines, *cfg.later]) if e in AHEAD_ENGINES]
+    ahead_dir = Path(rows_dir) / AHEAD_DIR
+    jobs = []
+    if "hf-compile" in want and cfg.device.startswith("cuda") and not _warmed_in_this_lease(rows_dir):
+        cmd = [sys.executable, "-m", "monolith.bench.baselines.hf_warm", str(warm_record(rows_dir)),
+               str(ckpt_dir), cfg.device]
+        jobs.append(AheadJob("hf-compile", "torch.compile caches warmed", [_nice(cmd)], ahead_dir / "hf-compile.log",
+                             warm_record(rows_dir)))
+    src = Path(cfg.llamacpp) if cfg.llamacpp else None
+    if "llamacpp" in want and src is not None and src.is_dir() and (
+            (src / "convert_hf_to_gguf.py").is_file() or (src / "pack.tar.xz").is_file()):
+        work = llamacpp_work()
+        conv = [str(REPO_ROOT / "bench" / "baselines" / "llamacpp_convert.sh"), str(src), str(ckpt_dir), str(work)]
+        jobs.append(AheadJob("llamacpp", "GGUF conversions", [*llamacpp_unpack_cmds(src), _nice(["bash", *conv])],
+                             ahead_dir / "llamacpp-convert.log", work / "convert.json"))
+    return jobs
+
+
+def start_ahead(cfg: M6Config, ckpt_dir: Path, rows_dir: Path, log) -> list[AheadJob]:
+    jobs = ahead_jobs(cfg, ckpt_dir, rows_dir)
+    for j in jobs:
+        j.t0 = time.perf_counter()
+        j.thread = threading.Thread(target=j.run, name=f"ahead-{j.engine}", daemon=True)
+        j.thread.start()
+    if jobs:
+        log(f"beside the oracles: {'; '.join(f'{j.engine}: {j.what}' for j in jobs)} (logs in {jobs[0].log.parent})")
+    return jobs
+
+
+def finish_ahead(jobs: list[AheadJob], log, limit_s: float = AHEAD_WAIT_S) -> None:
+    """Wait for the ahead work (at most `limit_s` in all, then it is stopped: its engine then does
+    the work in its own window, as without it). Only logged: the rows say what they found."""
+    if not jobs:
+        return
+    t_wait = time.perf_counter()
+    for j in jobs:
+        j.thread.join(max(limit_s - (time.perf_counter() - t_wait), 0.0))
+        if j.thread.is_alive():
+            j.stop = True
+            if j.proc is not None and j.proc.poll() is None:
+                os.killpg(j.proc.pid, signal.SIGKILL)  # its own session: the job's process and its workers
+            j.thread.join(10)
+            log(f"  {j.engine}: stopped after {limit_s:.0f} s of waiting (log {j.log})")
+            continue
+        what = f"exit {j.rc}" if j.rc else "ok"
+        if j.engine == "hf-compile":
+            doc = _read_json(j.record)
+            what += f", cold compile {doc.get('compile_cold_s')} s ({doc.get('status')})"
+        elif j.engine == "llamacpp":
+            kinds = _read_json(j.record).get("kinds") or {}
+            what += ", " + ", ".join(f"{k} {v.get('status')} {v.get('seconds')} s" for k, v in kinds.items())
+        log(f"  {j.engine}: {j.what} in {time.perf_counter() - j.t0:.0f} s: {what}")
+    log(f"  ahead work done ({time.perf_counter() - t_wait:.0f} s of it waited for)")
+
+
+def _read_json(p: Path | None) -> dict:
+    try:
+        doc = json.loads(Path(p).read_text())
+    except (OSError, ValueError, TypeError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def attach_compile_warm(row: dict, rows_dir: Path) -> None:
+    """hf-compile's row: its own compile (`compile_warmup_s`, warm when the lease's warming ran) and
+    the warming process's cold one (`compile_cold_s`), with what this compile found in the caches."""
+    info = row.get("info")
+    if not isinstance(info, dict) or "compile_warmup_s" not in info:
+        return
+    cache = info.get("compile_cache") or {}
+    hits, misses = cache.get("fxgraph_cache_hit", 0), cache.get("fxgraph_cache_miss", 0)
+    found = f"this compile: FX-graph cache {hits} hit(s), {misses} miss(es), AOT-autograd " \
+            f"{cache.get('autograd_cache_hit', 0)} hit(s), in {cache.get('dir')}"
+    doc = _read_json(warm_record(rows_dir))
+    info["compile_cold_s"] = doc.get("compile_cold_s") if doc.get("status") == "ok" else None
+    if info["compile_cold_s"] is None:
+        why = doc.get("reason") or ("no warming ran in this lease" if not doc else f"status {doc.get('status')}")
+        info["compile_caches"] = f"not warmed ({why}): compile_warmup_s is this process's own compile; {found}"
+        return
+    other = (doc.get("compile_cache") or {}).get("dir")
+    where = "" if other == cache.get("dir") else f"; the warming used another cache folder ({other})"
+    state = "warm" if hits and not misses else "NOT warm (the caches missed)"
+    info["compile_caches"] = (f"{state}: compile_warmup_s is this process's compile on the caches that process "
+                              f"{doc.get('pid')} filled ({doc.get('started')} to {doc.get('ended')}, beside an "
+                              f"earlier process's oracles); compile_cold_s is that process's cold compile; "
+                              f"{found}{where}")
 
 
 def decorate(r: dict, name: str) -> None:
@@ -338,11 +535,9 @@ def llamacpp_rows(cfg: M6Config, rows_dir: Path, bcfg) -> list[dict]:
         return [row]
     out = rows_dir / "llamacpp.json"
     src = Path(cfg.llamacpp)
-    env = {**os.environ, "WORK": os.environ.get("LLAMACPP_WORK", "/tmp/llamacpp"), "N_GEN": str(bcfg.tokens),
-           "REPS": str(bcfg.runs)}
-    pack_tar = src / "pack.tar.xz"
-    if src.is_dir() and pack_tar.is_file() and not (src / "bin" / "llama-bench").exists():
-        subprocess.run(["tar", "xJf", str(pack_tar), "-C", str(src)], check=False)
+    env = {**os.environ, "WORK": str(llamacpp_work()), "N_GEN": str(bcfg.tokens), "REPS": str(bcfg.runs)}
+    for cmd in llamacpp_unpack_cmds(src):  # none when the ahead work unpacked it already
+        subprocess.run(cmd, check=False)
     if (src / "bin" / "llama-bench").exists():
         env["LLAMA_BENCH"] = str(src / "bin" / "llama-bench")
     ckpt_dir = ensure_checkpoint(cfg.model)

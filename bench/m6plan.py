@@ -4,11 +4,17 @@ and end), against the session's device budget. notes/m6_budget.md explains the m
 
 The model of one group (one `monolith m6` process of scripts/m6_lease.sh):
   process start (interpreter, imports, checkpoint, NVML: PROCESS_S)
-  + max(extension builds, the oracles it computes)  -- bench/m6.py builds while the oracles run;
-    an oracle another group of the lease already computed is read from the lease's file (0 s)
+  + max(extension builds, the oracles it computes, the ahead work)  -- bench/m6.py builds while the
+    oracles run; an oracle another group of the lease already computed is read from the lease's
+    file (0 s). The first group that computes an oracle also runs the ahead work (bench/m6.py
+    AHEAD_ENGINES) of its own and every later group's hf-compile (its cold compile in a process of
+    its own) and llama.cpp (unpack and GGUF conversions), each in parallel
   + for each engine: its measured row window, less what no longer runs inside it: the oracle the
-    row computed (rows measured before the oracles moved ahead of the engines) and the race
-    timeline's extra decode of prompt 0 (now the timed runs' own; rows without that marker).
+    row computed (rows measured before the oracles moved ahead of the engines), the race
+    timeline's extra decode of prompt 0 (now the timed runs' own; rows without that marker), a
+    slow gate's prompts beyond what its budget holds at 3 passes per prompt (rows sized at 2), and
+    what the ahead work took out: hf-compile's cold compile (a warm one stays) and llama.cpp's
+    conversions (rows whose window held them).
 Engines the source does not have need `assume` (seconds each); without it the plan says it cannot
 tell whether the lease fits.
 """
@@ -32,6 +38,19 @@ ORACLE_S = 40.0  # one fp32 oracle, 20 x 256: the log's 35-37 s of steps + ~5 s 
 MERGE_S = 10.0  # the merge and the tarballs after the last group
 CHAIN_GAP_S = 1.0  # rows of one process follow each other within milliseconds; a process start takes seconds
 SCRIPT = REPO_ROOT / "scripts" / "m6_lease.sh"
+# hf-compile on warm caches (an estimate until a lease measures it: on this repository's 2-core CPU
+# machine, the 28-layer synthetic model compiled in 76.1 s cold and 15.2 s with the caches another
+# process filled; notes/m6_budget.md)
+WARM_COMPILE_S = 15.0
+WARM_PROCESS_S = 12.0  # the warming process besides its compile: interpreter, imports, checkpoint, model load
+# llama.cpp's two GGUF conversions (15.6 s + 16.2 s for the synthetic checkpoint, notes/m6_budget.md) and
+# the pack's unpack (2.0 s): in the window of rows that carry no `conversion`
+CONVERT_S = 31.8
+UNPACK_S = 2.0
+# a weight format's pack (CPU), made beside the bf16 oracle since the packs moved out of the rows: the
+# nvfp4 row of 2026-12-07 held ~20 s of it (its window less engine_s, oracle and X-ray); fp8's is <1 s
+PACK_S = {"nvfp4": 20.0}
+GATE_RE = re.compile(r"^(\d+)/(\d+) prompts: time budget (\d+(?:\.\d+)?) s")  # the 2-pass sizing's text
 
 
 @dataclass
@@ -45,6 +64,11 @@ class Unit:
     fmt: str = "bf16"
     oracle_inside: bool = False  # its window included an oracle's computation (older rows)
     timeline_extra_s: float = 0.0  # its window included the timeline's extra decode of prompt 0 (older rows)
+    gate_extra_s: float = 0.0  # a slow gate sized at 2 passes per prompt: the prompts its budget does not hold
+    cold_compile_s: float | None = None  # hf-compile: the cold compile its window held (None: warm or none)
+    ahead_s: float | None = None  # the ahead work's seconds (hf-compile: its cold compile; llamacpp: conversions)
+    convert_inside: bool = False  # llamacpp: its window held the unpack and the conversions
+    pack_inside: bool = False  # its window held its weight format's pack (older rows, with the oracle)
 
     @property
     def seconds(self) -> float:
@@ -148,12 +172,59 @@ def _mark_old_flow(units: list[Unit]) -> None:
         old = desc is not None and "source" not in desc  # both changes came with the oracle's "source"
         if old and u.fmt not in seen:
             u.oracle_inside = True
+            u.pack_inside = u.fmt in PACK_S
         if desc is not None:
             seen.add(u.fmt)
         med = ((r.get("tok_s") or {}).get("median")) if r.get("status") == "ok" else None
         ppr = r.get("prompts_per_run")
         if old and med and ppr and r.get("timeline"):
             u.timeline_extra_s = r["tokens_per_run"] / ppr / med  # one decode of prompt 0, at the row's rate
+        u.gate_extra_s = _gate_extra_s(r)
+        _mark_ahead(u)
+
+
+def _verdict(row: dict) -> dict:
+    g = row.get("gate") if isinstance(row.get("gate"), dict) else {}
+    v = g.get("verdict") if isinstance(g.get("verdict"), dict) else g
+    return v if isinstance(v, dict) else {}
+
+
+def _gate_extra_s(row: dict) -> float:
+    """A gate cut by the 2-passes-per-prompt sizing: the steps of the prompts that the budget does not
+    hold at the passes the gate makes (bench/suite.py gate_prompts_within), at the warm-up rate."""
+    from monolith.bench import suite
+    from monolith.eval import correctness
+
+    v = _verdict(row)
+    m = GATE_RE.match(str(v.get("reduced") or ""))
+    est, n = row.get("warmup_tok_s"), v.get("tokens_per_prompt")
+    if not m or not isinstance(est, int | float) or not math.isfinite(est) or est <= 0 or not n:
+        return 0.0
+    k, total, budget = int(m.group(1)), int(m.group(2)), float(m.group(3))
+    det = v.get("determinism") or [{}]
+    reps = int(det[0].get("repeats") or 3)
+    now = suite.gate_prompts_within(budget, est, n, total, len(det), reps)
+    if now >= k:
+        return 0.0
+    return (correctness.gate_steps(k, n, len(det), reps) - correctness.gate_steps(now, n, len(det), reps)) / est
+
+
+def _mark_ahead(u: Unit) -> None:
+    """hf-compile's and llama.cpp's work that the ahead jobs do (bench/m6.py AHEAD_ENGINES)."""
+    if u.engine == "hf-compile":
+        info = u.rows[0].get("info") or {}
+        warm, cold = info.get("compile_warmup_s"), info.get("compile_cold_s")
+        if isinstance(cold, int | float):  # warmed: its window holds the warm compile only
+            u.ahead_s = float(cold)
+        elif isinstance(warm, int | float) and warm > WARM_COMPILE_S:
+            u.cold_compile_s = u.ahead_s = float(warm)
+    elif u.engine == "llamacpp":
+        convs = [r.get("conversion") for r in u.rows if isinstance(r.get("conversion"), dict)]
+        if convs:
+            u.ahead_s = UNPACK_S + sum(float(c.get("seconds") or 0.0) for c in convs)
+            u.convert_inside = not all(c.get("ahead") for c in convs)
+        else:
+            u.ahead_s, u.convert_inside = UNPACK_S + CONVERT_S, True
 
 
 def oracle_seconds(units: list[Unit], default: float = ORACLE_S) -> dict[str, float]:
@@ -187,22 +258,46 @@ def plan(
     measured_oracle = oracle_seconds(units, oracle_s)
     p = Plan(lease_s=lease_s, start_s=start_s)
     have_oracle: set[str] = set()
+    ahead_done: set[str] = set()  # engines whose ahead work a group before (or the group itself) ran
     total = start_s
     for gi, g in enumerate(groups):
-        engines, fmts = [], []
+        fmts = []
         for e in g:
             u = by_name.get(e)
             fmt = u.fmt if u is not None else ("bf16" if e == "llamacpp" else registry.weights_of(e))
             if e != "llamacpp" and fmt not in fmts:
                 fmts.append(fmt)
+        new = [f for f in fmts if f not in have_oracle]
+        ahead: dict[str, float] = {}
+        if new:  # bench/m6.py starts the ahead work with the first oracle a process computes
+            for e in dict.fromkeys(x for later in groups[gi:] for x in later):
+                u = by_name.get(e)
+                if e not in ahead_done and u is not None and u.ahead_s is not None:
+                    ahead[e] = round(u.ahead_s + (WARM_PROCESS_S if e == "hf-compile" else 0.0), 1)
+                    ahead_done.add(e)
+        engines = []
+        for e in g:
+            u = by_name.get(e)
+            fmt = u.fmt if u is not None else ("bf16" if e == "llamacpp" else registry.weights_of(e))
             if u is not None:
-                less = (measured_oracle.get(fmt, oracle_s) if u.oracle_inside else 0.0) + u.timeline_extra_s
+                less = {
+                    "oracle": measured_oracle.get(fmt, oracle_s) if u.oracle_inside else 0.0,
+                    "pack": PACK_S[fmt] if u.pack_inside else 0.0,
+                    "timeline": u.timeline_extra_s,
+                    "gate": u.gate_extra_s,
+                    "compile": max(u.cold_compile_s - WARM_COMPILE_S, 0.0)
+                    if u.cold_compile_s is not None and e in ahead_done
+                    else 0.0,
+                    "conversions": UNPACK_S + CONVERT_S if u.convert_inside and e in ahead_done else 0.0,
+                }
+                less = {k: round(v, 1) for k, v in less.items() if round(v, 1) > 0}
                 engines.append(
                     {
                         "engine": e,
                         "measured_s": round(u.seconds, 1),
-                        "less_s": round(less, 1),
-                        "s": round(max(u.seconds - less, 0.0), 1),
+                        "less_s": round(sum(less.values()), 1),
+                        "less": less,
+                        "s": round(max(u.seconds - sum(less.values()), 0.0), 1),
                         "source": "measured",
                     }
                 )
@@ -213,11 +308,11 @@ def plan(
             else:
                 engines.append({"engine": e, "measured_s": None, "less_s": 0.0, "s": None, "source": "unknown"})
                 p.unknown.append(e)
-        new = [f for f in fmts if f not in have_oracle]
         have_oracle.update(fmts)
         oracles = sum(measured_oracle.get(f, oracle_s) for f in new)
         builds = build_s if any(e.startswith("megakernel-") for e in g) else 0.0
-        prep = max(builds, oracles)
+        packs = sum(PACK_S.get(f, 0.0) for f in new)  # in a thread beside the oracles (bench/m6.py)
+        prep = max(builds, oracles, packs, *ahead.values())
         eng_s = sum(x["s"] or 0.0 for x in engines)
         gs = process_s + prep + eng_s
         p.groups.append(
@@ -228,6 +323,7 @@ def plan(
                 "builds_s": builds,
                 "oracles": {f: measured_oracle.get(f, oracle_s) for f in new},
                 "oracles_read": [f for f in fmts if f not in new],
+                "ahead": ahead,
                 "prep_s": round(prep, 1),
                 "s": round(gs, 1),
             }
@@ -242,16 +338,19 @@ def render(p: Plan, src: str) -> list[str]:
     for g in p.groups:
         orc = ", ".join(f"{f} {s:.0f} s" for f, s in g["oracles"].items()) or "none"
         read = f"; read from the lease's file: {', '.join(g['oracles_read'])}" if g["oracles_read"] else ""
+        ahead = ", ".join(f"{e} {s:.0f} s" for e, s in g.get("ahead", {}).items())
+        ahead = f", ahead work ({ahead})" if ahead else ""
         lines.append(
             f"group {g['group']}: {g['s']:,.0f} s  (process {g['process_s']:.0f} s; oracles {orc}{read}; "
-            f"builds {g['builds_s']:.0f} s, run beside the oracles: {g['prep_s']:.0f} s)"
+            f"builds {g['builds_s']:.0f} s{ahead}, run beside the oracles: {g['prep_s']:.0f} s)"
         )
         for e in g["engines"]:
             if e["s"] is None:
                 lines.append(f"  {e['engine']:<28} ?      not in the source: --assume {e['engine']}=SECONDS")
                 continue
+            parts = ", ".join(f"{k} {v:,.1f}" for k, v in e.get("less", {}).items())
             how = (
-                f"measured {e['measured_s']:,.0f} s less {e['less_s']:,.0f} s no longer in its window"
+                f"measured {e['measured_s']:,.0f} s less {e['less_s']:,.0f} s no longer in its window ({parts})"
                 if e["source"] == "measured" and e["less_s"]
                 else e["source"]
             )

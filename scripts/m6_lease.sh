@@ -13,6 +13,8 @@
 #        M6_LEASE_GROUPS (';'-separated engine groups, one process each; default: the variants; then
 #        every baseline, which share one bf16 oracle), M6_LEASE_BEFORE (a command run first, e.g. a
 #        functional proof that belongs to the same lease; its status is logged, it never stops M6).
+#   Each group learns the later groups' engines (M6_LATER_ENGINES): the first group's oracles hide
+#   hf-compile's cold compile and llama.cpp's conversions (bench/m6.py AHEAD_ENGINES).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 D=${M6_LEASE_DIR:-/tmp/m6lease}
@@ -20,12 +22,14 @@ ROWS="$D/rows"
 LOG="$D/log.txt"
 STATE="$D/state"
 GPU_SH=${M6_LEASE_GPU_SH:-scripts/gpu.sh}  # (a test substitutes a fake)
-# Two processes, so a crash in one cannot take the other's rows. Each fp32 oracle (~40 s on an H100)
-# is computed once per lease: the second process reads the first's from $ROWS/oracles/
-# (bench/oracle_cache.py). Price and prediction: notes/m6_budget.md, `monolith m6 --plan`.
+# Two processes, so a crash in one cannot take the other's rows (a kernel fault poisons its process's
+# CUDA context: one process would lose every baseline to a variant's fault, for ~15 s saved). Each
+# fp32 oracle (~40 s on an H100) is computed once per lease: the second process reads the first's
+# from $ROWS/oracles/ (bench/oracle_cache.py). Price and prediction: notes/m6_budget.md,
+# `monolith m6 --plan`.
 GROUPS_DEFAULT="bf16-upstream,fp8-upstream,bf16-stream,fp8-stream,nvfp4-stream;reference-graph,hf-compile,llamacpp,hf-eager,hf-static"
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 
 drive() {  # the whole matrix, in order; every group's status goes to the log and the state file
   mkdir -p "$ROWS"
@@ -37,11 +41,15 @@ drive() {  # the whole matrix, in order; every group's status goes to the log an
     echo "before rc=$? at $((SECONDS - t0)) s"
   fi
   IFS=';' read -ra groups <<<"${M6_LEASE_GROUPS:-$GROUPS_DEFAULT}"
+  # torch's compile caches of this lease only: the warming process (bench/baselines/hf_warm.py) fills
+  # them cold, the process that measures hf-compile reads them
+  export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$D/inductor}"
   for g in "${groups[@]}"; do
     i=$((i + 1))
+    later=$(IFS=','; echo "${groups[*]:i}")  # the engines of the groups after this one
     echo "running group $i/${#groups[@]}: $g" >"$STATE"
     echo "=== group $i/${#groups[@]}: $g (at $((SECONDS - t0)) s)"
-    OUT="$D/out-$i" M6_ENGINES="$g" M6_ROWS="$ROWS" bash "$GPU_SH" m6
+    OUT="$D/out-$i" M6_ENGINES="$g" M6_ROWS="$ROWS" M6_LATER_ENGINES="$later" bash "$GPU_SH" m6
     rc=$?
     echo "group $i rc=$rc at $((SECONDS - t0)) s"
   done

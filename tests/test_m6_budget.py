@@ -1,11 +1,13 @@
 """The M6 lease's savings (notes/m6_budget.md): one oracle per lease (bench/oracle_cache.py), the
 extension builds beside the oracles, the race timeline scaled to the timed runs' own decode, HF's
-static cache sized per run, and `monolith m6 --plan` (bench/m6plan.py)."""
+static cache sized per run, the ahead work beside the oracles (hf-compile's caches warmed,
+llama.cpp's GGUFs converted), and `monolith m6 --plan` (bench/m6plan.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -366,3 +368,417 @@ def test_plan_of_the_committed_final_matrix():
     p = m6plan.plan(units, m6plan.default_groups())
     assert p.unknown == ["hf-static"]
     assert all(e["s"] > 0 for g in p.groups for e in g["engines"] if e["s"] is not None)
+
+
+# ---- the ahead work: hf-compile's caches warmed and llama.cpp's GGUFs made beside the oracles
+
+
+def _cuda_fake(monkeypatch, m6):
+    """m6.run's CUDA branch (builds, ahead work) on the fake engines."""
+    import torch as _t
+
+    monkeypatch.setattr(_t.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(
+        m6,
+        "_bench_cfg",
+        lambda quick, nvml: decode.BenchConfig(
+            runs=1, tokens=4, prompts=2, warmup_tokens=2, sweep_positions=(), power=False
+        ),
+    )
+    monkeypatch.setattr("monolith.bench.power.gpu_uuid", lambda **k: None)
+    monkeypatch.setattr("monolith.envinfo.collect", lambda dev: {"gpu": None})
+
+
+def test_the_ahead_work_runs_beside_the_oracles_and_ends_before_the_first_engine(fake_m6, tmp_path, monkeypatch):
+    """With the first oracle a process computes, hf-compile's warming and llama.cpp's conversions
+    (its own engines' and the later processes') start; both end before the first engine's window.
+    A process that computes no oracle starts none, and hf-compile's row names both compiles."""
+    import time as _time
+
+    from harness_fakes import FakeEngine
+
+    from monolith.bench import m6
+    from monolith.bench.baselines import registry
+
+    events = []
+
+    class P:  # the extension builds' and the ahead jobs' processes
+        def __init__(self, cmd, **kw):
+            self.cmd, self.returncode, self.pid = cmd, 0, 0
+            joined = " ".join(cmd)
+            self.tag = "warm" if "hf_warm" in joined else "convert" if "llamacpp_convert" in joined else "build"
+            events.append(f"start {self.tag}")
+            if self.tag != "build":
+                assert cmd[:3] == ["nice", "-n", "10"]  # below the oracle's host thread and the builds
+
+        def wait(self):
+            _time.sleep(0.3)  # longer than the fake oracles: finish_ahead really waits
+            if self.tag == "warm":
+                rec = {
+                    "status": "ok",
+                    "compile_cold_s": 58.5,
+                    "pid": 4242,
+                    "started": "t0",
+                    "ended": "t1",
+                    "compile_cache": {"dir": "/tmp/ind"},
+                }
+                m6.warm_record(tmp_path / "rows").write_text(json.dumps(rec))
+            events.append(f"end {self.tag}")
+            return 0
+
+        def poll(self):
+            return 0
+
+        def communicate(self):
+            events.append("wait builds")
+            return "tag\n", None
+
+    monkeypatch.setattr(m6.subprocess, "Popen", P)
+    real_oracle = registry.oracle
+    monkeypatch.setattr(registry, "oracle", lambda ck, dev: events.append("oracle") or real_oracle(ck, dev))
+
+    def build(name, ck, dev):
+        events.append(f"engine {name}")
+        e = FakeEngine()
+        if name == "hf-compile":
+            e.info = {
+                "compiled": True,
+                "compile_warmup_s": 11.9,
+                "compile_cache": {
+                    "fxgraph_cache_hit": 1,
+                    "fxgraph_cache_miss": 0,
+                    "autograd_cache_hit": 1,
+                    "dir": "/tmp/ind",
+                },
+            }
+        return e
+
+    monkeypatch.setattr(registry, "build", build)
+    real_start = m6.start_ahead
+    monkeypatch.setattr(m6, "start_ahead", lambda *a: events.append("ahead launched") or real_start(*a))
+    _cuda_fake(monkeypatch, m6)
+    monkeypatch.setenv("LLAMACPP_WORK", str(tmp_path / "llama-work"))
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    (pack / "convert_hf_to_gguf.py").write_text("")
+    said = []
+    cfg = _cfg(
+        tmp_path, ["megakernel-bf16-stream"], later=["hf-compile", "llamacpp"], llamacpp=str(pack), log=said.append
+    )
+    cfg.device = "cuda-fake"
+    m6.run(cfg)
+    assert events.index("start build") < events.index("ahead launched") < events.index("oracle")
+    assert events.count("start warm") == events.count("start convert") == 1
+    first = events.index("engine megakernel-bf16-stream")
+    assert events.index("end warm") < first and events.index("end convert") < first
+    assert any(m.startswith("beside the oracles: hf-compile") for m in said)
+    assert any("hf-compile: torch.compile caches warmed" in m and "cold compile 58.5 s" in m for m in said)
+    # the next process reads the oracle: nothing to hide under, and the caches are warm already
+    events.clear()
+    files = m6.run(_cfg(tmp_path, ["hf-compile"], llamacpp=str(pack)))
+    assert "start warm" not in events and "start convert" not in events and "oracle" not in events
+    info = json.loads(files[0].read_text())["rows"][0]["info"]
+    assert info["compile_warmup_s"] == 11.9 and info["compile_cold_s"] == 58.5
+    assert info["compile_caches"].startswith("warm: compile_warmup_s is this process's compile")
+    assert "process 4242" in info["compile_caches"] and "another cache folder" not in info["compile_caches"]
+
+
+def test_the_hf_compile_row_says_when_its_compile_was_not_warm(tmp_path):
+    from monolith.bench import m6
+
+    rows = tmp_path / "rows"
+    cache = {"fxgraph_cache_hit": 0, "fxgraph_cache_miss": 1, "autograd_cache_hit": 0, "dir": "/a"}
+    row = {"info": {"compiled": True, "compile_warmup_s": 58.0, "compile_cache": cache}}
+    m6.attach_compile_warm(row, rows)
+    assert row["info"]["compile_cold_s"] is None
+    assert row["info"]["compile_caches"].startswith("not warmed (no warming ran in this lease)")
+    (rows / m6.AHEAD_DIR).mkdir(parents=True)
+    m6.warm_record(rows).write_text(json.dumps({"status": "failed", "reason": "CUDA out of memory"}))
+    m6.attach_compile_warm(row, rows)
+    assert row["info"]["compile_caches"].startswith("not warmed (CUDA out of memory)")
+    m6.warm_record(rows).write_text(
+        json.dumps({"status": "ok", "compile_cold_s": 57.0, "compile_cache": {"dir": "/b"}})
+    )
+    m6.attach_compile_warm(row, rows)  # warmed elsewhere, and this compile missed: said, never called warm
+    assert row["info"]["compile_cold_s"] == 57.0
+    assert row["info"]["compile_caches"].startswith("NOT warm (the caches missed)")
+    assert "another cache folder (/b)" in row["info"]["compile_caches"]
+    plain = {"info": {"mode": "eager"}}
+    m6.attach_compile_warm(plain, rows)
+    assert plain == {"info": {"mode": "eager"}}  # not a compiled engine: nothing added
+
+
+def test_ahead_work_over_its_wait_is_stopped(tmp_path):
+    """A job still running when the wait is over is killed (its process session), so it cannot run
+    into the first engine's window."""
+    import threading
+    import time as _time
+
+    from monolith.bench import m6
+
+    job = m6.AheadJob(
+        "hf-compile", "sleeping", [["sleep", "30"], ["touch", str(tmp_path / "never")]], tmp_path / "job.log"
+    )
+    job.t0 = _time.perf_counter()
+    job.thread = threading.Thread(target=job.run, daemon=True)
+    job.thread.start()
+    said = []
+    t0 = _time.perf_counter()
+    m6.finish_ahead([job], said.append, limit_s=0.5)
+    assert _time.perf_counter() - t0 < 10 and not job.thread.is_alive()
+    assert job.proc.returncode == -9 and not (tmp_path / "never").exists()  # killed; the next step never ran
+    assert any("stopped after 0 s of waiting" in m for m in said)
+    bad = m6.AheadJob("llamacpp", "converting", [[str(tmp_path / "no-such-tool")]], tmp_path / "bad.log")
+    bad.thread = threading.Thread(target=bad.run, daemon=True)
+    bad.thread.start()
+    m6.finish_ahead([bad], said.append, limit_s=10)
+    assert bad.rc == 127 and "no-such-tool" in (tmp_path / "bad.log").read_text()
+    assert any(m.startswith("  llamacpp: converting in") and "exit 127" in m for m in said)
+
+
+def test_the_ahead_jobs_named(tmp_path, monkeypatch):
+    """Which work a process starts: hf-compile only on CUDA and not once warmed in this lease;
+    llama.cpp only with a pack (unpacked first, once)."""
+    from monolith.bench import m6
+
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    (pack / "pack.tar.xz").write_bytes(b"")
+    rows = tmp_path / "rows"
+    cfg = m6.M6Config(
+        engines=["hf-eager"], rows_dir=rows, device="cuda", later=["hf-compile", "llamacpp"], llamacpp=str(pack)
+    )
+    jobs = m6.ahead_jobs(cfg, tmp_path / "ckpt", rows)
+    assert [j.engine for j in jobs] == ["hf-compile", "llamacpp"]
+    assert jobs[1].cmds[0][:2] == ["tar", "xJf"] and jobs[1].cmds[1][0] == "touch"
+    assert "llamacpp_convert.sh" in jobs[1].cmds[2][4]
+    (pack / ".unpacked").touch()
+    assert len(m6.ahead_jobs(cfg, tmp_path / "ckpt", rows)[1].cmds) == 1  # unpacked once
+    (rows / m6.AHEAD_DIR).mkdir(parents=True)
+    m6.warm_record(rows).write_text(json.dumps({"status": "ok"}))
+    assert [j.engine for j in m6.ahead_jobs(cfg, tmp_path / "ckpt", rows)] == ["llamacpp"]
+    cfg.device, cfg.llamacpp = "cpu", None
+    m6.warm_record(rows).unlink()
+    assert m6.ahead_jobs(cfg, tmp_path / "ckpt", rows) == []
+    monkeypatch.setenv(m6.LATER_ENV, "bf16-stream, hf-compile")
+    assert m6.later_engines() == ["megakernel-bf16-stream", "hf-compile"]
+    assert m6.M6Config(engines=[], rows_dir=rows).later == ["megakernel-bf16-stream", "hf-compile"]
+
+
+def test_hf_compile_counts_this_compiles_cache_hits(ckpt2, monkeypatch):
+    """HFEngine records the FX-graph/AOT cache hits and misses of its own compile (torch's counters
+    are per process and only grow: the row holds the difference)."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from monolith.bench.baselines import hf
+
+    def fake_compile(fn, **kw):
+        counters["inductor"]["fxgraph_cache_hit"] += 1
+        counters["aot_autograd"]["autograd_cache_hit"] += 1
+        return fn
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    counters["inductor"]["fxgraph_cache_miss"] += 5  # an earlier compile of this process
+    eng = hf.HFEngine(ckpt2.path, mode="compile", device="cpu", context_cap=64)
+    c = eng.info["compile_cache"]
+    assert eng.info["compiled"] is True and eng.info["compile_warmup_s"] >= 0
+    assert (c["fxgraph_cache_hit"], c["fxgraph_cache_miss"], c["autograd_cache_hit"]) == (1, 0, 1)
+    assert c["dir"] and "unknown" not in c["dir"]
+
+
+def test_hf_warm_records_the_cold_compile(ckpt2, tmp_path, monkeypatch):
+    from monolith.bench.baselines import hf_warm, registry
+
+    class E:
+        info = {
+            "compiled": True,
+            "fullgraph": True,
+            "compile_warmup_s": 58.5,
+            "compile_cache": {"fxgraph_cache_miss": 1},
+        }
+
+    import torch._inductor.config as inductor_config
+
+    built = []
+    monkeypatch.setattr(inductor_config, "autotune_local_cache", True)  # restored after the test
+    monkeypatch.setattr(registry, "build", lambda name, ck, dev: built.append((name, dev)) or E())
+    out = tmp_path / "ahead" / "hf-compile.json"
+    doc = hf_warm.warm(str(out), str(ckpt2.path), "cuda:0")
+    assert built == [("hf-compile", "cuda:0")]  # the measured row's own builder, so the cache keys agree
+    back = json.loads(out.read_text())
+    assert back == json.loads(json.dumps(doc)) and back["status"] == "ok" and back["compile_cold_s"] == 58.5
+    assert back["compile_cache"] == {"fxgraph_cache_miss": 1} and back["process_s"] >= 0
+    # its kernels' timings on the shared GPU are kept by nobody: the measured process tunes its own
+    assert back["autotune_saved"] is False and inductor_config.autotune_local_cache is False
+    monkeypatch.setattr(registry, "build", lambda name, ck, dev: (_ for _ in ()).throw(RuntimeError("no GPU")))
+    assert hf_warm.main([str(out), str(ckpt2.path)]) == 1
+    back = json.loads(out.read_text())
+    assert back["status"] == "failed" and back["reason"] == "RuntimeError: no GPU" and "compile_cold_s" not in back
+    assert hf_warm.main(["--help"]) == 0 and hf_warm.main([]) == 2
+
+
+def _fake_llama_pack(tmp_path):
+    """A pack dir whose converter counts its calls, and a llama-bench printing one tg result."""
+    pack = tmp_path / "pack"
+    (pack / "bin").mkdir(parents=True)
+    calls = tmp_path / "converter-calls"
+    (pack / "convert_hf_to_gguf.py").write_text(
+        "import sys\n"
+        f"open({str(calls)!r}, 'a').write(sys.argv[sys.argv.index('--outtype') + 1] + '\\n')\n"
+        "open(sys.argv[sys.argv.index('--outfile') + 1], 'w').write('gguf')\n"
+    )
+    bench = pack / "bin" / "llama-bench"
+    bench.write_text(
+        '#!/bin/sh\nif [ "$1" = --version ]; then echo "version: 1 (abc)"; exit 0; fi\n'
+        'echo \'[{"n_prompt": 0, "n_gen": 256, "avg_ts": 500.0, "samples_ts": [490.0, 500.0, 505.0],'
+        ' "model_size": 1000000000}]\'\n'
+    )
+    bench.chmod(0o755)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes(b"w" * 10)
+    return pack, ckpt, calls
+
+
+def test_llamacpp_conversion_split_from_the_benchmark(tmp_path):
+    """llamacpp_convert.sh alone makes both GGUFs; llamacpp.sh then benchmarks without converting
+    again and the rows say the conversion ran before (outside their window), with its seconds.
+    New checkpoint files: converted again, inside. llamacpp.sh alone still converts."""
+    import os
+    import subprocess
+
+    from monolith import REPO_ROOT
+    from monolith.bench.baselines import llamacpp
+
+    base = REPO_ROOT / "bench" / "baselines"
+    pack, ckpt, calls = _fake_llama_pack(tmp_path)
+    work = tmp_path / "work"
+    env = {**os.environ, "PY": sys.executable, "WORK": str(work), "LLAMA_BENCH": str(pack / "bin" / "llama-bench")}
+    r = subprocess.run(
+        ["bash", str(base / "llamacpp_convert.sh"), str(pack), str(ckpt), str(work)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    conv = json.loads((work / "convert.json").read_text())
+    assert sorted(conv["kinds"]) == ["bf16", "q8_0"] and all(k["status"] == "ok" for k in conv["kinds"].values())
+    assert calls.read_text().split() == ["bf16", "q8_0"] and (work / "model-q8_0.gguf").read_text() == "gguf"
+
+    def bench(out):
+        r = subprocess.run(
+            ["bash", str(base / "llamacpp.sh"), str(pack), str(ckpt), str(out)], capture_output=True, text=True, env=env
+        )
+        assert r.returncode == 0, r.stderr
+        return llamacpp.rows_from_json(out)
+
+    rows = bench(tmp_path / "a.json")
+    assert calls.read_text().split() == ["bf16", "q8_0"]  # not converted again
+    assert [x["status"] for x in rows] == ["ok", "ok"]
+    c = rows[0]["conversion"]
+    assert c["ahead"] is True and c["seconds"] == conv["kinds"]["bf16"]["seconds"] and "outside" in c["where"]
+    (ckpt / "model.safetensors").write_bytes(b"v" * 11)  # other weights: the GGUFs are not theirs
+    rows = bench(tmp_path / "b.json")
+    assert calls.read_text().split() == ["bf16", "q8_0"] * 2
+    assert rows[1]["conversion"]["ahead"] is False and "inside this row's window" in rows[1]["conversion"]["where"]
+    r = subprocess.run(
+        ["bash", str(base / "llamacpp_convert.sh"), str(tmp_path / "nowhere"), str(ckpt), str(work)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "no convert_hf_to_gguf.py" in r.stderr
+
+
+def test_llamacpp_convert_shellcheck_clean():
+    import shutil
+    import subprocess
+
+    from monolith import REPO_ROOT
+
+    sc = shutil.which("shellcheck")
+    assert sc, "shellcheck is not installed: run `make deps`"
+    for f in ("llamacpp_convert.sh", "llamacpp.sh"):
+        r = subprocess.run([sc, str(REPO_ROOT / "bench" / "baselines" / f)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout
+
+
+# ---- the plan with the ahead work and the gates' 3 passes
+
+
+def _unit_file(rows_dir, engine, start, seconds, **extra):
+    rows = [m6_fakes.row(x) for x in (["llamacpp-bf16", "llamacpp-q8_0"] if engine == "llamacpp" else [engine])]
+    for r in rows:
+        if engine != "llamacpp":
+            r["gate"] = {"passed": True, "oracle": {"source": "computed in this process", "seconds": 30.0}}
+        r.update(extra)
+    s = m6_fakes.T0 + dt.timedelta(seconds=start)
+    final.write_row_file(
+        rows_dir,
+        engine,
+        rows,
+        gpu_uuid="GPU-x",
+        gpu="g",
+        started=s.isoformat(),
+        ended=(s + dt.timedelta(seconds=seconds)).isoformat(),
+        env={},
+        weights={},
+        protocol={},
+    )
+
+
+def test_plan_puts_the_ahead_work_beside_the_first_oracles_and_sizes_gates_at_3_passes(tmp_path):
+    rows = tmp_path / "rows"
+    _unit_file(rows, "megakernel-bf16-stream", 0, 30)
+    _unit_file(rows, "hf-compile", 40, 200, info={"compiled": True, "compile_warmup_s": 58.5})  # compiled cold
+    _unit_file(rows, "llamacpp", 240, 54)  # no `conversion`: converted inside its window
+    old_gate = {
+        "passed": True,
+        "oracle": {"source": "read", "seconds": 30.0},
+        "prompts": 3,
+        "tokens_per_prompt": 256,
+        "reduced": "3/20 prompts: time budget 90 s at ~24 tok/s",
+        "determinism": [{"repeats": 3}],
+    }
+    _unit_file(rows, "hf-eager", 294, 400, warmup_tok_s=23.6)
+    d = json.loads((rows / "row-hf-eager.json").read_text())
+    d["rows"][0]["gate"] = old_gate
+    (rows / "row-hf-eager.json").write_text(json.dumps(d))
+    units = {u.engine: u for u in m6plan.load_units(rows)}
+    assert units["hf-eager"].gate_extra_s == pytest.approx((11 - 8) * 256 / 23.6)  # 3 prompts -> 2
+    assert units["hf-compile"].cold_compile_s == 58.5 and units["llamacpp"].convert_inside
+    kw = dict(build_s=34, process_s=15, start_s=0, oracle_s=40)
+    p = m6plan.plan(list(units.values()), m6plan.parse_groups("bf16-stream;hf-compile,llamacpp,hf-eager"), **kw)
+    g1, g2 = p.groups
+    assert g1["ahead"] == {"hf-compile": 58.5 + m6plan.WARM_PROCESS_S, "llamacpp": m6plan.UNPACK_S + m6plan.CONVERT_S}
+    assert g1["prep_s"] == pytest.approx(58.5 + m6plan.WARM_PROCESS_S) and g2["ahead"] == {}  # over the 30 s oracle
+    e = {x["engine"]: x for x in g2["engines"]}
+    assert e["hf-compile"]["less"] == {"compile": 58.5 - m6plan.WARM_COMPILE_S}
+    assert e["llamacpp"]["less"] == {"conversions": pytest.approx(m6plan.UNPACK_S + m6plan.CONVERT_S)}
+    assert e["hf-eager"]["less"] == {"gate": pytest.approx(768 / 23.6, abs=0.05)}
+    assert any("ahead work (hf-compile" in line for line in m6plan.render(p, "x"))
+    # one process that computes no oracle (all read): no ahead work, nothing taken out of the windows
+    p = m6plan.plan(list(units.values()), m6plan.parse_groups("bf16-stream;hf-compile;llamacpp"), **kw)
+    assert p.groups[1]["ahead"] == {} and p.groups[0]["ahead"] == {"hf-compile": 70.5, "llamacpp": 33.8}
+    p = m6plan.plan([units["hf-compile"]], m6plan.parse_groups("hf-compile"), **kw)  # its own process computes one
+    assert p.groups[0]["engines"][0]["less"] == {"compile": 43.5}
+    # rows measured with the ahead work: the warm compile stays in the window, the cold one is ahead
+    _unit_file(rows, "hf-compile", 40, 160, info={"compiled": True, "compile_warmup_s": 14.0, "compile_cold_s": 57.0})
+    u = next(u for u in m6plan.load_units(rows) if u.engine == "hf-compile")
+    assert u.cold_compile_s is None and u.ahead_s == 57.0
+
+
+def test_plan_of_the_committed_matrix_with_the_ahead_work():
+    """results/final.json (2026-12-07): hf-compile's 58.5 s compile and llama.cpp's conversions move
+    beside group 1's oracles (inside their 120 s), hf-eager's gate drops from 3 prompts to 2."""
+    from monolith import REPO_ROOT
+
+    units = m6plan.load_units(REPO_ROOT / "results" / "final.json")
+    p = m6plan.plan(units, m6plan.default_groups(), assume={"hf-static": 446})
+    g1, g2 = p.groups
+    assert set(g1["ahead"]) == {"hf-compile", "llamacpp"} and g1["prep_s"] == 120
+    e = {x["engine"]: x for x in g2["engines"]}
+    assert e["hf-compile"]["less"]["compile"] == pytest.approx(58.5 - m6plan.WARM_COMPILE_S)
+    assert "conversions" in e["llamacpp"]["less"] and e["hf-eager"]["less"]["gate"] == pytest.approx(32.5, abs=0.1)
+    assert next(x for x in g1["engines"] if x["engine"] == "megakernel-nvfp4-stream")["less"]["pack"] == 20.0

@@ -17,7 +17,7 @@ FAKE_GPU_SH = r"""#!/usr/bin/env bash
 mkdir -p "$OUT"
 case "$1" in
   m6) IFS=, read -ra es <<<"$M6_ENGINES"; for e in "${es[@]}"; do [ "$e" = slow ] && while [ ! -e "$M6_ROWS/../go" ]; do sleep 0.2; done; echo "{\"engine\": \"$e\"}" >"$M6_ROWS/row-$e.json"; done
-      echo "m6 $M6_ENGINES" ;;
+      echo "m6 $M6_ENGINES later=$M6_LATER_ENGINES inductor=$TORCHINDUCTOR_CACHE_DIR" ;;
   m6merge) ls "$M6_ROWS" >"$OUT/final.md"; echo '{"rows": 3}' >"$OUT/final.json"; echo merged ;;
 esac
 """
@@ -64,6 +64,19 @@ def test_start_then_poll_runs_every_group_in_order_and_returns_the_matrix(tmp_pa
         ]
     with tarfile.open(out / "m6logs.tgz") as t:
         assert "log.txt" in t.getnames() and "merged" in t.getnames()
+
+
+def test_each_group_learns_the_later_groups_engines_and_shares_the_compile_caches(tmp_path: Path):
+    """bench/m6.py starts hf-compile's warming and llama.cpp's conversions beside the first group's
+    oracles: it needs the later groups' engines, and one inductor cache folder for the whole lease."""
+    env, lease, _ = _lease(tmp_path, "a,b;c,hf-compile;llamacpp")
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    assert _run(["start"], env).returncode == 0
+    assert "m6-lease: done" in _run(["poll", "30"], env).stdout
+    log = (lease / "log.txt").read_text()
+    ind = f"inductor={lease}/inductor"
+    assert f"m6 a,b later=c,hf-compile,llamacpp {ind}" in log
+    assert f"m6 c,hf-compile later=llamacpp {ind}" in log and f"m6 llamacpp later= {ind}" in log
 
 
 def test_a_poll_before_the_end_returns_the_rows_finished_so_far(tmp_path: Path):

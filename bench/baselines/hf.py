@@ -96,6 +96,7 @@ class HFEngine(Engine):
     def _compile(self, steps: int) -> None:
         t0 = time.perf_counter()
         errors = []
+        before = compile_cache_counts()
         # fullgraph first (one graph, one cudagraph); with graph breaks if HF code needs them
         for fullgraph in (True, False):
             try:
@@ -114,6 +115,11 @@ class HFEngine(Engine):
             self.info.update(compiled=False, compile_warmup_s=round(time.perf_counter() - t0, 2))
         if errors:
             self.info["compile_errors"] = errors
+        # whether this compile found inductor's on-disk caches warm (bench/baselines/hf_warm.py warms
+        # them in another process): hits and misses of this compile alone, and the cache's folder
+        after = compile_cache_counts()
+        self.info["compile_cache"] = {**{k: after[k] - before.get(k, 0) for k in after if k != "dir"},
+                                      "dir": after.get("dir")}
         self.reset()
 
     def _sync(self) -> None:
@@ -218,6 +224,25 @@ class HFEngine(Engine):
         # Necessary bytes (weights + KV up to position), not what a static cache actually
         # reads, so effective bandwidth compares engines on the same work.
         return self._bytes.bytes_per_token(position)
+
+
+CACHE_COUNTERS = {"inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"),
+                  "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass")}
+
+
+def compile_cache_counts() -> dict:
+    """torch's counts of FX-graph and AOT-autograd cache hits, misses and bypasses so far in this
+    process, and inductor's cache folder (where the Triton kernels go too, unless TRITON_CACHE_DIR)."""
+    from torch._dynamo.utils import counters
+
+    out: dict = {k: int(counters[group][k]) for group, keys in CACHE_COUNTERS.items() for k in keys}
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        out["dir"] = cache_dir()
+    except Exception as e:  # noqa: BLE001  (a torch without this helper: the counts still stand)
+        out["dir"] = f"unknown ({type(e).__name__})"
+    return out
 
 
 @contextlib.contextmanager

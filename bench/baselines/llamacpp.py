@@ -39,6 +39,12 @@ def rows_from_json(path: str | Path | None = None) -> list[dict]:
         row = results.base_row(f"llamacpp-{kind}", LABELS.get(kind, f"llama.cpp {kind}"))
         row.update(gate=not_gated("external engine: llama.cpp has no teacher-forced interface; not gated"),
                    version=doc.get("version"), source_json=str(p), created=doc.get("created"))
+        conv = (doc.get("conversion") or {}).get(kind)
+        if isinstance(conv, dict):  # the GGUF's conversion (CPU): never part of the speed
+            where = ("before llamacpp.sh started (monolith m6: beside a process's oracles), outside this row's window"
+                     if conv.get("ahead") else "by llamacpp.sh, inside this row's window")
+            row["conversion"] = {"seconds": conv.get("seconds"), "ahead": bool(conv.get("ahead")),
+                                 "converted": conv.get("converted"), "where": where}
         tg = [t for t in _tests(raw) if t.get("n_gen", 0) > 0 and t.get("n_prompt", 0) == 0]
         if not tg:
             row["reason"] = f"no tg test in llama-bench output ({str(raw)[:200]})"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # llama.cpp baseline: build from the source vendored in a llama-cpp-python sdist (CUDA,
-# sm_90a), convert our checkpoint with its convert_hf_to_gguf.py to BF16 and Q8_0, run
+# sm_90a), convert our checkpoint with its convert_hf_to_gguf.py to BF16 and Q8_0
+# (llamacpp_convert.sh: a kind converted earlier from the same files is kept), run
 # llama-bench text generation (batch 1, 256 tokens, 5 repetitions), write one JSON.
 # Any step that cannot run writes {"status": "not run", "reason": ...} and exits 0, so a
 # missing toolchain is a row in the results, not a broken session.
@@ -38,8 +39,19 @@ write_json() {
   local status="$1" reason="$2" version="${3:-}"
   shift 3 || shift $#
   "$PY" - "$OUT" "$status" "$reason" "$version" "$CUDA_ARCH" "$N_GEN" "$REPS" "$@" <<'EOF'
-import datetime, json, sys
+import datetime, json, os, sys
 out, status, reason, version, arch, n_gen, reps, *files = sys.argv[1:]
+conversion = None  # llamacpp_convert.sh's seconds per kind, and whether they ran before this script
+try:
+    t0 = float(os.environ["CONVERT_T0"])
+    kinds = json.load(open(os.environ["CONVERT_JSON"])).get("kinds") or {}
+    conversion = {k: {"status": v.get("status"), "seconds": v.get("seconds"),
+                      "ahead": v.get("converted_unix", t0) < t0,
+                      "converted": datetime.datetime.fromtimestamp(v["converted_unix"], datetime.timezone.utc)
+                      .isoformat(timespec="seconds") if v.get("converted_unix") else None}
+                  for k, v in kinds.items()}
+except (KeyError, OSError, ValueError):
+    pass
 results = {}
 for f in files:
     kind, path = f.split("=", 1)
@@ -51,7 +63,7 @@ doc = {"engine": "llamacpp", "status": status, "reason": reason or None, "versio
        "cuda_arch": arch, "n_gen": int(n_gen), "repetitions": int(reps), "batch": 1,
        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
        "tool": "llama-bench -p 0 -n N_GEN -r REPS -ngl 99 -o jsonl (bench/baselines/llamacpp_run.py: NVML energy)",
-       "results": results}
+       "conversion": conversion, "results": results}
 json.dump(doc, open(out, "w"), indent=1)
 print(f"llamacpp: wrote {out} ({status}{': ' + reason if reason else ''})")
 EOF
@@ -129,12 +141,16 @@ MISSING="$(ldd "$BENCH" 2>/dev/null | grep 'not found' | awk '{print $1}' | tr '
 [ -d "$CKPT" ] || not_run "checkpoint directory not found: $CKPT"
 VERSION="llama-cpp-python ${PKG_VERSION:-unknown}; $("$BENCH" --version 2>&1 | head -n 2 | tr '\n' ' '); $BUILT"
 
-# 4. convert the same checkpoint (gguf-py from the same source tree)
+# 4. convert the same checkpoint (gguf-py from the same source tree): llamacpp_convert.sh, which
+# keeps a kind already converted from the same files (`monolith m6` converts beside its oracles);
+# the output JSON says, per kind, how long the conversion took and whether it ran before this script
+CONVERT_T0=$(date +%s.%N)
+export CONVERT_T0 CONVERT_JSON="$WORK/convert.json"
+bash "$(dirname "$0")/llamacpp_convert.sh" "$LL" "$CKPT" "$WORK" >>"$LOG" 2>&1
 FILES=()
 for kind in bf16 q8_0; do
   GGUF="$WORK/model-$kind.gguf"
-  if PYTHONPATH="$LL/gguf-py${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$LL/convert_hf_to_gguf.py" "$CKPT" \
-      --outtype "$kind" --outfile "$GGUF" >>"$LOG" 2>&1; then
+  if [ -f "$GGUF" ]; then
     # 5. text generation only (-p 0), 256 tokens, batch 1 by construction, all layers on the GPU,
     # with NVML's energy counter polled beside it (llamacpp_run.py: the repetitions' joules)
     if PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m monolith.bench.baselines.llamacpp_run "$BENCH" "$GGUF" "$N_GEN" "$REPS" "$WORK/bench-$kind.json" 2>>"$LOG"; then
