@@ -128,10 +128,17 @@ def test_a_tampered_oracle_file_is_not_read(tmp_path):
     assert oracle_cache.identity("GPU-x", boot_id_file=tmp_path / "boot")["boot_id"] == "b"
 
 
+def _log_oracles(monkeypatch, events):
+    """Every oracle the (fake) registry builds appends "oracle" to EVENTS, in order with the rest."""
+    from monolith.bench.baselines import registry
+
+    real = registry.oracle
+    monkeypatch.setattr(registry, "oracle", lambda ck, dev: events.append("oracle") or real(ck, dev))
+
+
 def test_the_builds_run_beside_the_oracles(fake_m6, tmp_path, monkeypatch):
     """Every build starts before the first oracle and is waited on only after the last one."""
     from monolith.bench import m6
-    from monolith.bench.baselines import registry
 
     events = []
 
@@ -145,22 +152,10 @@ def test_the_builds_run_beside_the_oracles(fake_m6, tmp_path, monkeypatch):
             return "tag\n", None
 
     monkeypatch.setattr(m6.subprocess, "Popen", P)
-    real = registry.oracle
-    monkeypatch.setattr(registry, "oracle", lambda ck, dev: events.append("oracle") or real(ck, dev))
-    import torch as _t
-
-    monkeypatch.setattr(_t.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(
-        m6,
-        "_bench_cfg",
-        lambda quick, nvml: decode.BenchConfig(
-            runs=1, tokens=4, prompts=2, warmup_tokens=2, sweep_positions=(), power=False
-        ),
-    )
+    _log_oracles(monkeypatch, events)
+    _cuda_fake(monkeypatch, m6)
     cfg = _cfg(tmp_path, ["megakernel-bf16-stream", "megakernel-fp8-stream"])
     cfg.device = "cuda-fake"  # the build branch; the fake engines ignore the device
-    monkeypatch.setattr("monolith.bench.power.gpu_uuid", lambda **k: None)
-    monkeypatch.setattr("monolith.envinfo.collect", lambda dev: {"gpu": None})
     m6.run(cfg)
     assert events[:2] == ["build bf16-stream", "build fp8-stream"]
     assert events[2:4] == ["oracle", "oracle"] and events[4:6] == ["wait", "wait"]
@@ -252,19 +247,14 @@ def test_hf_static_sizes_its_cache_per_run_and_matches_the_full_cache(ckpt2, mon
         hf.HFEngine(ckpt2.path, mode="eager", fit_cache=True)
 
 
-def _row_file(rows_dir, engine, start, seconds, *, oracle=None, tok_s=None, fmt=None):
-    r = m6_fakes.row(engine)
-    r["gate"] = {"passed": True, **({"oracle": oracle} if oracle is not None else {})}
-    if tok_s:
-        r["tok_s"] = {**r["tok_s"], "median": tok_s}
-        r.update(tokens_per_run=5120, prompts_per_run=20, timeline=f"timelines/{engine}.json")
-    if fmt:
-        r["weight_format"] = fmt
+def _write_rows(rows_dir, engine, rows, start, seconds):
+    """ENGINE's row file holding ROWS, measured from T0 + START for SECONDS (the plan reads the
+    windows and the gaps between them from these times)."""
     s = m6_fakes.T0 + dt.timedelta(seconds=start)
     final.write_row_file(
         rows_dir,
         engine,
-        [r],
+        rows,
         gpu_uuid="GPU-x",
         gpu="g",
         started=s.isoformat(),
@@ -273,6 +263,17 @@ def _row_file(rows_dir, engine, start, seconds, *, oracle=None, tok_s=None, fmt=
         weights={},
         protocol={},
     )
+
+
+def _row_file(rows_dir, engine, start, seconds, *, oracle=None, tok_s=None, fmt=None):
+    r = m6_fakes.row(engine)
+    r["gate"] = {"passed": True, **({"oracle": oracle} if oracle is not None else {})}
+    if tok_s:
+        r["tok_s"] = {**r["tok_s"], "median": tok_s}
+        r.update(tokens_per_run=5120, prompts_per_run=20, timeline=f"timelines/{engine}.json")
+    if fmt:
+        r["weight_format"] = fmt
+    _write_rows(rows_dir, engine, [r], start, seconds)
 
 
 def test_plan_of_rows_before_the_change_takes_the_moved_work_out(tmp_path):
@@ -434,8 +435,7 @@ def test_the_ahead_work_runs_beside_the_oracles_and_ends_before_the_first_engine
             return "tag\n", None
 
     monkeypatch.setattr(m6.subprocess, "Popen", P)
-    real_oracle = registry.oracle
-    monkeypatch.setattr(registry, "oracle", lambda ck, dev: events.append("oracle") or real_oracle(ck, dev))
+    _log_oracles(monkeypatch, events)
 
     def build(name, ck, dev):
         events.append(f"engine {name}")
@@ -713,19 +713,7 @@ def _unit_file(rows_dir, engine, start, seconds, **extra):
         if engine != "llamacpp":
             r["gate"] = {"passed": True, "oracle": {"source": "computed in this process", "seconds": 30.0}}
         r.update(extra)
-    s = m6_fakes.T0 + dt.timedelta(seconds=start)
-    final.write_row_file(
-        rows_dir,
-        engine,
-        rows,
-        gpu_uuid="GPU-x",
-        gpu="g",
-        started=s.isoformat(),
-        ended=(s + dt.timedelta(seconds=seconds)).isoformat(),
-        env={},
-        weights={},
-        protocol={},
-    )
+    _write_rows(rows_dir, engine, rows, start, seconds)
 
 
 def test_plan_puts_the_ahead_work_beside_the_first_oracles_and_sizes_gates_at_3_passes(tmp_path):
