@@ -12,15 +12,20 @@
 #   Each step sees LEASE_OUT (its own folder, $LEASE_DIR/out/NAME) and GPU_NAME (nvidia-smi's name
 #   of GPU 0; a step meant for one GPU model tests it itself and exits 0 with a message elsewhere).
 #   Every poll copies $LEASE_DIR/out (each step's log.txt and files) and the queue's log into
-#   $OUT/lease.tgz, and prints each finished step's status and seconds.
-#   env: LEASE_DIR (default /tmp/lease), OUT (default /tmp/monolith-out).
+#   $OUT/lease.tgz, and prints each finished step's status and seconds. $LEASE_DIR/state says
+#   `running NAME` (or `running (starting)`) until the queue ends, then `done`; $LEASE_DIR/steps is
+#   the queue as started. A layer over the queue (scripts/m6_lease.sh) reads both.
+#   env: LEASE_DIR (default /tmp/lease; one folder per caller, one queue at a time in each),
+#        OUT (default /tmp/monolith-out).
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
+# the driver is this file run again from the repository root: its path must not depend on the caller's
+SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+cd "$(dirname "$SELF")/.." || exit 1
 D=${LEASE_DIR:-/tmp/lease}
 STATE="$D/state"
 LOG="$D/log.txt"
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "$SELF" | sed 's/^# \{0,1\}//'; }
 
 drive() {  # every step in order; its status (rc, seconds) into the log, its output into its folder
   local t0=$SECONDS name cmd rc s
@@ -57,12 +62,12 @@ drive() {  # every step in order; its status (rc, seconds) into the log, its out
 
 case "${1:-}" in
   start)
-    [ -n "${2:-}" ] && [ -f "$2" ] || { echo "lease: start needs a steps file (got '${2:-}')"; exit 2; }
+    [ -f "${2:-}" ] || { echo "lease: start needs a steps file (got '${2:-}')"; exit 2; }
     [ -e "$STATE" ] && grep -q '^running' "$STATE" && { echo "lease: already running ($(cat "$STATE"))"; exit 2; }
     rm -rf "$D" && mkdir -p "$D/out" || exit 1
     cp "$2" "$D/steps"
     echo "running (starting)" >"$STATE"  # before the session starts: a poll right after sees it
-    setsid nohup bash "$0" _drive </dev/null >/dev/null 2>&1 &
+    setsid nohup bash "$SELF" _drive </dev/null >/dev/null 2>&1 &
     echo "lease: started $(grep -cvE '^(#|$)' "$D/steps") step(s) (log $LOG)"
     ;;
   _drive) drive >>"$LOG" 2>&1 ;;
@@ -72,6 +77,7 @@ case "${1:-}" in
     ;;
   poll)
     limit=${2:-540}
+    [[ $limit =~ ^[0-9]+$ ]] || { echo "lease: poll needs a whole number of seconds (got '$limit')"; exit 2; }
     [ -e "$STATE" ] || { echo "lease: nothing started in $D"; exit 2; }
     while grep -q '^running' "$STATE" && [ "$SECONDS" -lt "$limit" ]; do sleep 2; done
     echo "lease: $(cat "$STATE") after this poll's $SECONDS s"

@@ -77,6 +77,36 @@ def test_bad_invocations_are_one_line_errors(tmp_path: Path):
     r = _run(["poll", "1"], env)
     assert r.returncode == 2 and "nothing started" in r.stdout
     assert _run(["--help"], env).stdout.startswith("A queue of GPU steps")
+    assert _run(["start", str(_steps(tmp_path, "x true\n"))], env).returncode == 0
+    r = _run(["poll", "ten"], env)
+    assert r.returncode == 2 and r.stdout.strip() == "lease: poll needs a whole number of seconds (got 'ten')"
+
+
+def test_a_relative_path_from_another_folder_starts_the_same_queue(tmp_path: Path):
+    """The driver is the script run again after it moved to the repository root."""
+    env, lease, out = _env(tmp_path)
+    steps = _steps(tmp_path, "here pwd\n")
+    r = subprocess.run(
+        ["bash", "lease.sh", "start", str(steps)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=SCRIPT.parent,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "lease: done" in _run(["poll", "30"], env).stdout
+    assert (lease / "out" / "here" / "log.txt").read_text().strip() == str(REPO_ROOT)
+    assert "step here rc=0" in (lease / "log.txt").read_text()
+
+
+def test_shellcheck_clean():
+    import shutil
+
+    sc = shutil.which("shellcheck")
+    assert sc, "shellcheck is not installed: run `make deps`"
+    r = subprocess.run([sc, str(SCRIPT)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
 
 
 def test_the_committed_lease_files_name_one_step_per_line():
