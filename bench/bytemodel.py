@@ -6,9 +6,12 @@ report these *necessary* bytes, so effective bandwidth is comparable across engi
 useful bytes per second, not a DRAM counter.
 
 Time model: t_token = L * (bytes_layer/BW + t_sync_layer) + bytes_head/BW + t_argmax.
+BW is the streaming read of the GPU the prediction sits next to: `monolith bench` and `monolith m6`
+measure it at the start of their run (bench/bwprobe.py) and pass it in.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +20,9 @@ from monolith.config import QWEN3_0_6B, ModelShape
 from monolith.errors import MonolithError
 
 BF16 = 2
-DEFAULT_BW_TBS = 4.53          # measured streaming read on the H200 (NOTES.md, Facts)
+# The H200's streaming read measured before M0 (NOTES.md, Facts). Only load_bw_tbs returns it, for
+# callers with no GPU in hand (the page's roofline, scripts); the harness never predicts with it.
+DEFAULT_BW_TBS = 4.53
 BARRIER_US = 0.90              # measured grid barrier, 128-132 blocks (NOTES.md, Facts)
 
 
@@ -111,7 +116,9 @@ def decode_positions(prompt_len: int, n_tokens: int) -> range:
 
 
 def load_bw_tbs(repo_root: Path | None = None) -> tuple[float, str]:
-    """Bandwidth for the time model: results/m0_probes.json when the probes wrote it, else the 4.53 of NOTES.md, Facts."""
+    """A bandwidth for callers with no GPU in hand (xray/site.py's roofline, scripts): the keys below
+    in results/m0_probes.json when present, else the H200's 4.53 of NOTES.md, Facts. Not for a
+    prediction beside a measurement: that uses the measuring GPU's own (bench/bwprobe.py)."""
     from monolith import REPO_ROOT
 
     p = (repo_root or REPO_ROOT) / "results" / "m0_probes.json"
@@ -147,6 +154,8 @@ def predict_us(info: dict, position: float, bw_tbs: float, model: ByteModel | No
     """Time model for one token. `info` is the engine's info dict (or its "time_model" sub-dict); keys:
     bytes_layer, bytes_head, syncs_per_layer, sync_us (default 0.9 µs barrier), t_argmax_us,
     kv_per_position. Without a sync count the result is the bandwidth floor, labelled so."""
+    if not (isinstance(bw_tbs, int | float) and math.isfinite(bw_tbs) and bw_tbs > 0):
+        raise ValueError(f"predict_us: bandwidth {bw_tbs!r} TB/s is not a positive finite number")
     m = model or ByteModel.bf16()
     info = {**info, **(info.get("time_model") or {})}  # the megakernel nests its numbers
     bl = float(info.get("bytes_layer", m.layer_bytes))

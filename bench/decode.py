@@ -28,6 +28,7 @@ from monolith.engine import Engine
 
 SWEEP_POSITIONS = (16, 128, 512, 1024, 2048)
 NO_CPU_PREDICTION = "none: the time model predicts a GPU (bandwidth and barrier costs), not a CPU run"
+NO_BW_PREDICTION = "none: no streaming-read bandwidth of the GPU in hand"
 
 
 @dataclass
@@ -114,8 +115,13 @@ def warmup(engine: Engine, prompt: list[int], n: int, clock: Clock) -> float:
 
 def bench_engine(engine: Engine, prompts: list[list[int]], cfg: BenchConfig, sweep_seq: list[int] | None = None,
                  bw_tbs: float | None = None, tok_s_est: float | None = None, log=print,
-                 byte_model: bytemodel.ByteModel | None = None, first_prompt: dict | None = None) -> dict:
+                 byte_model: bytemodel.ByteModel | None = None, first_prompt: dict | None = None,
+                 bw_note: str | None = None) -> dict:
     """Headline runs + sweep for one (already gated) engine. Returns the speed part of a row.
+
+    bw_tbs: the streaming-read bandwidth of the GPU in hand (bench/bwprobe.py) that predictions
+    divide by; None: no prediction, and `bw_note` (why there is none, or where bw_tbs came from)
+    goes into the row's `prediction`.
 
     first_prompt: a dict the caller gives to receive the first prompt's timed decode of every run
     ({"prompt", "seconds": [one per run], "tokens": the first run's}): the race timeline scales to
@@ -152,10 +158,15 @@ def bench_engine(engine: Engine, prompts: list[list[int]], cfg: BenchConfig, swe
     tok_s = stats([tokens_per_run / s for s in run_s])
     positions = [pos for p in use for pos in bytemodel.decode_positions(len(p), cfg.tokens)]
     mean_bytes = sum(engine.bytes_per_token(pos) for pos in positions) / len(positions)
-    bw = bw_tbs if bw_tbs is not None else bytemodel.load_bw_tbs()[0]
+    bw = bw_tbs
     mean_pos = sum(positions) / len(positions)
-    # The time model's bandwidth and barrier costs are the GPU's (NOTES.md, Facts): no prediction for a CPU run.
-    pred = bytemodel.predict_us(dict(engine.info or {}), mean_pos, bw, byte_model) if clock.cuda else None
+    # The time model's bandwidth and barrier costs are the GPU's (NOTES.md, Facts): no prediction for a
+    # CPU run, and none without the bandwidth of the GPU in hand (never another GPU's).
+    pred = bytemodel.predict_us(dict(engine.info or {}), mean_pos, bw, byte_model) if clock.cuda and bw else None
+    if pred is not None and bw_note:
+        pred["bw_source"] = bw_note
+    none = {"kind": NO_CPU_PREDICTION} if not clock.cuda else \
+        {"kind": NO_BW_PREDICTION, **({"reason": bw_note} if bw_note else {})}
     row = {
         "timer": clock.kind,
         "tok_s": tok_s,
@@ -165,9 +176,9 @@ def bench_engine(engine: Engine, prompts: list[list[int]], cfg: BenchConfig, swe
         "bytes_per_token": int(round(mean_bytes)),
         "mean_position": mean_pos,
         "eff_bw_tbs": mean_bytes * tok_s["median"] / 1e12,
-        "roofline_frac": mean_bytes * tok_s["median"] / 1e12 / bw,
+        "roofline_frac": mean_bytes * tok_s["median"] / 1e12 / bw if bw else None,
         "predicted_us_per_token": pred["us"] if pred else None,
-        "prediction": pred or {"kind": NO_CPU_PREDICTION},
+        "prediction": pred or none,
         "tok_per_joule": None,
     }
     if n_p < len(prompts):
@@ -192,7 +203,7 @@ def bench_engine(engine: Engine, prompts: list[list[int]], cfg: BenchConfig, swe
     return row
 
 
-def sweep(engine: Engine, seq: list[int], cfg: BenchConfig, clock: Clock, bw_tbs: float,
+def sweep(engine: Engine, seq: list[int], cfg: BenchConfig, clock: Clock, bw_tbs: float | None,
           byte_model: bytemodel.ByteModel | None = None, budget_s: float | None = None,
           tok_s_est: float | None = None) -> dict:
     """With `budget_s` and `tok_s_est`, a position whose prefill and windows (p + reps x W steps
@@ -225,7 +236,8 @@ def sweep(engine: Engine, seq: list[int], cfg: BenchConfig, clock: Clock, bw_tbs
         out[str(p)] = {"status": "ok", "tok_s": s, "us_per_token": 1e6 / s["median"], "bytes_per_token": int(mb),
                        "eff_bw_tbs": mb * s["median"] / 1e12, "positions": [p + 1, p + R * W],
                        "predicted_us_per_token": bytemodel.predict_us(dict(engine.info or {}), p + R * W / 2, bw_tbs,
-                                                                        byte_model)["us"] if clock.cuda else None}
+                                                                        byte_model)["us"] if clock.cuda and bw_tbs
+                       else None}
     return out
 
 

@@ -177,6 +177,42 @@ def race(rows: list[dict]) -> list[dict]:
     return lanes
 
 
+def _bw_status(p: dict) -> tuple[str, dict]:
+    """(status, measurement record) of one protocol's bandwidth: bench/bwprobe.py's status, or for
+    a protocol written before it, "legacy" (the H200's pre-M0 4.53 of NOTES.md) or "unlabelled"."""
+    from monolith.bench import bwprobe
+
+    m = p.get("bw_measurement") if isinstance(p.get("bw_measurement"), dict) else {}
+    tbs = p.get("bw_tbs_for_prediction")
+    if m.get("status"):
+        return m["status"], m
+    if tbs is None:
+        return "not recorded", m
+    return ("legacy" if tbs == bwprobe.LEGACY_TBS else "unlabelled"), m
+
+
+def bandwidth_of(docs: list[dict], gpu_uuid: str | None = None) -> dict:
+    """The bandwidth each row file's predictions divided by (its protocol's), and whether the
+    matrix has one: rows predicted at different bandwidths are said to be, file by file."""
+    per = {}
+    for d in sorted(docs, key=lambda d: str(d.get("started"))):
+        p = d.get("protocol") or {}
+        status, m = _bw_status(p)
+        tbs = p.get("bw_tbs_for_prediction")
+        per[d["_file"]] = {"tbs": tbs, "status": status, "source": p.get("bw_source") or "not recorded",
+                           "gpu": m.get("gpu"), "gpu_uuid": m.get("gpu_uuid"),
+                           "on_this_gpu": None if not m.get("gpu_uuid") else m.get("gpu_uuid") == gpu_uuid}
+    values = list(dict.fromkeys(v["tbs"] for v in per.values()))
+    first = next(iter(per.values()))
+    out = {"one_bandwidth": len(values) == 1, "tbs": values[0] if len(values) == 1 else None, "by_row_file": per}
+    if out["one_bandwidth"]:
+        out.update({k: first[k] for k in ("status", "source", "gpu", "gpu_uuid", "on_this_gpu")})
+    else:
+        out["note"] = "rows predicted at different bandwidths: " + "; ".join(
+            f"{f}: {v['tbs']} TB/s ({v['status']})" for f, v in per.items())
+    return out
+
+
 def _order(rows: list[dict]) -> list[dict]:
     order = {e: i for i, e in enumerate(all_engines())}
 
@@ -228,13 +264,18 @@ def merge(rows_dir: Path, out: Path, publish_root: Path | None = None, limit_s: 
     protocol = {**(first.get("protocol") or {}), "title": "M6: the final matrix" + (" (quick trial: not headline)"
                                                                                      if quick else ""),
                 "headline": not quick}
+    bandwidth = bandwidth_of(docs, lease["gpu_uuid"])
+    if not bandwidth["one_bandwidth"]:  # the first file's value would stand for rows it does not describe
+        protocol.update(bw_tbs_for_prediction=None, bw_measurement=None,
+                        bw_source="several: final.bandwidth.by_row_file (" + bandwidth["note"] + ")")
     doc = results.new_doc(first.get("env") or {}, first.get("weights") or {}, protocol)
     doc["rows"] = rows
     gpu = first.get("gpu")
     doc["final"] = {"version": FINAL_VERSION, "gpu_uuid": lease["gpu_uuid"], "gpu": gpu,
                     "window": {k: lease[k] for k in ("start", "end", "span_s", "limit_s")},
                     "row_files": [d["_file"] for d in docs], "headline": None if quick else headline(rows, gpu),
-                    "race": race(rows), "xray": xray, "quick": quick, "absent": absent_engines(rows)}
+                    "race": race(rows), "xray": xray, "quick": quick, "absent": absent_engines(rows),
+                    "bandwidth": bandwidth}
     errs = validate_final(doc)
     if errs:
         bad = Path(out).with_suffix(".invalid.json")
@@ -273,6 +314,7 @@ def validate_final(doc) -> list[str]:
     w = f.get("window") or {}
     if not isinstance(w.get("span_s"), int | float) or w["span_s"] > w.get("limit_s", WINDOW_LIMIT_S):
         errs.append(f"window span {w.get('span_s')} s is over the {w.get('limit_s', WINDOW_LIMIT_S)} s limit")
+    errs += _bandwidth_problems(doc)
     for i, r in enumerate(doc["rows"]):
         where = f"row {i} ({r.get('engine')})"
         if r.get("kind") not in ("monolith", "baseline"):
@@ -302,6 +344,84 @@ def validate_final(doc) -> list[str]:
     return errs
 
 
+def _bandwidth_problems(doc: dict) -> list[str]:
+    """A matrix that records its bandwidth (final.bandwidth) names one value only when every row's
+    prediction used it; matrices merged before that record are checked by nothing here."""
+    b = doc["final"].get("bandwidth")
+    if b is None:
+        return []
+    if not isinstance(b, dict) or b.get("one_bandwidth") not in (True, False):
+        return ["final.bandwidth needs one_bandwidth true/false"]
+    if not b["one_bandwidth"]:
+        return [] if doc["protocol"].get("bw_tbs_for_prediction") is None else \
+            ["rows predicted at several bandwidths, but the protocol names one"]
+    errs = []
+    for i, r in enumerate(doc["rows"]):
+        used = (r.get("prediction") or {}).get("bw_tbs") if isinstance(r.get("prediction"), dict) else None
+        if used is not None and used != b.get("tbs"):
+            errs.append(f"row {i} ({r.get('engine')}): predicted at {used} TB/s, the matrix's bandwidth is {b.get('tbs')}")
+        if b.get("status") == "none" and r.get("predicted_us_per_token") is not None and r.get("status") == "ok":
+            errs.append(f"row {i} ({r.get('engine')}): a predicted µs/token without a bandwidth")
+    return errs
+
+
+def bandwidth_lines(doc: dict) -> list[str]:
+    """final.md's paragraph on the predicted column: the bandwidth it divides by and where that
+    came from; for a matrix merged before final.bandwidth existed, the protocol's recorded value,
+    named for what it is. Never a re-derived number: the recorded fields are shown as recorded."""
+    from monolith.bench import bwprobe
+
+    f = doc["final"]
+    gpu = f.get("gpu") or "this GPU"
+    b = f.get("bandwidth")
+    if b is None:
+        p = doc.get("protocol") or {}
+        status, m = _bw_status(p)
+        b = {"one_bandwidth": True, "tbs": p.get("bw_tbs_for_prediction"), "status": status,
+             "source": p.get("bw_source") or "not recorded", "gpu": m.get("gpu"),
+             "on_this_gpu": None if not m.get("gpu_uuid") else m.get("gpu_uuid") == f.get("gpu_uuid")}
+    head = "**Predicted µs/token** (the byte model: bytes per token / streaming-read bandwidth)"
+    if not b["one_bandwidth"]:
+        per = "; ".join(f"{name}: {_f(v['tbs'], '{:.3f}')} TB/s ({v['status']}: {v['source']})"
+                        for name, v in b["by_row_file"].items())
+        return [f"{head} are NOT at one bandwidth; compare them across rows only within a file. By row file: {per}.", ""]
+    tbs = b.get("tbs")
+    if tbs is None and b.get("status") == "not recorded":
+        return [f"{head}: the row files do not record the bandwidth their predictions divided by, nor the GPU "
+                "it was measured on.", ""]
+    if tbs is None:
+        return [f"{head}: none in this matrix ({b.get('source')}).", ""]
+    if b["status"] == "table":
+        return [f"{head} use {tbs:g} TB/s, a committed measurement of the {b.get('gpu') or gpu} model, because the "
+                f"probe could not run on this matrix's GPU: {b.get('source')}.", ""]
+    if b["status"] in ("measured", "reused"):
+        if b.get("on_this_gpu"):
+            where = f"this matrix's GPU ({gpu})"
+        elif b.get("gpu") != f.get("gpu"):
+            where = f"{b.get('gpu')}, NOT this matrix's GPU ({gpu})"
+        else:
+            where = f"{gpu} (the UUIDs do not show it was this matrix's)"
+        return [f"{head} use {tbs:.3f} TB/s, measured at the start of the run on {where}: {b.get('source')}.", ""]
+    text = f"{head} use {tbs:g} TB/s, the value recorded in this matrix's protocol (`bw_tbs_for_prediction`; " \
+           f"source: {b.get('source')}); the run recorded no measurement of its own GPU."
+    if b["status"] == "legacy":
+        text += f" {bwprobe.LEGACY_TBS:g} TB/s is the {bwprobe.LEGACY_GPU}'s streaming read measured before M0"
+        if f.get("gpu") == bwprobe.LEGACY_GPU:
+            hit = bwprobe.MEASURED.get(bwprobe.LEGACY_GPU)
+            text += (f"; this repository's probe later measured {hit.tbs:g} TB/s on it ({hit.file})" if hit else "") + "."
+        else:
+            hit = bwprobe.MEASURED.get(f.get("gpu"))
+            text += (f", not a measurement of this matrix's GPU ({gpu}): the predicted column prices this GPU's "
+                     "bytes at another GPU's bandwidth (optimistic on a GPU with slower memory, as the H100's HBM3 is "
+                     "against the H200's HBM3e). ")
+            text += (f"A committed measurement of {gpu} is {hit.tbs:g} TB/s ({hit.file}); the rows are not re-priced "
+                     "here." if hit else
+                     f"No streaming read of {gpu} is measured in this repository, so no re-derived prediction is "
+                     "given.")
+            text += " The measured columns do not depend on it; later runs measure their own GPU's (bench/bwprobe.py)."
+    return [text, ""]
+
+
 def _f(x, fmt="{:,.1f}"):
     return "–" if x is None else fmt.format(x)
 
@@ -327,6 +447,7 @@ def render_final_md(doc: dict, results_dir=None) -> str:
     if h:
         sp = f", {h['speedup']:.2f}× {h['best_baseline']} ({h['best_baseline_tok_s']:,.1f} tok/s)" if h.get("speedup") else ""
         lines += [f"**Headline:** {h['label'] or h['engine']}: {h['tok_s']:,.1f} tok/s{sp}, on {h.get('gpu')}.", ""]
+    lines += bandwidth_lines(doc)
     lines += head[2:]
     if f.get("absent"):
         lines += ["", "Not in this matrix (no row file from this lease): " + ", ".join(f["absent"]) + "."]

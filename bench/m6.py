@@ -8,11 +8,13 @@ Protocol (notes/harness.md): 20 prompts x 256 tokens, median/min/max of 5 runs; 
 sweep 16/128/512/1,024/2,048 on every monolith row; NVML energy around every row's timed runs.
 `quick`: 3 prompts x 64 tokens, 3 runs, sweep 16/128/512, gate 2 x 64: a trial, never headline.
 
-Before the first engine, while the fp32 oracles hold the GPU: the variants' extension builds, the
-fp8/nvfp4 packs, and the ahead work (AHEAD_ENGINES) of this process's engines and of the lease's
-later processes' ($M6_LATER_ENGINES): hf-compile's compile caches warmed in a process of its own
-(its row: `compile_warmup_s` warm, `compile_cold_s` the warming's), llama.cpp's GGUF conversions
-(its rows: `conversion`). All of it is waited for before the first engine's window opens.
+First, the GPU's own streaming read (bench/bwprobe.py: probes/bandwidth.cu, a few seconds, once per
+lease), which every row's predicted µs/token divides by. Before the first engine, while the fp32
+oracles hold the GPU: the variants' extension builds, the fp8/nvfp4 packs, and the ahead work
+(AHEAD_ENGINES) of this process's engines and of the lease's later processes' ($M6_LATER_ENGINES):
+hf-compile's compile caches warmed in a process of its own (its row: `compile_warmup_s` warm,
+`compile_cold_s` the warming's), llama.cpp's GGUF conversions (its rows: `conversion`). All of it
+is waited for before the first engine's window opens.
 """
 from __future__ import annotations
 
@@ -69,6 +71,7 @@ class M6Config:
     ahead: bool = True              # AHEAD_ENGINES' CPU work beside the oracles (this process's and `later`)
     nvml: object = None             # an NVML module (tests: a fake); None: pynvml
     log: object = print
+    bandwidth: dict | None = None   # a bandwidth record (bench/bwprobe.py; tests); None: measured first
 
 
 def parse_engines(spec: str | None, quick: bool) -> list[str]:
@@ -97,7 +100,7 @@ def run(cfg: M6Config) -> list[Path]:
     import torch
 
     from monolith import envinfo
-    from monolith.bench import bytemodel, power, suite
+    from monolith.bench import bwprobe, power, suite
     from monolith.bench.baselines import registry
 
     log = cfg.log
@@ -109,7 +112,12 @@ def run(cfg: M6Config) -> list[Path]:
     ckpt, tok = suite.load_inputs(cfg.model)
     env = envinfo.collect(cfg.device)
     uuid = power.gpu_uuid(nvml=cfg.nvml) if cfg.device.startswith("cuda") else None
-    bw, bw_src = bytemodel.load_bw_tbs()
+    # The GPU in hand's streaming read, before anything else runs on it: once per lease (the first
+    # process measures, the later ones read rows_dir/bandwidth.json back), the same for every row.
+    bwrec = cfg.bandwidth or bwprobe.for_lease(
+        rows_dir, gpu_uuid=uuid, log=log,
+        resolve_fn=lambda: bwprobe.resolve(cfg.device, gpu=env.get("gpu"), gpu_uuid=uuid, log=log))
+    bw = bwrec.get("tbs")
     bench_prompts = suite.prompt_tokens("bench", tok)
     bcfg = _bench_cfg(cfg.quick, cfg.nvml)
     scfg = suite.SuiteConfig(
@@ -117,11 +125,11 @@ def run(cfg: M6Config) -> list[Path]:
         gate_prompts=2 if cfg.quick else 20, gate_tokens=64 if cfg.quick else 256,
         det_repeats=2 if cfg.quick else 3, engine_budget_s=cfg.budget_s,
         timelines_dir=rows_dir / "timelines", timeline_tokens=64 if cfg.quick else 256, timeline_scaled=True,
-        ungated_ok=final.UNGATED_OK, slow_below_tok_s=SLOW_BELOW_TOK_S, title="M6: the final matrix")
+        ungated_ok=final.UNGATED_OK, slow_below_tok_s=SLOW_BELOW_TOK_S, title="M6: the final matrix", bandwidth=bwrec)
     protocol = {**bcfg.protocol(), "quick": cfg.quick, "gate_prompts": scfg.gate_prompts,
                 "gate_tokens": scfg.gate_tokens, "tolerance_logits": scfg.tolerance, "det_repeats": scfg.det_repeats,
                 "slow_below_tok_s": SLOW_BELOW_TOK_S, "slow_engine_budget_s": cfg.budget_s,
-                "bw_tbs_for_prediction": bw, "bw_source": bw_src, "device": cfg.device,
+                **bwprobe.protocol_keys(bwrec), "device": cfg.device,
                 "quality_source": cfg.quality,
                 "byte_model": "weights (28 layers + LM head + 1 embedding row) + 114,688 B x cached positions"}
     seq = suite.sweep_sequence(bench_prompts, max(bcfg.sweep_positions or (0,)) + 1)
@@ -151,6 +159,8 @@ def run(cfg: M6Config) -> list[Path]:
         try:  # one engine's crash is its row, never the end of the others' measurements
             if name == "llamacpp":
                 rows = llamacpp_rows(cfg, rows_dir, bcfg)
+                for r in rows:  # its parser's prediction -> this run's bandwidth, like every other row
+                    bwprobe.reprice_external(r, bwrec)
             else:
                 spec = registry.spec(name)
                 fmt = registry.weights_of(name)

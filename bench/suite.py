@@ -8,6 +8,7 @@ prompts (never fewer tokens or runs) and its row says so (`reduced`, gate `reduc
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import math
@@ -19,7 +20,7 @@ from pathlib import Path
 import torch
 
 from monolith import envinfo, results
-from monolith.bench import bytemodel
+from monolith.bench import bwprobe, bytemodel
 from monolith.bench.baselines import registry
 from monolith.bench.decode import BenchConfig, Clock, bench_engine, timeline, warmup
 from monolith.eval import correctness
@@ -52,6 +53,8 @@ class SuiteConfig:
     slow_below_tok_s: float | None = None
     # race timelines scaled to one decode(first, n) call's end (the headline's way); False: raw
     timeline_scaled: bool = False
+    # the bandwidth record predictions use (bench/bwprobe.py); None: run_suite measures it first
+    bandwidth: dict | None = None
 
 
 def log(msg: str) -> None:
@@ -112,12 +115,15 @@ def run_suite(cfg: SuiteConfig) -> dict:
     t0 = time.perf_counter()
     ckpt, tok = load_inputs(cfg.model)
     env = envinfo.collect(cfg.device)
-    bw, bw_src = bytemodel.load_bw_tbs()
+    # the GPU in hand's streaming read, measured before anything else runs on it
+    if cfg.bandwidth is None:
+        cfg = dataclasses.replace(cfg, bandwidth=bwprobe.resolve(cfg.device, gpu=env.get("gpu"), log=log))
+    bw = cfg.bandwidth.get("tbs")
     bench_prompts = prompt_tokens("bench", tok)
     protocol = {"title": cfg.title, **cfg.bench.protocol(), "gate_prompts": cfg.gate_prompts,
                 "gate_tokens": cfg.gate_tokens, "tolerance_logits": cfg.tolerance, "det_repeats": cfg.det_repeats,
                 "det_prompts": cfg.det_prompts, "engine_budget_s": cfg.engine_budget_s, "max_total_s": cfg.max_total_s,
-                "bw_tbs_for_prediction": bw, "bw_source": bw_src, "device": cfg.device,
+                **bwprobe.protocol_keys(cfg.bandwidth), "device": cfg.device,
                 "byte_model": "weights (28 layers + LM head + 1 embedding row) + 114,688 B x cached positions"}
     doc = results.new_doc(env, ckpt.describe(), protocol)
     seq = sweep_sequence(bench_prompts, max(cfg.bench.sweep_positions or (0,)) + 1)
@@ -159,7 +165,10 @@ def run_suite(cfg: SuiteConfig) -> dict:
                 continue
         log(f"[{i + 1}/{len(cfg.engines)}] {name}" + (f" (budget {budget:.0f} s per phase)" if budget else ""))
         if spec.kind == "external":
-            doc["rows"].extend(external_rows(name, cfg, ckpt))
+            ext = external_rows(name, cfg, ckpt)
+            for r in ext:
+                bwprobe.reprice_external(r, cfg.bandwidth)
+            doc["rows"].extend(ext)
             continue
         fmt = registry.weights_of(name)
         doc["rows"].append(measure(name, spec, ckpts.get(fmt, ckpt), tok, bench_prompts, seq, oracle_sets.get(fmt), cfg,
@@ -180,7 +189,8 @@ def run_suite(cfg: SuiteConfig) -> dict:
 def measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg: SuiteConfig, budget, bw,
             weights: str = "bf16") -> dict:
     """Gate then time one engine. `ckpt` and `oracle_set` are those of the engine's weight format
-    (registry.checkpoint_for), `weights` names it (the byte model counts its bytes)."""
+    (registry.checkpoint_for), `weights` names it (the byte model counts its bytes). `bw`: the GPU
+    in hand's streaming read (TB/s) or None (no prediction); cfg.bandwidth says where it came from."""
     row = results.base_row(name, spec.label, spec.experimental)
     if weights != "bf16":
         row["weights"] = ckpt.describe()
@@ -248,12 +258,13 @@ def measure(name, spec, ckpt, tok, bench_prompts, seq, oracle_set, cfg: SuiteCon
                                         f"(warm-up estimate {est:,.1f} tok/s), time budget {budget:.0f} s")
         first_prompt: dict = {}  # the timed runs' decodes of prompt 0: the race timeline's end (no extra decode)
         row.update(bench_engine(eng, bench_prompts, bcfg, sweep_seq=seq, bw_tbs=bw, tok_s_est=est, log=log,
-                                byte_model=bytemodel.ByteModel.for_weights(weights, ckpt.shape), first_prompt=first_prompt))
+                                byte_model=bytemodel.ByteModel.for_weights(weights, ckpt.shape), first_prompt=first_prompt,
+                                bw_note=bwprobe.note(cfg.bandwidth)))
         row["status"] = "ok"
         pred = row.get("predicted_us_per_token")
         log(f"  {row['tok_s']['median']:,.1f} tok/s (min {row['tok_s']['min']:,.1f}, max {row['tok_s']['max']:,.1f}), "
             + (f"predicted {pred:.1f} µs vs {row['us_per_token']['median']:.1f} µs measured" if pred is not None
-               else f"{row['us_per_token']['median']:,.1f} µs/token ({row['timer']}; no GPU time-model prediction)"))
+               else f"{row['us_per_token']['median']:,.1f} µs/token ({row['timer']}; {row['prediction']['kind']})"))
         if cfg.timelines_dir:
             write_timeline(eng, spec, bench_prompts[0], cfg, tok, ckpt, one_call=first_prompt)
     except Exception as e:  # noqa: BLE001  (an engine that crashes gets no speed)
