@@ -71,7 +71,9 @@ def test_manifest_from_fixture_tree(tmp_path):
     assert fp8["bytes_per_token"] == 123_456 and fp8["bytes_source"] == "results row"  # the measured row wins
     assert m["versions"][0]["bytes_per_token"] == bytes_per_token("bf16-upstream", 128)[0]  # model at the trace position
     assert m["versions"][2]["bytes_per_token"] is None  # unknown scheme: no roofline, no guess
-    assert m["bandwidth"]["tbs"] > 0 and m["bandwidth"]["source"]
+    # the run records no bandwidth (protocol {"n": 1}): none, said so; a generated trace has no roofline
+    assert m["bandwidth"]["tbs"] is None and m["bandwidth"]["status"] == "not recorded" and m["bandwidth"]["note"]
+    assert all(v["roofline"]["tbs"] is None and v["roofline"]["source"] for v in m["versions"])
     # race: the plan's lanes only (engines outside the matrix's families get none); stale files removed
     assert m["race"] == [] and sorted(p.name for p in (out / "timelines").iterdir()) == []
     # the one table (no final.json): only the matrix's engines, each naming its run; vLLM's reason for visitors

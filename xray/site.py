@@ -355,7 +355,11 @@ def load_table(results_dir: Path, root: Path) -> dict | None:
         if validate_final and not doc.get("fixture") and (problems := validate_final(doc)):
             raise MonolithError(f"{final}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
         rows = [_page_row(r) for r in doc["rows"] if isinstance(r, dict) and "engine" in r]
-        return {"source": "final", "file": _rel(final, root), "created": doc.get("created"), "gpu": f.get("gpu"),
+        recorded = f.get("bandwidth") if isinstance(f.get("bandwidth"), dict) else None
+        one = {"_file": FINAL_FILE, "started": doc.get("created"), "protocol": doc.get("protocol") or {}}
+        bw = run_bandwidth([one], f.get("gpu"), f.get("gpu_uuid"), recorded)
+        return {"bandwidth": bw,
+                "source": "final", "file": _rel(final, root), "created": doc.get("created"), "gpu": f.get("gpu"),
                 "env": doc.get("env") or {}, "weights": _weights_text(doc.get("weights")),
                 "synthetic_weights": _is_synthetic_weights(doc.get("weights")), "fixture": bool(doc.get("fixture")),
                 "quick": bool(f.get("quick")), "window": f.get("window"), "protocol": doc.get("protocol") or {},
@@ -370,11 +374,12 @@ def load_table(results_dir: Path, root: Path) -> dict | None:
             e = r["engine"]
             if e in TABLE_ENGINES and (r.get("status") == "ok" or e not in newest or newest[e][0].get("status") != "ok"):
                 newest[e] = (r, f)
-    rows = []
+    rows, used = [], {}
     for e in TABLE_ENGINES:
         if e not in newest:
             continue
         r, f = newest[e]
+        used[f["file"]] = f
         row = _page_row(r, {"file": f["file"], "created": f.get("created"), "gpu": (f.get("env") or {}).get("gpu")})
         if (fmt := _format_of(row)) and row["status"] == "ok":
             g = r.get("gate") or {}
@@ -390,7 +395,10 @@ def load_table(results_dir: Path, root: Path) -> dict | None:
     note = (f"The final matrix (every engine measured in one run on one GPU) is not recorded yet. Until it is, each "
             f"row is that engine's newest measurement, from separate runs ({span}) on {', '.join(gpus) or 'one GPU model'}; "
             "each row names its run.")
-    return {"source": "latest", "file": None, "created": max(str(f.get("created") or "") for f in files) or None,
+    bw = run_bandwidth([{"_file": k, "started": f.get("created"), "protocol": f.get("protocol") or {}}
+                        for k, f in sorted(used.items())], gpus[0] if len(gpus) == 1 else None) if used else None
+    return {"bandwidth": bw,
+            "source": "latest", "file": None, "created": max(str(f.get("created") or "") for f in files) or None,
             "gpu": gpus[0] if len(gpus) == 1 else None, "env": src.get("env") or {}, "weights": _weights_text(src.get("weights")),
             "synthetic_weights": _is_synthetic_weights(src.get("weights")), "fixture": any(f["fixture"] for f in files),
             "quick": False, "window": None, "protocol": {}, "rows": rows,
@@ -465,12 +473,79 @@ def _row_for(variant: str, results: list[dict]) -> dict | None:
     return None
 
 
-def _bandwidth(root: Path) -> dict:
-    """The harness's choice (results/m0_probes.json when the probes wrote it, else NOTES.md, Facts)."""
-    from monolith.bench.bytemodel import load_bw_tbs
+# bench/bwprobe.py statuses of a value that measures the GPU model its record names
+MEASURED_STATUS = ("measured", "reused", "table")
 
-    tbs, source = load_bw_tbs(root)
-    return {"tbs": float(tbs), "source": source}
+
+def run_bandwidth(docs: list[dict], gpu: str | None, gpu_uuid: str | None = None,
+                  recorded: dict | None = None) -> dict:
+    """The bandwidth the shown run's predicted µs/token divided by, as the run recorded it
+    (`recorded`: final.json's final.bandwidth; else bench/final.py bandwidth_of over `docs`, each
+    {"_file", "started", "protocol"}), with one line saying whose measurement it is. `gpu`: the
+    run's GPU. `gpu` in the answer: the GPU model the value measures (None when not recorded)."""
+    from monolith.bench import bwprobe, final
+
+    b = recorded or final.bandwidth_of(docs, gpu_uuid)
+    this = f"this run's GPU ({gpu})" if gpu else "the run's GPU"
+    if not b.get("one_bandwidth"):
+        per = "; ".join(f"{f}: {_tbs_text(v.get('tbs'))} ({v.get('status')})"
+                        for f, v in (b.get("by_row_file") or {}).items())
+        return {"tbs": None, "status": "several", "gpu": None, "run_gpu": gpu,
+                "source": f"the rows' predictions used different bandwidths ({per})",
+                "note": f"Predicted µs/token: the rows were predicted at different bandwidths ({per}); compare them "
+                        "only within one run."}
+    tbs, status = b.get("tbs"), b.get("status")
+    of = b.get("gpu") if status in MEASURED_STATUS else bwprobe.LEGACY_GPU if status == "legacy" else None
+    if tbs is None:
+        src = ("the run does not record the bandwidth its predictions divided by" if status == "not recorded"
+               else f"no streaming-read bandwidth of {this}: {str(b.get('source') or '').removeprefix('none: ')}")
+        return {"tbs": None, "status": status, "gpu": None, "run_gpu": gpu, "source": src,
+                "note": f"Predicted µs/token: none ({src})."}
+    if status in ("measured", "reused"):
+        src = f"{tbs:.3f} TB/s, the streaming read measured on the {of} at the start of the run"
+        if gpu and of != gpu:
+            src += f", not on {this}"
+    elif status == "table":
+        hit = bwprobe.MEASURED.get(of)
+        src = (f"{tbs:g} TB/s, the committed streaming-read measurement of the {of}"
+               + (f" ({hit.file})" if hit else "") + ": the bandwidth probe could not run in this run")
+    elif status == "legacy":
+        src = f"{tbs:g} TB/s, the value this run recorded: the {of}'s streaming read measured before M0"
+        if gpu != of:
+            src += f", not a measurement of {this}"
+    else:
+        src = f"{tbs:g} TB/s, the value this run recorded, with no record of the GPU it measures"
+    note = f"Predicted µs/token: bytes per token / {src}."
+    if of and gpu and of != gpu:
+        note += (" The predicted column prices this GPU's bytes at another GPU's bandwidth; the measured columns"
+                 " do not depend on it.")
+    return {"tbs": tbs, "status": status, "gpu": of, "run_gpu": gpu, "source": src, "note": note}
+
+
+def _tbs_text(tbs) -> str:
+    return "none" if tbs is None else f"{tbs:g} TB/s"
+
+
+def roofline_for(trace_gpu: str | None, synthetic: bool, run_bw: dict | None) -> dict:
+    """The bandwidth of one trace's roofline mark: the streaming read of the GPU the trace was
+    recorded on, never another GPU's. The shown run's own when it measured that GPU model, else
+    the committed measurement of that model (bench/bwprobe.py MEASURED), else none and why."""
+    from monolith.bench import bwprobe
+
+    if synthetic or not trace_gpu:
+        return {"tbs": None, "gpu": None, "source": "a generated trace ran on no GPU, so it has no roofline"}
+    run = run_bw or {}
+    if run.get("tbs") is not None and run.get("status") in MEASURED_STATUS and run.get("gpu") == trace_gpu:
+        return {"tbs": run["tbs"], "gpu": trace_gpu, "source": run["source"]}
+    hit = bwprobe.MEASURED.get(trace_gpu)
+    if hit is not None:
+        return {"tbs": hit.tbs, "gpu": trace_gpu,
+                "source": f"{hit.tbs:g} TB/s, the committed streaming-read measurement of the {trace_gpu} ({hit.file})"}
+    why = f"no streaming read of the {trace_gpu} is measured in this repository"
+    if run.get("tbs") is not None and run.get("gpu") != trace_gpu:
+        whose = f"the {run['gpu']}'s" if run.get("gpu") else "of no recorded GPU"
+        why += f" (the run's recorded {run['tbs']:g} TB/s is {whose}, not this GPU's)"
+    return {"tbs": None, "gpu": trace_gpu, "source": why}
 
 
 RACE_TOKENS = 256  # the protocol's tokens per prompt: a lane built from a rate alone gets this many
@@ -565,6 +640,10 @@ def build_manifest(root: Path, results_dir: Path, traces_dir: Path, kernel_dir: 
             "created": meta.get("created") if isinstance(meta.get("created"), str) else None,
         })
     table = load_table(results_dir, root)
+    # the shown run's bandwidth; each trace's roofline is its own GPU's (roofline_for)
+    run_bw = (table or {}).get("bandwidth")
+    for v in versions:
+        v["roofline"] = _visitor(roofline_for(v["gpu"], v["synthetic"], run_bw))
     race, race_timelines, race_note = build_race(table, timelines)
     fixture = bool(table and table["fixture"]) or any(t.get("fixture") for t in race_timelines)
     notes = []
@@ -584,7 +663,7 @@ def build_manifest(root: Path, results_dir: Path, traces_dir: Path, kernel_dir: 
     default = next((v["id"] for v in versions if head_variant and v["id"] == trace_slug(head_variant, TRACE_POSITION)),
                    versions[0]["id"] if versions else None)
     if table:
-        table = {k: v for k, v in table.items() if k != "race_plan"}
+        table = {k: v for k, v in table.items() if k not in ("race_plan", "bandwidth")}
         if head:  # the baseline's label, for the headline's one line
             b = next((r for r in table["rows"] if r["engine"] == head.get("best_baseline")), None)
             table["headline"] = {**head, "best_baseline_label": (b or {}).get("label") or head.get("best_baseline"),
@@ -593,7 +672,7 @@ def build_manifest(root: Path, results_dir: Path, traces_dir: Path, kernel_dir: 
         "schema": SCHEMA,
         # newest input's date, not now(): re-exporting unchanged inputs gives an unchanged file
         "created": max(stamps) if stamps else datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "fixture": fixture, "bandwidth": _bandwidth(root), "versions": versions, "default_version": default,
+        "fixture": fixture, "bandwidth": _visitor(run_bw), "versions": versions, "default_version": default,
         "headline": table["headline"] if table else None, "table": _visitor(table), "race": _visitor(race),
         "race_note": race_note, "race_absent": [] if any(r["engine"] == "vllm" and _median(r) for r in (table or {}).get("rows", []))
         else [{"engine": "vllm", "label": "vLLM", "why": VLLM_WHY}],

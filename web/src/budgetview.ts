@@ -12,10 +12,10 @@ export function mountBudget(root: HTMLElement, m: Manifest) {
   const list = h("div", { class: "budget-list", id: "budget-list" });
   const key = h("div", { class: "legend" }, ...CATEGORIES.map((c) => h("span", { class: `key cat-${c}` }, h("i", {}), CATEGORY_LABEL[c])),
     h("span", { class: "key roof" }, h("i", {}), "roofline minimum"));
-  const bw = m.bandwidth;
   root.replaceChildren(h("h2", { text: "Where the time goes" }),
     h("p", { text: "One token, averaged over the blocks that ran: what the mean block spent its time on. "
-      + (bw ? `The red mark is the roofline minimum: bytes per token read once at ${fmt(bw.tbs)} TB/s (source: ${bw.source}).` : "No bandwidth recorded: no roofline mark.") }),
+      + "The red mark is the roofline minimum: bytes per token read once at the streaming-read bandwidth of the GPU "
+      + "the trace was recorded on; each row names that bandwidth, or why it has none." }),
     key, list);
   const items = new Map<string, Item>();
 
@@ -32,9 +32,11 @@ export function mountBudget(root: HTMLElement, m: Manifest) {
       }
       if (Number.isFinite(it.roofNs)) bar.append(h("b", { class: "roofmark", style: `left:${(100 * it.roofNs) / scale}%` }));
       const parts = CATEGORIES.filter((c) => it.budget.parts[c] > 0).map((c) => `${CATEGORY_LABEL[c]} ${fmt(it.budget.parts[c] / 1e3)} µs`).join(" · ");
+      const rl = it.version?.roofline;
       const roof = Number.isFinite(it.roofNs)
-        ? ` — roofline ${fmt(it.roofNs / 1e3)} µs (${fmtBytes(it.version?.bytes_per_token)}/token${it.version?.bytes_source ? `, ${it.version.bytes_source}` : ""}); roofline / traced span = ${fmt((100 * it.roofNs) / it.budget.spanNs, 3)}%`
-        : " — no byte count for this trace: no roofline";
+        ? ` — roofline ${fmt(it.roofNs / 1e3)} µs (${fmtBytes(it.version?.bytes_per_token)}/token${it.version?.bytes_source ? `, ${it.version.bytes_source}` : ""}; at ${rl?.source}); roofline / traced span = ${fmt((100 * it.roofNs) / it.budget.spanNs, 3)}%`
+        : !it.version?.bytes_per_token ? " — no byte count for this trace: no roofline"
+        : ` — no roofline: ${rl?.source ?? "no bandwidth recorded for this trace's GPU"}`;
       return h("div", { class: "budget-row", "data-version": it.label },
         h("div", { class: "budget-label" }, h("strong", { text: it.label }), it.trace.synthetic ? h("span", { class: "tag bad", text: "synthetic" }) : null),
         bar, h("p", { class: "budget-nums", text: `${fmt(it.budget.spanNs / 1e3, 4)} µs: ${parts}${roof}` }));
@@ -44,7 +46,8 @@ export function mountBudget(root: HTMLElement, m: Manifest) {
   const add = (t: Trace, v: Version | null, label = v?.label ?? t.name) => {
     if (items.has(label)) return;
     const bpt = v?.bytes_per_token ?? null;
-    items.set(label, { label, budget: budgetOf(t), roofNs: bpt && bw ? rooflineNs(bpt, bw.tbs) : NaN, version: v, trace: t });
+    const tbs = v?.roofline?.tbs ?? null;  // the trace's own GPU's bandwidth, never another's
+    items.set(label, { label, budget: budgetOf(t), roofNs: bpt && tbs ? rooflineNs(bpt, tbs) : NaN, version: v, trace: t });
     render();
   };
   // Versions load one after another after first paint: the X-ray shows the first one sooner.

@@ -1,7 +1,21 @@
 // Types of web/public/data/manifest.json, written by xray/site.py (schema "monolith-site/1").
 // The page shows only what these files say: every number on it comes from here or a trace.
 
-export interface Bandwidth { tbs: number; source: string }
+/** The bandwidth the shown run's predicted µs/token divided by, as the run recorded it (xray/site.py
+ * run_bandwidth): `gpu` is the GPU model the value measures, `run_gpu` the run's; `note` is the
+ * table's sentence about its predicted column. */
+export interface Bandwidth {
+  tbs: number | null;
+  status: string;
+  gpu: string | null;
+  run_gpu: string | null;
+  source: string;
+  note: string;
+}
+
+/** One trace's roofline bandwidth: the streaming read of the GPU it was recorded on (xray/site.py
+ * roofline_for); `source` says where `tbs` comes from, or why there is none. */
+export interface Roofline { tbs: number | null; gpu: string | null; source: string }
 
 export interface Version {
   id: string;                 // kernel variant, e.g. "bf16-upstream"
@@ -15,6 +29,7 @@ export interface Version {
   bytes_per_token: number | null;
   bytes_source: string | null;
   token_time_us: number | null;
+  roofline?: Roofline;        // absent in a manifest older than per-trace rooflines: no mark
 }
 
 /** One lane of the race (xray/site.py build_race): a timeline file and the rates to show beside it. */

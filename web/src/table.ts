@@ -125,6 +125,7 @@ export function mountTable(root: HTMLElement, m: Manifest): void {
   if (t.quick) cap.append(" ", h("strong", { class: "tag exp", text: "quick trial, not headline" }));
   root.append(cap);
   if (t.note) root.append(h("p", { class: "note table-note", text: t.note }));
+  if (m.bandwidth?.note) root.append(h("p", { class: "note table-note bw-note", text: m.bandwidth.note }));
   root.append(h("div", { class: "table-wrap" }, h("table", { class: "results" }, head, body)));
   const sw = sweepTable(t.rows);
   if (sw) root.append(sw);
