@@ -6,23 +6,18 @@ report these *necessary* bytes, so effective bandwidth is comparable across engi
 useful bytes per second, not a DRAM counter.
 
 Time model: t_token = L * (bytes_layer/BW + t_sync_layer) + bytes_head/BW + t_argmax.
-BW is the streaming read of the GPU the prediction sits next to: `monolith bench` and `monolith m6`
-measure it at the start of their run (bench/bwprobe.py) and pass it in.
+BW is the streaming read of the GPU the prediction sits next to: `monolith bench`, `monolith m6` and
+scripts/ring_sweep.py measure it at the start of their run (bench/bwprobe.py) and pass it in; this
+module holds no bandwidth of its own, so no caller can fall back to another GPU's.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
-from monolith import jsonio
 from monolith.config import QWEN3_0_6B, ModelShape
-from monolith.errors import MonolithError
 
 BF16 = 2
-# The H200's streaming read measured before M0 (NOTES.md, Facts). Only load_bw_tbs returns it, for
-# callers with no GPU in hand (the page's roofline, scripts); the harness never predicts with it.
-DEFAULT_BW_TBS = 4.53
 BARRIER_US = 0.90              # measured grid barrier, 128-132 blocks (NOTES.md, Facts)
 
 
@@ -113,41 +108,6 @@ class ByteModel:
 def decode_positions(prompt_len: int, n_tokens: int) -> range:
     """Cache lengths seen by decode steps after a prompt: step i writes position prompt_len+i."""
     return range(prompt_len + 1, prompt_len + n_tokens + 1)
-
-
-def load_bw_tbs(repo_root: Path | None = None) -> tuple[float, str]:
-    """A bandwidth for callers with no GPU in hand (xray/site.py's roofline, scripts): the keys below
-    in results/m0_probes.json when present, else the H200's 4.53 of NOTES.md, Facts. Not for a
-    prediction beside a measurement: that uses the measuring GPU's own (bench/bwprobe.py)."""
-    from monolith import REPO_ROOT
-
-    p = (repo_root or REPO_ROOT) / "results" / "m0_probes.json"
-    if p.is_file():
-        try:
-            data = jsonio.load(p)
-            for key in ("stream_bw_tbs", "bw_tbs", "bandwidth_tbs"):
-                v = _find_key(data, key)
-                if isinstance(v, int | float) and v > 0:
-                    return float(v), f"{p.name}:{key}"
-        except MonolithError:  # an unreadable probes file: the documented constant
-            pass
-    return DEFAULT_BW_TBS, "NOTES.md, Facts (4.53 TB/s measured streaming read)"
-
-
-def _find_key(obj, key):
-    if isinstance(obj, dict):
-        if key in obj:
-            return obj[key]
-        for v in obj.values():
-            r = _find_key(v, key)
-            if r is not None:
-                return r
-    elif isinstance(obj, list):
-        for v in obj:
-            r = _find_key(v, key)
-            if r is not None:
-                return r
-    return None
 
 
 def predict_us(info: dict, position: float, bw_tbs: float, model: ByteModel | None = None) -> dict:

@@ -10,7 +10,8 @@ gate against the fp32 oracle of the variant's weights (one oracle per format, sh
 the timed runs (median / min / max of N runs of 20 prompts x 256 tokens) and the position sweep. Each
 engine then decodes the gate's prompts once more, plus one decode past position 2,040 (the long and
 the wide kernels), and those tokens must be bitwise those of the reference depth: the depth moves
-timing only, never the arithmetic.
+timing only, never the arithmetic. Each row's predicted µs/token divides by the GPU's own streaming
+read, measured once at the start of the run (bench/bwprobe.py; the JSON's `bandwidth`).
 
 The time model's prediction per depth is written into the JSON's `predicted` before anything is
 measured (ring_model below states the model). Every row is a diagnostic build's dev measurement
@@ -492,7 +493,7 @@ def write(doc: dict, path: Path) -> None:
 
 
 def measure_all(doc: dict, a, out: Path, tokens_by: dict) -> None:
-    from monolith.bench import bytemodel, suite
+    from monolith.bench import bwprobe, suite
     from monolith.bench.baselines import registry
     from monolith.bench.decode import BenchConfig
     from monolith.eval import correctness
@@ -509,6 +510,14 @@ def measure_all(doc: dict, a, out: Path, tokens_by: dict) -> None:
                 doc["rows"].append({"variant": v, "depth": d, "status": "failed", "reason": "the build failed"})
     if not todo:
         return
+    gpu = doc["env"].get("gpu")
+    # the GPU in hand's streaming read, once per run and before anything else runs on it: every
+    # row's predicted µs/token divides by it (none, and the reason, where there is none)
+    rec = bwprobe.resolve("cuda", gpu=gpu, log=log)
+    if doc.get("bandwidth") and doc["bandwidth"] != rec:  # a merged file: its earlier rows' own
+        doc.setdefault("bandwidth_merged", []).append(doc["bandwidth"])
+    doc["bandwidth"] = rec
+    bw = rec.get("tbs")
     ckpt, tok = suite.load_inputs(a.model)
     bench_prompts = suite.prompt_tokens("bench", tok)
     bcfg = BenchConfig.quick_config() if a.quick else BenchConfig()
@@ -519,9 +528,9 @@ def measure_all(doc: dict, a, out: Path, tokens_by: dict) -> None:
         bench=bcfg,
         gate_prompts=a.gate_prompts,
         gate_tokens=a.gate_tokens,
+        bandwidth=rec,
     )
     seq = suite.sweep_sequence(bench_prompts, max(max(bcfg.sweep_positions or (0,)) + 1, LONG_PREFILL + 1))
-    bw, _src = bytemodel.load_bw_tbs()
     gate_prompts = bench_prompts[: a.gate_prompts]
     fmts = {v: registry.weights_of(f"megakernel-{v}") for v, _d in todo}
     ckpts, oracles = {}, {}
@@ -534,7 +543,6 @@ def measure_all(doc: dict, a, out: Path, tokens_by: dict) -> None:
         orc = None
         free_gpu()
         log(f"  oracle done in {time.perf_counter() - t0:.0f} s")
-    gpu = doc["env"].get("gpu")
     for i, (v, d) in enumerate(todo):
         name = f"megakernel-{v}"
         log(f"[{i + 1}/{len(todo)}] {v} at {d} slots ({defines_for(d) or 'the shipped build'})")

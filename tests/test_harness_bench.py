@@ -282,10 +282,10 @@ def test_llamacpp_script_end_to_end_with_fakes(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
     assert doc["status"] == "ok" and "prebuilt: llama-cpp-python 9.9" in doc["version"]
-    rows = llamacpp.rows_from_json(out)
+    rows = llamacpp.rows_from_json(out, {"tbs": 2.0, "source": "the run's measurement"})
     assert [x["engine"] for x in rows] == ["llamacpp-bf16", "llamacpp-q8_0"]
     assert rows[0]["tok_s"] == {"median": 500.0, "min": 490.0, "max": 505.0, "runs": [490.0, 500.0, 505.0]}
-    assert rows[0]["eff_bw_tbs"] == pytest.approx(0.5) and rows[0]["predicted_us_per_token"] > 0
+    assert rows[0]["eff_bw_tbs"] == pytest.approx(0.5) and rows[0]["predicted_us_per_token"] == pytest.approx(500.0)
 
 
 def test_results_cli_validates_and_renders(tmp_path, capsys):

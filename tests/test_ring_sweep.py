@@ -302,12 +302,18 @@ class FakeEngine:
 
 def _fake_gpu(monkeypatch, stages_seen=None, differ_at=None):
     """measure_all with the harness's functions replaced: records the define each step saw."""
-    from monolith.bench import suite
+    from monolith.bench import bwprobe, suite
     from monolith.bench.baselines import registry
     from monolith.eval import correctness
 
     calls = []
-    monkeypatch.setattr(suite, "load_inputs", lambda model: ("ckpt", "tok"))
+
+    def resolve(device, *, gpu, log=print, **k):
+        calls.append(("bandwidth", device, gpu))
+        return {"tbs": 3.5, "status": "measured", "gpu": gpu, "source": f"measured now on {gpu}"}
+
+    monkeypatch.setattr(bwprobe, "resolve", resolve)
+    monkeypatch.setattr(suite, "load_inputs", lambda model: calls.append(("load_inputs",)) or ("ckpt", "tok"))
     monkeypatch.setattr(suite, "prompt_tokens", lambda name, tok: [[1, 2, 3], [4, 5], [6]])
     monkeypatch.setattr(registry, "checkpoint_for", lambda fmt, ck: f"ckpt-{fmt}")
     monkeypatch.setattr(registry, "oracle", lambda ck, dev: "oracle")
@@ -321,6 +327,7 @@ def _fake_gpu(monkeypatch, stages_seen=None, differ_at=None):
     def measure(name, spec, ck, tok, prompts, seq, oset, cfg, budget, bw, weights):
         d = depth_now()
         calls.append(("measure", name, d, ck, weights))
+        calls.append(("measure_bw", bw, cfg.bandwidth["tbs"] if cfg.bandwidth else None))
         stages = (stages_seen or {}).get(d, d)
         return {
             "engine": name,
@@ -377,6 +384,22 @@ def test_measure_all_runs_each_depth_on_its_own_build(monkeypatch, tmp_path):
     assert s7["vs_reference"] == pytest.approx(993 / 988) and s7["predicted_vs_reference"] is not None
     assert all(rs.row_ok(s, 12) for s in summary)
     assert "fp8-stream" in rs.table(summary) and "== ref" in rs.table(summary)
+
+
+def test_measure_all_measures_the_gpus_bandwidth_once_first_and_every_row_uses_it(monkeypatch, tmp_path):
+    calls = _fake_gpu(monkeypatch)
+    doc, a = _doc(["fp8-stream", "bf16-stream"], [12, 7], tmp_path)
+    rs.measure_all(doc, a, a.out, {})
+    assert calls[0] == ("bandwidth", "cuda", "NVIDIA H200") and calls[1] == ("load_inputs",)
+    assert [c for c in calls if c[0] == "bandwidth"] == [calls[0]]  # once per run, not per row
+    assert [c[1:] for c in calls if c[0] == "measure_bw"] == [(3.5, 3.5)] * 4  # the value and its record
+    on_disk = json.loads(a.out.read_text())
+    assert on_disk["bandwidth"]["tbs"] == 3.5 and on_disk["bandwidth"]["gpu"] == "NVIDIA H200"
+    # a merged run measures again; the earlier run's record stays beside its rows
+    doc["rows"] = [r for r in doc["rows"] if r["depth"] != 7]
+    doc["bandwidth"] = {**doc["bandwidth"], "tbs": 3.4}
+    rs.measure_all(doc, a, a.out, {})
+    assert doc["bandwidth"]["tbs"] == 3.5 and doc["bandwidth_merged"][0]["tbs"] == 3.4
 
 
 def test_measure_all_fails_tokens_that_differ_and_a_ring_that_is_not_the_depth(monkeypatch, tmp_path):

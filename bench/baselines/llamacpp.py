@@ -10,9 +10,11 @@ import statistics
 from pathlib import Path
 
 from monolith import REPO_ROOT, jsonio, results
+from monolith.bench import bwprobe
 from monolith.eval.correctness import not_gated
 
 DEFAULT_JSON = REPO_ROOT / "results" / "llamacpp.json"
+NO_BANDWIDTH = "no bandwidth record was passed with the rows: the run that reads them prices them at its own"
 LABELS = {"bf16": "llama.cpp BF16 (llama-bench tg256)", "q8_0": "llama.cpp Q8_0 (llama-bench tg256)"}
 
 
@@ -20,7 +22,10 @@ def _tests(raw) -> list[dict]:
     return raw if isinstance(raw, list) else [raw] if isinstance(raw, dict) else []
 
 
-def rows_from_json(path: str | Path | None = None) -> list[dict]:
+def rows_from_json(path: str | Path | None = None, bandwidth: dict | None = None) -> list[dict]:
+    """The llama.cpp rows of llamacpp.sh's JSON. `bandwidth`: the run's bandwidth record
+    (bench/bwprobe.py resolve / for_lease), which prices each row's predicted µs/token (its whole
+    file streamed per token); without one the rows carry no prediction and say so."""
     p = Path(path) if path else DEFAULT_JSON
     if not p.is_file():
         row = results.base_row("llamacpp", "llama.cpp")
@@ -32,9 +37,6 @@ def rows_from_json(path: str | Path | None = None) -> list[dict]:
         row.update(reason=doc.get("reason") or "llamacpp.sh did not run", version=doc.get("version"))
         return [row]
     rows = []
-    from monolith.bench.bytemodel import load_bw_tbs  # the same time model as every other row
-
-    bw_tbs = load_bw_tbs()[0]
     for kind, raw in (doc.get("results") or {}).items():
         row = results.base_row(f"llamacpp-{kind}", LABELS.get(kind, f"llama.cpp {kind}"))
         row.update(gate=not_gated("external engine: llama.cpp has no teacher-forced interface; not gated"),
@@ -67,6 +69,8 @@ def rows_from_json(path: str | Path | None = None) -> list[dict]:
             # llama.cpp streams its whole file per token (+ KV, small at tg256)
             row["bytes_per_token"] = int(t["model_size"])
             row["eff_bw_tbs"] = int(t["model_size"]) * med / 1e12
-            row["predicted_us_per_token"] = int(t["model_size"]) / (bw_tbs * 1e12) * 1e6
+            row["predicted_us_per_token"] = None
+            row["prediction"] = {"kind": "none", "reason": NO_BANDWIDTH}
+            bwprobe.reprice_external(row, bandwidth)  # the same bandwidth as every other row of the run
         rows.append(row)
     return rows
