@@ -75,6 +75,8 @@ struct StreamCfg {
   static constexpr bool kLongKernel = true;
   // The GEMV rounds on the tensor cores (policy.cuh kTcGemv, stream_mma.cuh): fp8-stream-tc
   static constexpr bool kTcGemv = false;
+  // Vectors per pass (policy.cuh kVecs; issue 48): B's columns of the tensor-core rounds
+  static constexpr int kTcVecs = 1;
 };
 template <>
 struct VariantCfg<kVariantBf16Stream> : StreamCfg {};
@@ -114,10 +116,27 @@ struct VariantCfg<kVariantFp8StreamTc> : VariantCfg<kVariantFp8Stream> {
   static constexpr bool kTcGemv = true;
   static constexpr bool kLongKernel = false;
 };
-// Whether this pass compiles Cfg's streaming kernels (see Sm120Cfg).
+// fp8-stream-tc with k vectors per pass (issue 48 step 4, notes/ktoken.md §7a): the tensor-core rounds
+// take B's columns 0 .. k - 1, sm.x / sm.act / sm.part hold k vectors' inputs and sums, the ring is §1's
+// depth for k (policy.cuh). Compiled (kernel/megakernel_tck.cu), never launched: the hops, attention,
+// O and the LM head carry one vector, so no host path reaches these kernels (kernel_for: null; the
+// engine refuses the variants in one line, monolith/kernel_spec.py check_runnable). sm_120a compiles
+// k <= 2 only (stream_compiled).
+template <int kK>
+struct TcKCfg : VariantCfg<kVariantFp8StreamTc> {
+  static constexpr int kTcVecs = kK;
+};
+template <>
+struct VariantCfg<kVariantFp8StreamTcK2> : TcKCfg<2> {};
+template <>
+struct VariantCfg<kVariantFp8StreamTcK4> : TcKCfg<4> {};
+template <>
+struct VariantCfg<kVariantFp8StreamTcK8> : TcKCfg<8> {};
+// Whether this pass compiles Cfg's streaming kernels (see Sm120Cfg; an sm_120a pass compiles no kernel
+// of more vectors per pass than that configuration takes: kTcVecsMaxSm120).
 template <class Cfg>
 __host__ __device__ constexpr bool stream_compiled() {
-  return !(Cfg::kSm120Config && kArchSm120);
+  return !(Cfg::kSm120Config && kArchSm120) && !(kArchSm120 && Cfg::kTcVecs > kTcVecsMaxSm120);
 }
 // The ring (dynamic shared memory) of a streaming Cfg on a device of the sm_120 family or not: the
 // ring of the Policy its kernels were compiled with (stream_step), 0 for the upstream schedule.
@@ -126,8 +145,9 @@ __host__ __device__ constexpr int ring_bytes_on(bool device_sm120) {
   if constexpr (!Cfg::kStream) {
     return 0;
   } else {
-    return Cfg::kSm120Config || device_sm120 ? Policy<typename Cfg::Weights, KernelKind::kShort, true>::kRingBytes
-                                             : Policy<typename Cfg::Weights, KernelKind::kShort, false>::kRingBytes;
+    using W = typename Cfg::Weights;
+    return Cfg::kSm120Config || device_sm120 ? Policy<W, KernelKind::kShort, true, Cfg::kTcGemv, Cfg::kTcVecs>::kRingBytes
+                                             : Policy<W, KernelKind::kShort, false, Cfg::kTcGemv, Cfg::kTcVecs>::kRingBytes;
   }
 }
 

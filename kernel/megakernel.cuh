@@ -25,6 +25,11 @@ enum Variant : int {
   kVariantNvfp4StreamSm120 = 8,
   // fp8-stream with its K = 1024 GEMV rounds on the tensor cores (issue 48, the k-pass kernel at k = 1)
   kVariantFp8StreamTc = 9,
+  // the same with k = 2, 4, 8 vectors per pass in its tensor-core rounds: compiled, not launched (issue 48
+  // step 4: kernel/megakernel_tck.cu)
+  kVariantFp8StreamTcK2 = 10,
+  kVariantFp8StreamTcK4 = 11,
+  kVariantFp8StreamTcK8 = 12,
 };
 
 struct StepParams {

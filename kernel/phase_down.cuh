@@ -57,7 +57,7 @@ if constexpr (kNv) {
       float* part = sm.part[rd & 1];
       if (!acquire_n(n, kPhase_s_down, L, true, rd == 0, rd == 0)) return;  // round 0: after the gather's barrier
       if (rd == 0) XRAY_SUB(x_open, L);
-      if constexpr (P::kTcGemv) tc_round<true>(slot_at, 0, nq, (3 * s.h0 + q0) & 3, q0 % 3, sm.act, kIntermediate / 32, &sm.part[0][0]);
+      if constexpr (P::kTcGemv) tc_round<true, P::kVecs>(slot_at, 0, nq, (3 * s.h0 + q0) & 3, q0 % 3, sm.act, kIntermediate / 32, &sm.part[0][0]);
 #pragma unroll
       for (int k = 0; k < (P::kTcGemv ? 0 : F::kRb); ++k) {
         float a[kRoundSlots];

@@ -115,22 +115,30 @@ static_assert(2 * 2 * kMergeBatch <= 32, "merge (m, l) lanes: a round trip's (m,
 constexpr int kWideSoftmaxParts = kStreamConsumerWarps / kHeadsPerKV;  // the wide softmax: warps per head
 
 
-struct StreamSmem {
-  float x[kHidden];                                 // normed residual (qkv, MLP, LM head input)
+// kK: vectors per pass (Policy::kVecs, the tensor-core variants' k; notes/ktoken.md §1). kK = 1 is every
+// shipped kernel's state, member for member; kK > 1 sizes the tensor-core rounds' inputs (x, act: k
+// vectors at stream_mma.cuh's tc_words_at / tc_factors_at, vector 0 where store_xe writes it) and their
+// partials (part: tc_part_floats) for k vectors, and drops pad_q. The rest is one vector's state: the
+// hops, attention, O and the LM head carry one vector (§7a).
+template <int kK>
+struct StreamSmemK {
+  float x[kK == 1 ? kHidden : tc_vec_floats(kHidden / 32, kK)];  // normed residual (qkv, MLP, LM head input)
   float hval[kHidden];                              // the residual after attention + O (MLP's seed)
   float attn[kGroupCols];                           // merged attention of the group's two heads
   float q[kGroupCols];                              // q of both heads after QK-norm + RoPE
-  uint16_t pad_q[2 * kGroupCols];                   // unused: keeps the offsets of the members below
+  uint16_t pad_q[kK == 1 ? 2 * kGroupCols : 8];     // unused: keeps the offsets of the members below
   float kc[kHeadDim], vc[kHeadDim];                 // this position's K and V (bf16-rounded)
   float sc[kHeadsPerKV * kSplitEntriesMax];         // scores, then probabilities, of one split [head][entry]
   float ml[2 * kHeadsPerKV];                        // (max, sum) per head of one split
   float rope[kHeadDim];                             // this position's cos | sin, read once per launch
   union {
     float vpart[kStreamConsumerWarps * kGroupCols];  // attention: per-warp V partial sums
-    float act[kIntermediate];                        // MLP down: every activation of the layer
+    float act[kK == 1 ? kIntermediate : tc_vec_floats(kIntermediate / 32, kK)];  // MLP down: every activation
   };
   float segsum[3 * (kHidden / kMinStreamBlocks)];   // MLP down: this block's 1024-wide segment sums
-  float part[2][kRoundRbMax * kPartBlk];  // half-row sums per 8-row block, last two rounds
+  // half-row sums per 8-row block, last two rounds (the tensor-core rounds: tc_part_at, both buffers)
+  float part[2][kK == 1 || 2 * kRoundRbMax * kPartBlk >= tc_part_floats(kK) ? kRoundRbMax * kPartBlk
+                                                                            : (tc_part_floats(kK) + 1) / 2];
   float red[kStreamConsumerWarps];                  // per-warp sums (attention's QK-norm)
   float ssq[kStreamConsumerWarps];                  // per-warp sums of squares (stream_prenorm)
   int flag;
@@ -141,6 +149,7 @@ struct StreamSmem {
   unsigned long long xwords;  // MONOLITH_XRAY_SUB: the latest cycle at which a thread had its words (xray.cuh)
 #endif
 };
+using StreamSmem = StreamSmemK<1>;
 static_assert(offsetof(StreamSmem, q) % 16 == 0 && offsetof(StreamSmem, vpart) % 16 == 0 &&
                   (kGroupCols * sizeof(float)) % 16 == 0,
               "attention reads q and writes the V partials as float4");
@@ -158,6 +167,33 @@ constexpr int kNvSlotScaleBytes = StreamFmt<WeightsNvfp4>::kRows1024 * StreamFmt
 static_assert(kRingBytesSm90 + int(sizeof(StreamSmem)) + 512 <= kStreamSmemBudget, "ring + StreamSmem fit one block");
 static_assert(kRingBytesSm120 + int(sizeof(StreamSmem)) + 512 + kStreamSmemHeadroomSm120 <= kStreamSmemBudgetSm120,
               "the sm_120 ring + StreamSmem fit one sm_120 block, with headroom");
+// k vectors per pass (fp8-stream-tc-k2/-k4/-k8: Policy::kVecs), per (k, arch), by name: the ring of
+// §1's plan (policy.cuh kpass_plan_slots) and the k-pass state built so far (StreamSmemK<k>) fit the
+// block (sm_120 with its 2 KB headroom), the attention's float4 members stay aligned, and the rounds'
+// k-column partials fit sm.part. sm_120 takes k <= 2 (Policy refuses more in one line).
+template <int kK, bool kSm120>
+constexpr bool kpass_block_fits() {
+  using P = Policy<WeightsE4M3, KernelKind::kShort, kSm120, true, kK>;
+  using Sm = StreamSmemK<kK>;
+  return P::kRingBytes + int(sizeof(Sm)) + 512 + (kSm120 ? kStreamSmemHeadroomSm120 : 0) <= P::kSmemPerBlock &&
+         offsetof(Sm, q) % 16 == 0 && offsetof(Sm, vpart) % 16 == 0 &&
+         int(sizeof(Sm::part)) >= 4 * tc_part_floats(kK) &&
+         int(sizeof(Sm::x)) >= 4 * kpass_max(kHidden, tc_vec_floats(kHidden / 32, kK)) &&
+         int(sizeof(Sm::act)) >= 4 * kpass_max(kIntermediate, tc_vec_floats(kIntermediate / 32, kK));
+}
+static_assert(kpass_block_fits<1, false>() &&
+                  Policy<WeightsE4M3, KernelKind::kShort, false, true, 1>::kStages == kStagesSm90,
+              "fp8-stream-tc (k = 1), sm_90: the configured ring (12) + today's state");
+static_assert(kpass_block_fits<2, false>() && Policy<WeightsE4M3, KernelKind::kShort, false, true, 2>::kStages ==
+                  kpass_stages_sm90(2), "fp8-stream-tc-k2, sm_90: ktoken.md section 1's 11 slots + the k = 2 state fit 227 KB");
+static_assert(kpass_block_fits<4, false>() && Policy<WeightsE4M3, KernelKind::kShort, false, true, 4>::kStages ==
+                  kpass_stages_sm90(4), "fp8-stream-tc-k4, sm_90: ktoken.md section 1's 10 slots + the k = 4 state fit 227 KB");
+static_assert(kpass_block_fits<8, false>() && Policy<WeightsE4M3, KernelKind::kShort, false, true, 8>::kStages ==
+                  kpass_stages_sm90(8), "fp8-stream-tc-k8, sm_90: ktoken.md section 1's 8 slots + the k = 8 state fit 227 KB");
+static_assert(kpass_block_fits<1, true>() && kpass_block_fits<2, true>() &&
+                  Policy<WeightsE4M3, KernelKind::kShort, true, true, 2>::kStages == kStagesSm120,
+              "fp8-stream-tc(-k2), sm_120: 4 slots + the k = 2 state fit 99 KB with 2 KB headroom "
+              "(ktoken.md section 1: single-buffered C tiles)");
 static_assert((kStagesSm90 != kStagesSm90Shipped ||  // (the shipped depth's rule: config.cuh)
                kRingBytesSm90 + int(sizeof(StreamSmem)) + kStagesSm90 * kNvSlotScaleBytes > kStreamSmemBudget) &&
                   kRingBytesSm120 + int(sizeof(StreamSmem)) + kStagesSm120 * kNvSlotScaleBytes > kStreamSmemBudgetSm120,
@@ -167,7 +203,7 @@ static_assert((kStagesSm90 != kStagesSm90Shipped ||  // (the shipped depth's rul
 // differs where P says; kWide: the wide kernel (decode_step_wide: kLong's, with wider splits)
 template <class Cfg, class P, bool kLong, bool kWide>
 __device__ __forceinline__ void stream_consumer(const StepParams& p, const PlanT<kWide>& s, int pos, int token,
-                                             uint32_t steps, Ring r, StreamSmem& sm) {
+                                             uint32_t steps, Ring r, StreamSmemK<P::kVecs>& sm) {
   using W = typename Cfg::Weights;
   using F = StreamFmt<W>;
   using HW = typename W::Head;  // the embedding's and LM head's format (NVFP4: E4M3)
@@ -294,15 +330,17 @@ __host__ __device__ constexpr bool ring_fits() {
 
 template <class Cfg, bool kLong, bool kWide = false>
 __device__ __forceinline__ void stream_step(const StepParams& p) {
-  using P = Policy<typename Cfg::Weights, kernel_kind(kLong, kWide), Cfg::kSm120Config || kArchSm120, Cfg::kTcGemv>;
+  using P = Policy<typename Cfg::Weights, kernel_kind(kLong, kWide), Cfg::kSm120Config || kArchSm120, Cfg::kTcGemv,
+                   Cfg::kTcVecs>;
+  using Sm = StreamSmemK<P::kVecs>;
   static_assert(ring_fits<Cfg, P>(), "every round of the schedule fits in the ring");
-  static_assert(P::kRingBytes + int(sizeof(StreamSmem)) + 512 <= P::kSmemPerBlock, "ring + StreamSmem fit one block");
+  static_assert(P::kRingBytes + int(sizeof(Sm)) + 512 <= P::kSmemPerBlock, "ring + StreamSmem fit one block");
   constexpr int kStages = P::kStages;
   extern __shared__ __align__(128) uint8_t ring_slots[];
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
   __shared__ int quit, hold;
   __shared__ uint32_t landed;  // the landed count (Policy::kSlotLanded)
-  __shared__ __align__(16) StreamSmem sm;
+  __shared__ __align__(16) Sm sm;
   __shared__ PlanT<kWide> plan;  // block-uniform: shared memory, not 14 registers per thread
   const int tid = threadIdx.x;
   int pos, token;

@@ -139,7 +139,7 @@ static_assert(kRoundSlots == 4, "round_1024 reduces four 8-row blocks' sums per 
 auto round_1024 = [&](int base, int n, int nr, const auto& x, float* part, int key0 = 0) {  // x: XHalf, or XE16 (fp8's half2 phases)
   using RW = HW;  // (bf16 / E4M3 rows: the layers' of those variants, and every variant's LM head)
   using RF = HF;
-  if constexpr (P::kTcGemv) tc_round<false>(slot_at, base, min(nr, n * RF::kRows1024), key0, 0, sm.x, kHidden / 32, &sm.part[0][0]);
+  if constexpr (P::kTcGemv) tc_round<false, P::kVecs>(slot_at, base, min(nr, n * RF::kRows1024), key0, 0, sm.x, kHidden / 32, &sm.part[0][0]);
 #pragma unroll
   for (int k = 0; k < (P::kTcGemv ? 0 : RF::kRb); ++k) {  // E4M3: the slots' first 8 rows, then their second 8
     float a[kRoundSlots];
@@ -154,7 +154,7 @@ auto round_1024 = [&](int base, int n, int nr, const auto& x, float* part, int k
   }
 };
 auto combine_row = [&](const float* part, int t) {  // row t of the round (8-row block t / 8, row t % 8)
-  if constexpr (P::kTcGemv) return tc_combine(&sm.part[0][0], t);
+  if constexpr (P::kTcGemv) return tc_combine<P::kVecs>(&sm.part[0][0], t);  // (column 0: the hops carry one vector)
   const float* pp = part + (t >> 3) * kPartBlk + 2 * (t & 7);
   return pp[0] + pp[1];
 };

@@ -7,6 +7,9 @@
 - `kernel/sync.cuh`: `enum ErrorCode` (`error_codes()`); `describe_error()` turns a code and
   its `error_info` word into the host's message.
 - `kernel/xray.cuh`: `kXrayMaxEvents`, the X-ray's per-block record slots (`xray_max_events()`).
+- `kernel/policy.cuh`: `kTcVecsMax` / `kTcVecsMaxSm120`, the vectors per pass a build takes
+  (`kpass_limits()`); `check_runnable(spec)` refuses, in one line, a variant the kernel compiles but
+  cannot run (k vectors per pass, issue 48: variants.json "vectors" > 1).
 
 variants.json schema (the kernel owner adds variants; unknown keys are kept and ignored here):
   {"source": "kernel/megakernel.cu",              # the one kernel source
@@ -15,6 +18,8 @@ variants.json schema (the kernel owner adds variants; unknown keys are kept and 
    "variants": [{"name": "bf16-upstream", "id": 0,   # id: the launch-time template selector
                  "defines": ["NAME=1", ...],        # this variant's -D flags (may be empty)
                  "weights": "bf16", "description": "...", ...}]}
+  A tensor-core variant ("gemv": "mma") may name "vectors": k (1..kTcVecsMax = 8, default 1), the vectors
+  per pass of its GEMV rounds (kernel/policy.cuh Policy::kVecs).
 """
 from __future__ import annotations
 
@@ -66,6 +71,11 @@ def load_variants(path: Path | str = VARIANTS_FILE) -> dict:
                              f"{', '.join(sorted(KNOWN_DEFINES))} (retired knobs: docs/EXPERIMENTS.md)")
         if n in names:
             raise ValueError(f"{path}: variant {n!r} is listed twice")
+        if "vectors" in v:
+            k, most = v["vectors"], kpass_limits()["max"]
+            if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= most or v.get("gemv") != "mma":
+                raise ValueError(f"{path}: variant {n!r}: 'vectors' must be an integer 1..{most} of a tensor-core "
+                                 f"variant (\"gemv\": \"mma\"), got {k!r}")
         vid = v.get("id")
         if vid is not None:
             if isinstance(vid, bool) or not isinstance(vid, int) or vid < 0 or vid in ids:
@@ -294,6 +304,47 @@ def xray_max_events(path: Path | str = KERNEL_DIR / "xray.cuh") -> int:
     if not m:
         raise ValueError(f"{path}: no `constexpr int kXrayMaxEvents = N;`")
     return _int_literal(m.group(1))
+
+
+# ---------------------------------------------------------------- k vectors per pass (issue 48)
+
+
+def kpass_limits(path: Path | str = KERNEL_DIR / "policy.cuh") -> dict[str, int]:
+    """{"max": kTcVecsMax, "max_sm120": kTcVecsMaxSm120} of kernel/policy.cuh: the vectors per pass the
+    tensor-core rounds take, on any arch and in the sm_120 configuration (notes/ktoken.md §1)."""
+    text = _strip_comments(Path(path).read_text())
+    out = {}
+    for key, name in (("max", "kTcVecsMax"), ("max_sm120", "kTcVecsMaxSm120")):
+        m = re.search(rf"constexpr\s+int\s+{name}\s*=\s*(\w+)\s*;", text)
+        if not m:
+            raise ValueError(f"{path}: no `constexpr int {name} = N;`")
+        out[key] = _int_literal(m.group(1))
+    return out
+
+
+def vectors(spec: dict) -> int:
+    """A variant's vectors per pass (variants.json "vectors"; 1 where absent)."""
+    return int(spec.get("vectors", 1))
+
+
+# What a variant of k > 1 vectors per pass is missing before it can run: the kernel carries k vectors
+# through its tensor-core GEMV rounds only (notes/ktoken.md §7a says what remains and its cost).
+KPASS_NOT_BUILT = "the hops, attention (k queries), O and the k-row LM head carry one vector"
+
+
+def check_runnable(spec: dict, capability: tuple[int, int] | None = None) -> None:
+    """Refuse, in one line (MonolithError), a variant the kernel compiles but cannot run here: more
+    vectors per pass than an sm_120 GPU's configuration takes (capability 12.x), or any k > 1 (its
+    kernels are compiled, never launched). None: the variant runs."""
+    k, name = vectors(spec), spec.get("name", "this variant")
+    if k <= 1:
+        return
+    lim = kpass_limits()
+    if capability is not None and int(capability[0]) >= 12 and k > lim["max_sm120"]:
+        raise MonolithError(f"{name}: sm_120 takes at most {lim['max_sm120']} vectors per pass (notes/ktoken.md §1: "
+                            f"4 ring slots beside k vectors' state in 99 KB), this variant has {k}; refusing")
+    raise MonolithError(f"{name}: k = {k} vectors per pass is built only in the tensor-core GEMV rounds "
+                        f"({KPASS_NOT_BUILT}: notes/ktoken.md §7a); its kernels compile but never run; refusing")
 
 
 # ---------------------------------------------------------------- error messages

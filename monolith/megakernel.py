@@ -76,6 +76,8 @@ WAITS["nvfp4-stream"] = WAITS["bf16-stream"]  # likewise
 for _base in ("bf16-stream", "fp8-stream", "nvfp4-stream"):  # their sm_120 configurations: the same waits
     WAITS[f"{_base}-sm120"] = WAITS["bf16-stream"]
 WAITS["fp8-stream-tc"] = WAITS["bf16-stream"]  # the same schedule, its GEMV rounds on the tensor cores
+for _k in (2, 4, 8):  # k vectors per pass: the same schedule (compiled, refused by the engine: check_runnable)
+    WAITS[f"fp8-stream-tc-k{_k}"] = WAITS["bf16-stream"]
 
 
 def variant_spec(name: str) -> dict:
@@ -310,6 +312,9 @@ class MegakernelEngine(Engine):
         if ckpt.shape.num_layers != C.NUM_LAYERS:
             raise MonolithError(f"the kernel is compiled for {C.NUM_LAYERS} layers; checkpoint has {ckpt.shape.num_layers}")
         self.spec = variant_spec(variant)
+        # a variant the kernel compiles but cannot run (k vectors per pass), refused before any GPU work
+        kernel_spec.check_runnable(self.spec, torch.cuda.get_device_capability(device)
+                                   if torch.cuda.is_available() and str(device).startswith("cuda") else None)
         self.weight_format = self.spec.get("weights", "bf16")
         if self.weight_format != type(self).weight_format:
             if type(self).weight_format is None:

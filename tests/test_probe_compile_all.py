@@ -179,8 +179,9 @@ def test_labels_keep_brackets_and_tables_keep_their_width(tmp_path, capsys):
     nv = _fake_nvcc(tmp_path)
     assert ca.main(["--nvcc", str(nv), "--only", "kernels", "--arch", "sm_90a,sm_120a"]) == 0
     out = capsys.readouterr().out
-    # one X-ray target per translation unit: the main source's, the sm_120 configuration's, the tc one's
-    assert out.count("[xray] (sm_90a)") == 3 and "[xray]" in out.split("nvcc compile")[1]
+    # one X-ray target per translation unit: the main source's, the sm_120 configuration's, the tc one's,
+    # the k-vector tc one's
+    assert out.count("[xray] (sm_90a)") == 4 and "[xray]" in out.split("nvcc compile")[1]
     assert "…" not in out
 
 

@@ -117,7 +117,7 @@ def test_the_host_sizes_the_ring_from_the_build():
     bindings = (KERNEL / "bindings.cpp").read_text()
     assert 'd["stages_sm90"] = kStagesSm90;' in bindings and 'd["ring_bytes_sm90"] = kRingBytesSm90;' in bindings
     assert (
-        "Policy<typename Cfg::Weights, KernelKind::kShort, false>::kRingBytes"
+        "Policy<W, KernelKind::kShort, false, Cfg::kTcGemv, Cfg::kTcVecs>::kRingBytes"
         in (KERNEL / "decode_step.cuh").read_text()
     )
 

@@ -180,11 +180,12 @@ def test_compile_all_checks_and_relocks(tmp_path, capsys):
     entries, tools = sl.parse_lock(lock.read_text())
     assert tools.endswith("cuobjdump 13.5.37, nvdisasm 13.5.37")
     # the repo's variants share one flag set: plain and X-ray builds of [all], and of the sm_120
-    # configuration's and the tensor-core variant's translation units (variants.json config_sources),
+    # configuration's and the tensor-core variants' translation units (variants.json config_sources),
     # two functions each
     sm120 = "bf16-stream-sm120+fp8-stream-sm120+nvfp4-stream-sm120"
+    tck = "fp8-stream-tc-k2+fp8-stream-tc-k4+fp8-stream-tc-k8"
     assert sorted((k.build, k.variants, k.function) for k in entries) == sorted(
-        (b, v, f) for b in ("plain", "xray") for v in ("all", sm120, "fp8-stream-tc")
+        (b, v, f) for b in ("plain", "xray") for v in ("all", sm120, "fp8-stream-tc", tck)
         for f in ("_Z11decode_stepILi0EEv10StepParams", "_Z16decode_step_longILi2EEv10StepParams"))
     assert entries[_k("_Z11decode_stepILi0EEv10StepParams")] == sl.FuncSass(3, entries[_k("_Z11decode_stepILi0EEv10StepParams")].digest, 96)
     before = lock.read_text()
@@ -194,7 +195,7 @@ def test_compile_all_checks_and_relocks(tmp_path, capsys):
     _fake_tools(tmp_path, extra_instr="        /*0020*/  NOP ;  /* 0x0000000000007918 */\n  /* 0x000fc00000000000 */")
     assert ca.main(args) == 1
     out = capsys.readouterr().out
-    assert "6 kernel function(s) moved" in out  # (the fake listing is every object's: 3 units x 2 builds)
+    assert "8 kernel function(s) moved" in out  # (the fake listing is every object's: 4 units x 2 builds)
     for build in ("plain", "xray"):
         assert f"changed  sm_90a {build} [all] _Z11decode_stepILi0EEv10StepParams: 3 -> 4 instructions" in out
     assert "decode_step_long" not in out.split("moved")[1]

@@ -59,7 +59,8 @@ def test_no_global_ring_depth_is_left():
         bare = re.findall(r"\bkStages\b(?!Sm)", code)
         assert not bare or f.name in owners, f.name
     pol = (KERNEL / "policy.cuh").read_text()
-    assert "static constexpr int kStages = kSm120 ? kStagesSm120 : kStagesSm90;" in pol
+    assert "static constexpr int kStages = kSm120 ? kStagesSm120 : kpass_stages_sm90(kK);" in pol
+    assert "return k == 1 || kpass_plan_slots(true, k, false) > kStagesSm90 ? kStagesSm90 :" in pol  # (k vectors)
     assert "constexpr int kStages = P::kStages;" in (KERNEL / "stream_ring.cuh").read_text()
     assert "constexpr int kStages = P::kStages;" in (KERNEL / "schedule_stream.cuh").read_text()
     assert "slot_tests_batched<P::kStages>(" in (KERNEL / "stream_reader.cuh").read_text()
