@@ -37,11 +37,12 @@ def _layouts() -> dict:
 
 def variants_of(fmt: str) -> list[str]:
     """The megakernel engines that read `fmt` weights (kernel/variants.json), without the sm_120
-    configuration's twins (the same arithmetic as their base variants; a proof build, not a choice)."""
+    configuration's twins (the same arithmetic as their base variants; a proof build, not a choice)
+    and without the k-vector builds (one token per pass is what quality compares; they refuse to run)."""
     from monolith import kernel_spec
 
     return [f"megakernel-{v['name']}" for v in kernel_spec.variants()["variants"]
-            if v.get("weights") == fmt and v.get("config") != "sm120"]
+            if v.get("weights") == fmt and v.get("config") != "sm120" and v.get("vectors", 1) == 1]
 
 
 def pack_format(packed) -> str:

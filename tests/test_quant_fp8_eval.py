@@ -301,3 +301,18 @@ def test_gpu_sh_m3quality_pairs_are_accepted(tmp_path, monkeypatch):
     assert quality_pairs(q["engine"], q["floor"], q["ref"], q["device"], q["fmt"]) == [
         ("megakernel-fp8-upstream", "megakernel-bf16-upstream"), ("megakernel-fp8-stream", "megakernel-bf16-stream")]
     assert q["ref"] == "reference-fp32" and got["quality_file"] == ["m3_fp8_quality.json"]
+
+
+def test_variants_of_lists_only_runnable_one_token_engines():
+    """Quality compares one token per pass: the sm_120 twins and the k-vector builds stay out."""
+    from monolith import kernel_spec
+    from monolith.quant.fp8_quality import variants_of
+
+    names = variants_of("fp8")
+    by_name = {v["name"]: v for v in kernel_spec.variants()["variants"]}
+    assert "megakernel-fp8-stream" in names and "megakernel-fp8-upstream" in names
+    ks = [n for n, v in by_name.items() if v.get("weights") == "fp8" and v.get("vectors", 1) > 1]
+    assert ks, "variants.json has k-vector fp8 builds"
+    for n in names:
+        v = by_name[n.removeprefix("megakernel-")]
+        assert v.get("config") != "sm120" and v.get("vectors", 1) == 1, n
