@@ -1,9 +1,7 @@
 // monolith: the step kernels of every variant (decode_step, decode_step_long, decode_step_wide),
 // their compile-time configurations (VariantCfg), both schedules, and the host's descriptor of a
-// variant's kernels (KernelInfo, info_of). Not a stand-alone header: each translation unit that
-// instantiates variants includes it inside its build namespace (plain_build / xray_build):
-// kernel/megakernel.cu (every variant but the sm_120 configuration's) and kernel/megakernel_sm120.cu
-// (bf16/fp8/nvfp4-stream-sm120, built only for an extension that runs them).
+// variant's kernels (KernelInfo, info_of). Not a stand-alone header: kernel/step_unit.cuh includes it
+// inside the build's namespace (plain_build / xray_build) for every translation unit of step kernels.
 // Compile-time configuration of a variant.
 template <int kVariant>
 struct VariantCfg;
@@ -578,22 +576,28 @@ struct KernelInfo {
   bool stream;      // the streaming schedule (its own minimum grid: whole KV groups)
 };
 
+// A variant's kernels: decode_step, and decode_step_long / decode_step_wide where its configuration
+// has them (nullptr otherwise). Naming them is what instantiates them in a translation unit.
+struct StepKernels {
+  const void* fn;
+  const void* fn_long;
+  const void* fn_wide;
+};
 template <int kVariant>
-KernelInfo info_of(bool device_sm120) {
+StepKernels kernels_of() {
   using Cfg = VariantCfg<kVariant>;
   const void* fn_long = nullptr;
   const void* fn_wide = nullptr;
   if constexpr (Cfg::kLongKernel) fn_long = reinterpret_cast<const void*>(&decode_step_long<kVariant>);
   if constexpr (Cfg::kStream && Cfg::kLongKernel && Policy<typename Cfg::Weights, KernelKind::kWide>::kWideKernel)
     fn_wide = reinterpret_cast<const void*>(&decode_step_wide<kVariant>);
-  return {reinterpret_cast<const void*>(&decode_step<kVariant>), fn_long, fn_wide, Cfg::kBlockThreads,
-          ring_bytes_on<Cfg>(device_sm120), Cfg::Weights::kRowScale, Cfg::kStream};
+  return {reinterpret_cast<const void*>(&decode_step<kVariant>), fn_long, fn_wide};
 }
 
-// The sm_120 configuration's variants on an sm_90 device: their kernels live in
-// kernel/megakernel_sm120.cu, which sets this when it is linked into the extension (a static
-// initializer; megakernel.cu defines it null). Null: this build does not hold them.
-extern KernelInfo (*sm120_kernels)(int variant);
-// The tensor-core variant's kernels (kernel/megakernel_tc.cu sets this where it is linked in, as
-// megakernel_sm120.cu does sm120_kernels); device_sm120: the configuration its kernels were compiled in.
-extern KernelInfo (*tc_kernels)(int variant, bool device_sm120);
+template <int kVariant>
+KernelInfo info_of(bool device_sm120) {
+  using Cfg = VariantCfg<kVariant>;
+  const StepKernels k = kernels_of<kVariant>();
+  return {k.fn, k.fn_long, k.fn_wide, Cfg::kBlockThreads, ring_bytes_on<Cfg>(device_sm120), Cfg::Weights::kRowScale,
+          Cfg::kStream};
+}

@@ -3,8 +3,9 @@
 // Compile (CI does this for sm_90a and sm_120a through scripts/compile_all.py):
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -c kernel/megakernel.cu
 // The X-ray build is the same source with -DMONOLITH_XRAY (kernel/megakernel_xray.cu). The step
-// kernels themselves are kernel/decode_step.cuh; the sm_120 configuration's variants are
-// instantiated in kernel/megakernel_sm120.cu, a translation unit of their own.
+// kernels themselves are kernel/decode_step.cuh; which translation unit compiles which variant's
+// kernels (this one: kernel/variant_units.def's Main rows) is that table's, read through
+// kernel/step_unit.cuh by every unit.
 //
 // Two schedules, chosen at compile time by VariantCfg<variant>::kStream: the upstream design
 // below (bf16-upstream, and its step-0 A/B bf16-upstream-l2pre), and the streaming schedule
@@ -32,27 +33,10 @@
 // Every reduction runs in a fixed order, so a step is bitwise deterministic.
 // Each phase's first weight loads are issued before the barrier or flag that guards its input
 // (weights never depend on activations), so the barrier wait overlaps the memory latency.
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
-#include "config.cuh"
-#include "dequant.cuh"
-#include "loads.cuh"
-#include "megakernel.cuh"
-#include "policy.cuh"
-#include "ring.cuh"
-#include "sync.cuh"
-#include "xray.cuh"
-#include "xvec.cuh"
+#include "step_unit.cuh"
 
 namespace monolith {
-#if defined(MONOLITH_XRAY)
-namespace xray_build {
-#else
-namespace plain_build {
-#endif
-
-#include "decode_step.cuh"
+namespace MONOLITH_BUILD_NS {
 
 // Whether the wide kernel's splits are wider than 64 at this position and grid: k of the rule for
 // the smallest group (blocks / kGroups; groups differ by at most one block) within [MIN, MAX].
@@ -62,8 +46,7 @@ static bool wide_applies(int blocks, int position) {
 }
 
 // ---- host side ----------------------------------------------------------------------------
-KernelInfo (*sm120_kernels)(int variant) = nullptr;  // (decode_step.cuh)
-KernelInfo (*tc_kernels)(int variant, bool device_sm120) = nullptr;
+UnitKernelsFn linked_units[kUnitCount] = {};  // (step_unit.cuh)
 
 // The device of the sm_120 family (compute capability 12.x): the host's side of kArchSm120 (the
 // extension is built for the device's own arch, sm_90a or sm_120a: monolith/megakernel.py).
@@ -72,43 +55,43 @@ static bool device_sm120(int device) {
   return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 12;
 }
 
-// An sm_120-configuration variant: on an sm_120 device its base variant's kernels (compiled in that
-// configuration there), elsewhere its own from kernel/megakernel_sm120.cu where that is linked in.
+// One variant's kernels on this device, by its row of kernel/variant_units.def: a Main row's from this
+// unit (which compiles them even where the row is never launched, and then hands out none); none for
+// another unit's row that is never launched; else that unit's, where it is linked in, except that an
+// sm_120-configuration variant on an sm_120 device runs its base variant's kernels (compiled here in
+// that configuration there, while its own compile to nothing: stream_compiled).
 template <int kVariant>
-KernelInfo sm120_config_info(int variant, bool sm120) {
-  if (sm120) return info_of<VariantCfg<kVariant>::kBaseVariant>(true);
-  return sm120_kernels != nullptr ? sm120_kernels(variant) : KernelInfo{nullptr, nullptr, nullptr, 0, 0, false, false};
+KernelInfo variant_kernels(bool sm120) {
+  using Cfg = VariantCfg<kVariant>;
+  constexpr VariantRow row = kVariantRows[kVariant];
+  if constexpr (row.unit == kUnitMain) {
+    return unit_kernels_of<kUnitMain, kVariant>(sm120);
+  } else if constexpr (!row.launched) {
+    return kNoKernels;
+  } else {
+    if constexpr (Cfg::kSm120Config) {
+      static_assert(kVariantRows[Cfg::kBaseVariant].unit == kUnitMain, "an sm_120 base variant is Main's");
+      if (sm120) return info_of<Cfg::kBaseVariant>(true);
+    }
+    const UnitKernelsFn unit = linked_units[row.unit];
+    return unit != nullptr ? unit(kVariant, sm120) : kNoKernels;
+  }
 }
 
-static KernelInfo kernel_for(int variant, bool sm120) {  // {nullptr, ...}: not a variant of this build
+static KernelInfo kernel_for(int variant, bool sm120) {  // kNoKernels: not a variant of this build
   switch (variant) {
-    case kVariantBf16Upstream:
-      return info_of<kVariantBf16Upstream>(sm120);
-    case kVariantBf16UpstreamL2Pre:
-      return info_of<kVariantBf16UpstreamL2Pre>(sm120);
-    case kVariantBf16Stream:
-      return info_of<kVariantBf16Stream>(sm120);
-    case kVariantFp8Upstream:
-      return info_of<kVariantFp8Upstream>(sm120);
-    case kVariantFp8Stream:
-      return info_of<kVariantFp8Stream>(sm120);
-    case kVariantNvfp4Stream:
-      return info_of<kVariantNvfp4Stream>(sm120);
-    case kVariantBf16StreamSm120:
-      return sm120_config_info<kVariantBf16StreamSm120>(variant, sm120);
-    case kVariantFp8StreamSm120:
-      return sm120_config_info<kVariantFp8StreamSm120>(variant, sm120);
-    case kVariantNvfp4StreamSm120:
-      return sm120_config_info<kVariantNvfp4StreamSm120>(variant, sm120);
-    case kVariantFp8StreamTc:  // kernel/megakernel_tc.cu, where it is linked in
-      return tc_kernels != nullptr ? tc_kernels(variant, sm120) : KernelInfo{nullptr, nullptr, nullptr, 0, 0, false, false};
+#define MONOLITH_VARIANT(variant, unit, launched) \
+  case variant:                                   \
+    return variant_kernels<variant>(sm120);
+#include "variant_units.def"
+#undef MONOLITH_VARIANT
     default:
-      return {nullptr, nullptr, nullptr, 0, 0, false, false};
+      return kNoKernels;
   }
 }
 static KernelInfo kernel_for_current(int variant) {
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return {nullptr, nullptr, nullptr, 0, 0, false, false};
+  if (cudaGetDevice(&device) != cudaSuccess) return kNoKernels;
   return kernel_for(variant, device_sm120(device));
 }
 
@@ -179,5 +162,5 @@ cudaError_t kernel_attributes(int variant, cudaFuncAttributes* out) {
   return cudaFuncGetAttributes(out, k.fn);
 }
 
-}  // namespace plain_build / xray_build
+}  // namespace MONOLITH_BUILD_NS
 }  // namespace monolith

@@ -387,7 +387,7 @@ def test_a_down_round_puts_each_line_in_one_tile_of_its_segment():
 
 def test_the_tc_variant_is_built_and_registered_apart():
     """fp8-stream-tc: its own translation unit (variants.json config "tc"), the id of megakernel.cuh's enum,
-    megakernel.cu's dispatch through tc_kernels, one kernel at every position, fp8-stream's waits."""
+    its row of variant_units.def (the Tc unit, launched), one kernel at every position, fp8-stream's waits."""
     spec = json.loads((KERNEL / "variants.json").read_text())
     v = next(x for x in spec["variants"] if x["name"] == "fp8-stream-tc")
     base = next(x for x in spec["variants"] if x["name"] == "fp8-stream")
@@ -403,10 +403,8 @@ def test_the_tc_variant_is_built_and_registered_apart():
     plain, xray = kernel_spec.config_sources("tc")
     assert (plain.name, xray.name) == ("megakernel_tc.cu", "megakernel_tc_xray.cu")
     assert "kVariantFp8StreamTc = 9," in (KERNEL / "megakernel.cuh").read_text()
-    cu = (KERNEL / "megakernel.cu").read_text()
-    assert "case kVariantFp8StreamTc:" in cu and "info_of<kVariantFp8StreamTc>" not in cu
-    tc = plain.read_text()
-    assert "info_of<kVariantFp8StreamTc>(device_sm120)" in tc and "tc_kernels = &tc_config_kernels" in tc
+    assert "MONOLITH_VARIANT(kVariantFp8StreamTc, Tc, true)" in (KERNEL / "variant_units.def").read_text()
+    assert "MONOLITH_STEP_UNIT(Tc)" in plain.read_text()
     assert '#include "megakernel_tc.cu"' in xray.read_text()
     ds = (KERNEL / "decode_step.cuh").read_text()
     cfg = ds[ds.index("struct VariantCfg<kVariantFp8StreamTc>") :]
@@ -580,8 +578,9 @@ def _fake_ckpt():
 
 def test_the_k_vector_variants_are_compiled_apart_and_never_launched():
     """fp8-stream-tc-k2/-k4/-k8: fp8-stream-tc's flags and schedule with "vectors": k, ids 10..12 of
-    megakernel.cuh's enum, VariantCfg's kTcVecs, instantiated explicitly in a translation unit of their own
-    (config "tck"), registered nowhere (megakernel.cu kernel_for has no case for them: no host launch)."""
+    megakernel.cuh's enum, VariantCfg's kTcVecs, compiled in a translation unit of their own (config "tck",
+    variant_units.def's TcK unit), marked not launched there (megakernel.cu kernel_for: no kernels, so
+    launch_step / kernel_attributes refuse the id)."""
     spec = json.loads((KERNEL / "variants.json").read_text())
     base = next(x for x in spec["variants"] if x["name"] == "fp8-stream-tc")
     enum = (KERNEL / "megakernel.cuh").read_text()
@@ -590,7 +589,10 @@ def test_the_k_vector_variants_are_compiled_apart_and_never_launched():
     assert (plain.name, xray.name) == ("megakernel_tck.cu", "megakernel_tck_xray.cu")
     tck = plain.read_text()
     assert '#include "megakernel_tck.cu"' in xray.read_text()
+    table = (KERNEL / "variant_units.def").read_text()
+    assert "MONOLITH_STEP_UNIT(TcK)" in tck
     cu = (KERNEL / "megakernel.cu").read_text() + (KERNEL / "megakernel_tc.cu").read_text()
+    assert "} else if constexpr (!row.launched) {\n    return kNoKernels;" in (KERNEL / "megakernel.cu").read_text()
     for k, vid in ((2, 10), (4, 11), (8, 12)):
         name, cname = f"fp8-stream-tc-k{k}", f"kVariantFp8StreamTcK{k}"
         v = next(x for x in spec["variants"] if x["name"] == name)
@@ -599,8 +601,8 @@ def test_the_k_vector_variants_are_compiled_apart_and_never_launched():
         assert kernel_spec.build_flags(name) == kernel_spec.build_flags("fp8-stream-tc")
         assert f"{cname} = {vid}," in enum
         assert f"struct VariantCfg<{cname}> : TcKCfg<{k}> {{}};" in ds
-        assert f"template __global__ void decode_step<{cname}>(const StepParams);" in tck
-        assert cname not in cu  # no dispatch: launch_step / kernel_attributes see an unknown id
+        assert f"MONOLITH_VARIANT({cname}, TcK, false)" in table
+        assert cname not in cu  # no unit but TcK names it
         assert mk.WAITS[name] == mk.WAITS["fp8-stream-tc"] and mk.engine_class(name) is mk.Fp8Engine
         assert kernel_spec.vectors(v) == k
     assert "struct TcKCfg : VariantCfg<kVariantFp8StreamTc>" in ds and "static constexpr int kTcVecs = kK;" in ds

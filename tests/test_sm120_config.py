@@ -145,7 +145,7 @@ def test_the_sm120_variants():
     cuh = (KERNEL / "megakernel.cuh").read_text()
     for n, i in (("Bf16", 6), ("Fp8", 7), ("Nvfp4", 8)):
         assert f"kVariant{n}StreamSm120 = {i}," in cuh
-        assert f"case kVariant{n}StreamSm120:" in (KERNEL / "megakernel.cu").read_text()
+        assert f"MONOLITH_VARIANT(kVariant{n}StreamSm120, Sm120, true)" in (KERNEL / "variant_units.def").read_text()
 
 
 def test_nvfp4_uses_the_native_e2m1_convert_on_sm120():
@@ -172,13 +172,14 @@ def test_ring_models_at_the_shallow_depth(monkeypatch):
 
 def test_the_sm120_variants_have_a_translation_unit_of_their_own():
     """Ordinary extensions (every variant without a "config") do not compile the sm_120
-    configuration's kernels: megakernel.cu instantiates none of them, megakernel_sm120.cu does, and
-    only a -sm120 variant's extension (load_extension) and CI (compile_all) build it."""
-    cu = (KERNEL / "megakernel.cu").read_text()
+    configuration's kernels: variant_units.def puts them in the Sm120 unit, which megakernel_sm120.cu
+    registers (megakernel.cu compiles only Main's rows: step_unit.cuh unit_kernels_of), and only a
+    -sm120 variant's extension (load_extension) and CI (compile_all) build it."""
+    table = (KERNEL / "variant_units.def").read_text()
     for n in ("Bf16", "Fp8", "Nvfp4"):
-        assert f"info_of<kVariant{n}StreamSm120>" not in cu
-        assert f"info_of<kVariant{n}StreamSm120>(false)" in (KERNEL / "megakernel_sm120.cu").read_text()
-    assert "sm120_kernels = &sm120_config_kernels" in (KERNEL / "megakernel_sm120.cu").read_text()
+        assert f"MONOLITH_VARIANT(kVariant{n}StreamSm120, Sm120, true)" in table
+        assert f"MONOLITH_VARIANT(kVariant{n}Stream, Main, true)" in table  # the base, for an sm_120 device
+    assert "MONOLITH_STEP_UNIT(Sm120)" in (KERNEL / "megakernel_sm120.cu").read_text()
     assert '#include "megakernel_sm120.cu"' in (KERNEL / "megakernel_sm120_xray.cu").read_text()
     plain, xray = kernel_spec.config_sources("sm120")
     assert (plain.name, xray.name) == ("megakernel_sm120.cu", "megakernel_sm120_xray.cu")
