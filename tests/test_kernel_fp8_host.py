@@ -38,7 +38,8 @@ def test_fp8_variant_is_registered_everywhere():
     assert mk.WAITS["fp8-upstream"] == mk.WAITS["bf16-upstream"]
     src = "".join((REPO_ROOT / "kernel" / f).read_text() for f in ("megakernel.cu", "decode_step.cuh"))  # + its kernels
     hdr = (REPO_ROOT / "kernel" / "megakernel.cuh").read_text()
-    assert "kVariantFp8Upstream = 3" in hdr and "case kVariantFp8Upstream:" in src
+    units = (REPO_ROOT / "kernel" / "variant_units.def").read_text()  # kernel_for is generated from it
+    assert "kVariantFp8Upstream = 3" in hdr and "MONOLITH_VARIANT(kVariantFp8Upstream, Main, true)" in units
     assert "VariantCfg<kVariantFp8Upstream>" in src and "using Weights = WeightsE4M3;" in src
     # one flag set for all variants: compile_all.py compiles fp8-upstream with the others
     assert kernel_spec.build_flags("fp8-upstream") == kernel_spec.build_flags("bf16-upstream")

@@ -127,7 +127,9 @@ def test_variants_file_is_consistent():
     with pytest.raises(MonolithError, match="unknown kernel variant"):
         mk.variant_spec("fp9")
     src = (REPO_ROOT / spec["source"]).read_text()
-    assert "kVariantBf16Upstream" in src
+    assert '#include "step_unit.cuh"' in src  # the units table's reader (kernel/step_unit.cuh)
+    units = (REPO_ROOT / "kernel" / "variant_units.def").read_text()
+    assert "MONOLITH_VARIANT(kVariantBf16Upstream, Main, true)" in units
 
 
 def test_check_constants_names_the_mismatch():
@@ -305,11 +307,12 @@ def test_wide_kernel_formats_mask():
     assert "static constexpr bool kBf16 = !W::kRowScale, kE4M3 = W::kRowScale && !W::kBlockScaled, kNvfp4 = W::kBlockScaled;" in pol
     assert "static constexpr bool kWideKernel = !kNvfp4;" in pol
     cu = "".join((REPO_ROOT / "kernel" / f).read_text() for f in ("megakernel.cu", "decode_step.cuh"))  # + its kernels
-    info = cu[cu.index("KernelInfo info_of(bool device_sm120) {"):]
+    info = cu[cu.index("StepKernels kernels_of() {"):]  # the kernels info_of registers
     info = info[: info.index("\n}\n")]
     wide = "Policy<typename Cfg::Weights, KernelKind::kWide>::kWideKernel"
     assert f"if constexpr (Cfg::kStream && Cfg::kLongKernel && {wide})" in info
     assert "&decode_step_wide<kVariant>" in info and info.count("decode_step_wide") == 1
+    assert "const StepKernels k = kernels_of<kVariant>();" in cu[cu.index("KernelInfo info_of(bool device_sm120) {"):]
     assert f"static_assert(Cfg::kStream && Cfg::kLongKernel && {wide}," in cu
     dq = (REPO_ROOT / "kernel" / "dequant.cuh").read_text()
     traits = re.findall(r"static constexpr bool kRowScale = (true|false);.*?\n\s*static constexpr bool kBlockScaled = (true|false);",

@@ -262,7 +262,8 @@ def test_nvfp4_variant_is_registered_everywhere():
     assert mk.WAITS["nvfp4-stream"] == mk.WAITS["bf16-stream"]
     src = "".join((REPO_ROOT / "kernel" / f).read_text() for f in ("megakernel.cu", "decode_step.cuh"))  # + its kernels
     hdr = (REPO_ROOT / "kernel" / "megakernel.cuh").read_text()
-    assert "kVariantNvfp4Stream = 5" in hdr and "case kVariantNvfp4Stream:" in src
+    units = (REPO_ROOT / "kernel" / "variant_units.def").read_text()  # kernel_for is generated from it
+    assert "kVariantNvfp4Stream = 5" in hdr and "MONOLITH_VARIANT(kVariantNvfp4Stream, Main, true)" in units
     assert re.search(r"struct VariantCfg<kVariantNvfp4Stream> : StreamCfg \{\s*using Weights = WeightsNvfp4;", src)
     deq = (REPO_ROOT / "kernel" / "dequant.cuh").read_text()
     assert "struct WeightsNvfp4" in deq and "using Head = WeightsE4M3;" in deq  # the LM head stays FP8
