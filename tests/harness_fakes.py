@@ -1,8 +1,11 @@
 """Tiny deterministic fake engines for the harness tests (no weights, microseconds per step)."""
 from __future__ import annotations
 
+import time
+
 import torch
 
+from monolith.bench import decode
 from monolith.engine import Engine
 
 V = 32
@@ -85,3 +88,19 @@ def swap_top2_when(pred):
             lg[top.indices[0]], lg[top.indices[1]] = top.values[1], top.values[0]
         return lg
     return f
+
+
+class GpuLikeClock(decode.Clock):
+    """A CPU clock that takes bench_engine's GPU path (time model, energy), timing with perf_counter."""
+
+    def __init__(self, device):
+        super().__init__("cpu")
+        self.cuda = True
+
+    def sync(self):
+        pass
+
+    def time(self, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        return time.perf_counter() - t0, out

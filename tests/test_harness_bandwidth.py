@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 
 import pytest
 
@@ -215,26 +214,10 @@ def test_453_is_never_used_on_a_gpu_that_is_not_the_h200(gpu, no_legacy, monkeyp
 # ---- the row: bench_engine and external rows
 
 
-class _GpuLikeClock(decode.Clock):
-    """A CPU clock that takes bench_engine's GPU path (the time model), timing with perf_counter."""
-
-    def __init__(self, device):
-        super().__init__("cpu")
-        self.cuda = True
-
-    def sync(self):
-        pass
-
-    def time(self, fn):
-        t0 = time.perf_counter()
-        out = fn()
-        return time.perf_counter() - t0, out
-
-
 def _bench(monkeypatch, rec, sweep=()):
-    from harness_fakes import FakeEngine
+    from harness_fakes import FakeEngine, GpuLikeClock
 
-    monkeypatch.setattr(decode, "Clock", _GpuLikeClock)
+    monkeypatch.setattr(decode, "Clock", GpuLikeClock)
     cfg = decode.BenchConfig(
         runs=1, tokens=4, prompts=1, warmup_tokens=2, sweep_positions=sweep, sweep_window=2, sweep_reps=1, power=False
     )
@@ -298,7 +281,7 @@ def test_llamacpp_rows_are_repriced_at_the_runs_bandwidth():
 def gpu_m6(monkeypatch, ckpt2):
     """bench/m6.run on fake engines taking the GPU path, on a fake H100 with a fake probe."""
     import torch
-    from harness_fakes import FakeEngine
+    from harness_fakes import FakeEngine, GpuLikeClock
 
     from monolith.bench import m6, oracle_cache, suite
     from monolith.bench.baselines import registry
@@ -311,7 +294,7 @@ def gpu_m6(monkeypatch, ckpt2):
     monkeypatch.setattr(registry, "build", lambda name, ck, dev: FakeEngine())
     monkeypatch.setattr(oracle_cache, "identity", lambda uuid: None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(decode, "Clock", _GpuLikeClock)
+    monkeypatch.setattr(decode, "Clock", GpuLikeClock)
     monkeypatch.setattr(
         m6,
         "_bench_cfg",

@@ -73,26 +73,10 @@ def test_gpu_uuid_from_nvml():
     assert power.gpu_uuid(0, nvml=FakeNVML()) == "GPU-fake-uuid"
 
 
-class _GpuLikeClock(decode.Clock):
-    """A CPU clock that takes the GPU path of bench_engine (energy), timing with perf_counter."""
-
-    def __init__(self, device):
-        super().__init__("cpu")
-        self.cuda = True
-
-    def sync(self):
-        pass
-
-    def time(self, fn):
-        t0 = time.perf_counter()
-        out = fn()
-        return time.perf_counter() - t0, out
-
-
 def _bench(monkeypatch, nvml, power_on=True):
-    from harness_fakes import FakeEngine
+    from harness_fakes import FakeEngine, GpuLikeClock
 
-    monkeypatch.setattr(decode, "Clock", _GpuLikeClock)
+    monkeypatch.setattr(decode, "Clock", GpuLikeClock)
     monkeypatch.setattr(decode, "_gpu_index", lambda e: 0)
     cfg = decode.BenchConfig(runs=3, tokens=8, prompts=2, warmup_tokens=4, sweep_positions=(), power=power_on, nvml=nvml)
     return decode.bench_engine(FakeEngine(), [[1, 2, 3], [4, 5]], cfg, bw_tbs=4.5, tok_s_est=1e6)
